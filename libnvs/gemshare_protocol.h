@@ -1,0 +1,120 @@
+/* The gemshare wire protocol, version 1: the C definition of docs/protocol.md.
+ * nvs/protocol.py is the Python one; tests/protocol/test_c_header_agrees.py checks they agree.
+ * All integers travel little-endian; the structs below are the payloads byte for byte on the
+ * little-endian machines gemshare supports (x86-64, aarch64). */
+#ifndef GEMSHARE_PROTOCOL_H
+#define GEMSHARE_PROTOCOL_H
+
+#include <stdint.h>
+
+#define GS_MAGIC 0x52485347u /* "GSHR" */
+#define GS_VERSION 1u
+#define GS_MAX_PAYLOAD (1u << 20)
+#define GS_MAX_ERROR_TEXT 1024u
+#define GS_DEFAULT_SOCKET "/var/run/gemshare/scheduler.sock"
+
+enum gs_msg_type {
+    GS_MSG_REGISTER = 1,
+    GS_MSG_REGISTERED = 2,
+    GS_MSG_REQUEST_LOCK = 3,
+    GS_MSG_LOCK_GRANTED = 4,
+    GS_MSG_DROP_LOCK = 5,
+    GS_MSG_LOCK_RELEASED = 6,
+    GS_MSG_LOCK_REVOKED = 7,
+    GS_MSG_SCHED_MODE = 8,
+    GS_MSG_MEM_REPORT = 9,
+    GS_MSG_CONTROL = 10,
+    GS_MSG_CONTROL_REPLY = 11,
+    GS_MSG_ERROR = 12,
+};
+
+enum gs_mode { GS_MODE_OFF = 0, GS_MODE_ON = 1, GS_MODE_AUTO = 2 };
+
+enum gs_release_reason {
+    GS_RELEASE_DROPPED = 1,
+    GS_RELEASE_IDLE = 2,
+    GS_RELEASE_REVOKED = 3,
+};
+
+enum gs_error_code {
+    GS_ERROR_PROTOCOL = 1,
+    GS_ERROR_TOO_MANY_CLIENTS = 2,
+    GS_ERROR_VERSION = 3,
+    GS_ERROR_PERMISSION = 4,
+};
+
+#define GS_REG_UNIFIED_MEMORY (1u << 0)
+#define GS_GRANT_AFTER_WAIT (1u << 0)
+#define GS_GRANT_SHARED (1u << 1)
+
+struct gs_header {
+    uint32_t magic;
+    uint16_t version;
+    uint16_t type;
+    uint32_t length;
+    uint32_t seq;
+};
+
+struct gs_register {
+    uint32_t device;
+    uint32_t flags;
+    char process_name[64];
+    char pod_namespace[64];
+    char pod_name[256];
+};
+
+struct gs_registered {
+    uint64_t client_id;
+    uint32_t mode;
+    uint32_t tq_seconds;
+};
+
+struct gs_request_lock {
+    uint32_t device;
+    uint32_t reserved;
+};
+
+struct gs_lock_granted {
+    uint32_t device;
+    uint32_t flags;
+    uint64_t quantum_ms;
+};
+
+struct gs_drop_lock {
+    uint32_t device;
+    uint32_t reserved;
+};
+
+struct gs_lock_released {
+    uint32_t device;
+    uint32_t reason;
+};
+
+struct gs_lock_revoked {
+    uint32_t device;
+    uint32_t reserved;
+};
+
+struct gs_sched_mode {
+    uint32_t mode;
+    uint32_t tq_seconds;
+};
+
+struct gs_mem_report {
+    uint32_t device;
+    uint32_t reserved;
+    uint64_t allocated_bytes;
+    uint64_t device_total_bytes;
+};
+
+/* Followed by up to GS_MAX_ERROR_TEXT bytes of UTF-8 text. */
+struct gs_error {
+    uint32_t code;
+    uint32_t reserved;
+};
+
+_Static_assert(sizeof(struct gs_header) == 16, "gs_header layout");
+_Static_assert(sizeof(struct gs_register) == 392, "gs_register layout");
+_Static_assert(sizeof(struct gs_mem_report) == 24, "gs_mem_report layout");
+
+#endif

@@ -1,0 +1,318 @@
+"""The gemshare wire protocol, version 1: the Python definition of docs/protocol.md.
+
+Pure bytes in, messages out; no sockets. `tests/protocol/test_c_header_agrees.py` checks that
+`libnvs/gemshare_protocol.h` says the same thing.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import struct
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+MAGIC = 0x52485347  # b"GSHR" read as a little-endian u32
+VERSION = 1
+HEADER = struct.Struct("<IHHII")  # magic, version, type, length, seq
+HEADER_SIZE = HEADER.size
+MAX_PAYLOAD = 1 << 20
+MAX_ERROR_TEXT = 1024
+MAX_SEQ = 0xFFFFFFFF
+
+
+class MsgType(enum.IntEnum):
+    REGISTER = 1
+    REGISTERED = 2
+    REQUEST_LOCK = 3
+    LOCK_GRANTED = 4
+    DROP_LOCK = 5
+    LOCK_RELEASED = 6
+    LOCK_REVOKED = 7
+    SCHED_MODE = 8
+    MEM_REPORT = 9
+    CONTROL = 10
+    CONTROL_REPLY = 11
+    ERROR = 12
+
+
+class Mode(enum.IntEnum):
+    OFF = 0
+    ON = 1
+    AUTO = 2
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+    @classmethod
+    def from_label(cls, text: str) -> "Mode":
+        try:
+            return cls[text.strip().upper()]
+        except KeyError:
+            raise ValueError(f"anti-thrash mode must be on, off or auto, not {text!r}") from None
+
+
+class ReleaseReason(enum.IntEnum):
+    DROPPED = 1
+    IDLE = 2
+    REVOKED = 3
+
+
+class ErrorCode(enum.IntEnum):
+    PROTOCOL = 1
+    TOO_MANY_CLIENTS = 2
+    VERSION = 3
+    PERMISSION = 4
+
+
+REG_UNIFIED_MEMORY = 1 << 0
+GRANT_AFTER_WAIT = 1 << 0
+GRANT_SHARED = 1 << 1
+
+
+class ProtocolError(Exception):
+    """A peer broke the protocol; the connection it came on must be closed."""
+
+    def __init__(self, reason: str, code: ErrorCode = ErrorCode.PROTOCOL):
+        super().__init__(reason)
+        self.code = code
+
+
+def _text_field(raw: bytes) -> str:
+    return raw.split(b"\0", 1)[0].decode("utf-8", errors="replace")
+
+
+def _pack_text(text: str, size: int) -> bytes:
+    raw = text.encode("utf-8")
+    if len(raw) > size:  # cut on a character boundary so the field stays valid UTF-8
+        raw = raw[:size].decode("utf-8", errors="ignore").encode("utf-8")
+    return raw
+
+
+class Fixed:
+    """A message with a fixed binary layout: LAYOUT lists (field name, struct code) in order."""
+
+    TYPE: ClassVar[MsgType]
+    LAYOUT: ClassVar[tuple[tuple[str, str], ...]]
+
+    @classmethod
+    def struct(cls) -> struct.Struct:
+        return struct.Struct("<" + "".join(code for _, code in cls.LAYOUT))
+
+    @classmethod
+    def offsets(cls) -> dict[str, int]:
+        result, prefix = {}, "<"
+        for name, code in cls.LAYOUT:
+            result[name] = struct.calcsize(prefix)
+            prefix += code
+        return result
+
+    def payload(self) -> bytes:
+        values = []
+        for name, code in self.LAYOUT:
+            value = getattr(self, name)
+            values.append(_pack_text(value, int(code[:-1])) if code.endswith("s") else value)
+        return self.struct().pack(*values)
+
+    @classmethod
+    def parse(cls, payload: bytes):
+        shape = cls.struct()
+        if len(payload) != shape.size:
+            raise ProtocolError(f"{cls.TYPE.name} payload is {len(payload)} bytes, not {shape.size}")
+        values = shape.unpack(payload)
+        kwargs = {}
+        for (name, code), value in zip(cls.LAYOUT, values):
+            kwargs[name] = _text_field(value) if code.endswith("s") else value
+        return cls(**kwargs)
+
+
+@dataclass(frozen=True)
+class Register(Fixed):
+    TYPE = MsgType.REGISTER
+    LAYOUT = (("device", "I"), ("flags", "I"), ("process_name", "64s"),
+              ("pod_namespace", "64s"), ("pod_name", "256s"))
+    device: int = 0
+    flags: int = 0
+    process_name: str = ""
+    pod_namespace: str = ""
+    pod_name: str = ""
+
+
+@dataclass(frozen=True)
+class Registered(Fixed):
+    TYPE = MsgType.REGISTERED
+    LAYOUT = (("client_id", "Q"), ("mode", "I"), ("tq_seconds", "I"))
+    client_id: int
+    mode: int
+    tq_seconds: int
+
+
+@dataclass(frozen=True)
+class RequestLock(Fixed):
+    TYPE = MsgType.REQUEST_LOCK
+    LAYOUT = (("device", "I"), ("reserved", "I"))
+    device: int = 0
+    reserved: int = 0
+
+
+@dataclass(frozen=True)
+class LockGranted(Fixed):
+    TYPE = MsgType.LOCK_GRANTED
+    LAYOUT = (("device", "I"), ("flags", "I"), ("quantum_ms", "Q"))
+    device: int
+    flags: int
+    quantum_ms: int
+
+
+@dataclass(frozen=True)
+class DropLock(Fixed):
+    TYPE = MsgType.DROP_LOCK
+    LAYOUT = (("device", "I"), ("reserved", "I"))
+    device: int = 0
+    reserved: int = 0
+
+
+@dataclass(frozen=True)
+class LockReleased(Fixed):
+    TYPE = MsgType.LOCK_RELEASED
+    LAYOUT = (("device", "I"), ("reason", "I"))
+    device: int = 0
+    reason: int = ReleaseReason.DROPPED
+
+
+@dataclass(frozen=True)
+class LockRevoked(Fixed):
+    TYPE = MsgType.LOCK_REVOKED
+    LAYOUT = (("device", "I"), ("reserved", "I"))
+    device: int = 0
+    reserved: int = 0
+
+
+@dataclass(frozen=True)
+class SchedMode(Fixed):
+    TYPE = MsgType.SCHED_MODE
+    LAYOUT = (("mode", "I"), ("tq_seconds", "I"))
+    mode: int
+    tq_seconds: int
+
+
+@dataclass(frozen=True)
+class MemReport(Fixed):
+    TYPE = MsgType.MEM_REPORT
+    LAYOUT = (("device", "I"), ("reserved", "I"), ("allocated_bytes", "Q"),
+              ("device_total_bytes", "Q"))
+    device: int = 0
+    reserved: int = 0
+    allocated_bytes: int = 0
+    device_total_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class Control:
+    TYPE: ClassVar[MsgType] = MsgType.CONTROL
+    body: dict = field(default_factory=dict)
+
+    def payload(self) -> bytes:
+        return json.dumps(self.body, separators=(",", ":")).encode("utf-8")
+
+    @classmethod
+    def parse(cls, payload: bytes):
+        try:
+            body = json.loads(payload.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise ProtocolError(f"{cls.TYPE.name} payload is not JSON: {exc}") from None
+        if not isinstance(body, dict):
+            raise ProtocolError(f"{cls.TYPE.name} payload must be a JSON object")
+        return cls(body)
+
+
+@dataclass(frozen=True)
+class ControlReply(Control):
+    TYPE: ClassVar[MsgType] = MsgType.CONTROL_REPLY
+
+
+@dataclass(frozen=True)
+class Error:
+    TYPE: ClassVar[MsgType] = MsgType.ERROR
+    HEAD: ClassVar[struct.Struct] = struct.Struct("<II")
+    code: int
+    text: str
+
+    def payload(self) -> bytes:
+        return self.HEAD.pack(self.code, 0) + _pack_text(self.text, MAX_ERROR_TEXT)
+
+    @classmethod
+    def parse(cls, payload: bytes):
+        if not cls.HEAD.size <= len(payload) <= cls.HEAD.size + MAX_ERROR_TEXT:
+            raise ProtocolError(f"ERROR payload of {len(payload)} bytes is out of range")
+        code, _ = cls.HEAD.unpack_from(payload)
+        return cls(code, payload[cls.HEAD.size:].decode("utf-8", errors="replace"))
+
+
+MESSAGES = {cls.TYPE: cls for cls in (
+    Register, Registered, RequestLock, LockGranted, DropLock, LockReleased, LockRevoked,
+    SchedMode, MemReport, Control, ControlReply, Error)}
+FIXED_MESSAGES = {t: cls for t, cls in MESSAGES.items() if issubclass(cls, Fixed)}
+
+
+def encode(message, seq: int = 0) -> bytes:
+    """One whole frame: header and payload."""
+    payload = message.payload()
+    if len(payload) > MAX_PAYLOAD:
+        raise ValueError(f"{message.TYPE.name} payload of {len(payload)} bytes exceeds {MAX_PAYLOAD}")
+    return HEADER.pack(MAGIC, VERSION, message.TYPE, len(payload), seq & MAX_SEQ) + payload
+
+
+class FrameDecoder:
+    """Turns a byte stream into (message, seq) pairs; raises ProtocolError on the first bad frame.
+
+    `max_payload` lets a receiver that expects only small frames refuse big ones before buffering
+    them.
+    """
+
+    def __init__(self, max_payload: int = MAX_PAYLOAD):
+        self.max_payload = min(max_payload, MAX_PAYLOAD)
+        self._buffer = bytearray()
+        self._header: tuple[int, int, int] | None = None  # type, length, seq
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buffer)
+
+    def feed(self, data: bytes) -> None:
+        self._buffer += data
+
+    def next(self):
+        """The next whole message as (message, seq), or None until more bytes arrive."""
+        if self._header is None:
+            if len(self._buffer) < HEADER_SIZE:
+                return None
+            self._header = self._check_header(bytes(self._buffer[:HEADER_SIZE]))
+            del self._buffer[:HEADER_SIZE]
+        kind, length, seq = self._header
+        if len(self._buffer) < length:
+            return None
+        payload = bytes(self._buffer[:length])
+        del self._buffer[:length]
+        self._header = None
+        return MESSAGES[kind].parse(payload), seq
+
+    def _check_header(self, raw: bytes) -> tuple[int, int, int]:
+        magic, version, kind, length, seq = HEADER.unpack(raw)
+        if magic != MAGIC:
+            raise ProtocolError(f"bad magic 0x{magic:08x}: not a gemshare peer")
+        if version != VERSION:
+            raise ProtocolError(f"protocol version {version} is not supported (this side speaks "
+                                f"{VERSION}): upgrade the older of libnvs.so and the scheduler",
+                                ErrorCode.VERSION)
+        if kind not in MESSAGES:
+            raise ProtocolError(f"unknown message type {kind}")
+        if length > self.max_payload:
+            raise ProtocolError(f"{MsgType(kind).name} frame of {length} bytes exceeds the "
+                                f"{self.max_payload}-byte limit")
+        fixed = FIXED_MESSAGES.get(kind)
+        if fixed is not None and length != fixed.struct().size:
+            raise ProtocolError(f"{MsgType(kind).name} payload is {length} bytes, "
+                                f"not {fixed.struct().size}")
+        return kind, length, seq

@@ -1,0 +1,79 @@
+"""The C header and the Python module must describe the same wire format.
+
+The C program is generated from the Python definitions, so every constant, struct size and field
+offset Python knows about is asked of the compiler; a field or constant missing from the header
+fails the build, a different value fails the comparison.
+"""
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from gemshare_nvs import protocol as p
+
+HEADER = Path(__file__).resolve().parents[2] / "libnvs" / "gemshare_protocol.h"
+
+ENUMS = {"GS_MSG_": p.MsgType, "GS_MODE_": p.Mode, "GS_RELEASE_": p.ReleaseReason,
+         "GS_ERROR_": p.ErrorCode}
+SCALARS = {"GS_MAGIC": p.MAGIC, "GS_VERSION": p.VERSION, "GS_MAX_PAYLOAD": p.MAX_PAYLOAD,
+           "GS_MAX_ERROR_TEXT": p.MAX_ERROR_TEXT, "GS_REG_UNIFIED_MEMORY": p.REG_UNIFIED_MEMORY,
+           "GS_GRANT_AFTER_WAIT": p.GRANT_AFTER_WAIT, "GS_GRANT_SHARED": p.GRANT_SHARED}
+
+
+def c_struct_name(cls) -> str:
+    return "gs_" + re.sub(r"(?<!^)([A-Z])", r"_\1", cls.__name__).lower()
+
+
+def expected() -> dict[str, int]:
+    facts = dict(SCALARS)
+    for prefix, enum in ENUMS.items():
+        facts.update({prefix + member.name: int(member) for member in enum})
+    facts["sizeof gs_header"] = p.HEADER_SIZE
+    for name, offset in zip(("magic", "version", "type", "length", "seq"), (0, 4, 6, 8, 12)):
+        facts[f"offsetof gs_header.{name}"] = offset
+    facts["sizeof gs_error"] = p.Error.HEAD.size
+    for cls in p.FIXED_MESSAGES.values():
+        struct_name = c_struct_name(cls)
+        facts[f"sizeof {struct_name}"] = cls.struct().size
+        for field, offset in cls.offsets().items():
+            facts[f"offsetof {struct_name}.{field}"] = offset
+    return facts
+
+
+def c_program(names) -> str:
+    lines = ['#include <stddef.h>', '#include <stdio.h>', f'#include "{HEADER}"',
+             "int main(void) {", '  printf("{");']
+    for i, name in enumerate(names):
+        kind, _, rest = name.partition(" ")
+        if kind == "sizeof":
+            expr = f"sizeof(struct {rest})"
+        elif kind == "offsetof":
+            struct_name, field = rest.split(".")
+            expr = f"offsetof(struct {struct_name}, {field})"
+        else:
+            expr = name
+        sep = "," if i else ""
+        lines.append(f'  printf("{sep}\\"%s\\": %llu", "{name}", (unsigned long long)({expr}));')
+    lines += ['  printf("}\\n");', "  return 0;", "}"]
+    return "\n".join(lines)
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler")
+def test_c_header_matches_python(tmp_path):
+    facts = expected()
+    source = tmp_path / "facts.c"
+    source.write_text(c_program(list(facts)))
+    binary = tmp_path / "facts"
+    subprocess.run(["cc", "-std=c11", "-Wall", "-Werror", "-o", str(binary), str(source)],
+                   check=True)
+    from_c = json.loads(subprocess.run([str(binary)], check=True, capture_output=True,
+                                       text=True).stdout)
+    assert from_c == facts
+
+
+def test_every_python_message_type_has_a_layout_or_codec():
+    assert set(p.MESSAGES) == set(p.MsgType)
