@@ -1,0 +1,44 @@
+"""Control requests (CONTROL frames, JSON): which operation, and whether a `set` is valid.
+
+Validation happens before anything changes, so a request with one bad value applies nothing.
+"""
+
+from __future__ import annotations
+
+from .protocol import Mode
+from .settings import check_mode, check_tq
+
+SET_KEYS = ("tq", "anti_thrash")
+
+
+class Refused(Exception):
+    """A control request that gets `{"ok": false, ...}`; `code` is permission, invalid or protocol."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code = code
+
+    def reply(self) -> dict:
+        return {"ok": False, "code": self.code, "error": str(self)}
+
+
+def operation(body: dict) -> str:
+    op = body.get("op")
+    if op not in ("status", "set"):
+        raise Refused("protocol", f"unknown control op {op!r}: use \"status\" or \"set\"")
+    return op
+
+
+def parse_set(body: dict) -> tuple[int | None, Mode | None]:
+    """The new TQ and mode of a `set` request (None where not given), or Refused."""
+    unknown = sorted(set(body) - {"op", *SET_KEYS})
+    if unknown:
+        raise Refused("invalid", f"set accepts only tq and anti_thrash, not {', '.join(unknown)}")
+    if not any(key in body for key in SET_KEYS):
+        raise Refused("invalid", "set needs tq, anti_thrash or both")
+    try:
+        tq = check_tq(body["tq"]) if "tq" in body else None
+        mode = check_mode(body["anti_thrash"]) if "anti_thrash" in body else None
+    except ValueError as exc:
+        raise Refused("invalid", f"{exc}; nothing was changed") from None
+    return tq, mode

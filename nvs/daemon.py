@@ -1,0 +1,145 @@
+"""`gemshare-scheduler`: command line, logging, signals and systemd around the server.
+
+Also runnable as `python -m gemshare_nvs.daemon`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+
+import trio
+
+from . import sdnotify
+from .connection import DEFAULT_SOCKET, socket_path
+from .gpus import Gpus
+from .listener import ListenerError, Listening, open_listener
+from .protocol import Mode
+from .server import Server
+from .settings import (DEFAULT_CONTROL_GROUP, DEFAULT_GRACE_MS, DEFAULT_MAX_CLIENTS, DEFAULT_TQ,
+                       MODE_LABELS, Settings, check_grace_ms, check_max_clients, check_tq,
+                       debug_from_environment)
+
+log = logging.getLogger("gemshare.scheduler")
+
+
+def _checked(check, what: str):
+    """An argparse type: a whole number passed through one of settings' checks."""
+    def convert(text: str):
+        try:
+            value = int(text, 10)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{what} must be a whole number, not {text!r}")
+        try:
+            return check(value)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc))
+    return convert
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gemshare-scheduler",
+        description="Hand out an exclusive per-GPU lock to CUDA programs running under "
+                    "libnvs.so, one time quantum at a time, first come first served.")
+    parser.add_argument("--socket", metavar="PATH",
+                        help=f"Unix socket to listen on (default: $GEMSHARE_SOCKET, else "
+                             f"{DEFAULT_SOCKET})")
+    parser.add_argument("--tq", type=_checked(check_tq, "--tq"), default=DEFAULT_TQ,
+                        metavar="SECONDS",
+                        help=f"time quantum in whole seconds, 1-86400 (default {DEFAULT_TQ})")
+    parser.add_argument("--anti-thrash", choices=MODE_LABELS, default="on",
+                        help="on: one lock holder per GPU; off: no lock, everyone runs freely; "
+                             "auto: memory-aware (for now the same as on) (default on)")
+    parser.add_argument("--grace-ms", type=_checked(check_grace_ms, "--grace-ms"),
+                        default=DEFAULT_GRACE_MS, metavar="MS",
+                        help="how long a holder told to drop the lock may take before it is "
+                             f"revoked (default {DEFAULT_GRACE_MS})")
+    parser.add_argument("--max-clients", type=_checked(check_max_clients, "--max-clients"),
+                        default=DEFAULT_MAX_CLIENTS, metavar="N",
+                        help=f"most registered clients at once (default {DEFAULT_MAX_CLIENTS})")
+    parser.add_argument("--control-group", default=DEFAULT_CONTROL_GROUP, metavar="NAME",
+                        help="group whose members may change settings besides root (default "
+                             f"{DEFAULT_CONTROL_GROUP})")
+    parser.add_argument("--debug", action="store_true",
+                        help="log more (also GEMSHARE_DEBUG=1)")
+    return parser
+
+
+def parse_args(argv=None) -> Settings:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not args.control_group.strip():
+        parser.error("--control-group must name a group")
+    return Settings(socket=socket_path(args.socket), tq=args.tq,
+                    mode=Mode.from_label(args.anti_thrash), grace_ms=args.grace_ms,
+                    max_clients=args.max_clients, control_group=args.control_group,
+                    debug=args.debug or debug_from_environment())
+
+
+def setup_logging(debug: bool) -> None:
+    # journald stamps each line itself; a terminal or a file needs the time in the line.
+    stamp = "" if os.environ.get("JOURNAL_STREAM") else "%(asctime)s.%(msecs)03d "
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(stamp + "%(levelname)s %(message)s",
+                                           "%Y-%m-%d %H:%M:%S"))
+    root = logging.getLogger("gemshare")
+    root.handlers[:] = [handler]
+    root.setLevel(logging.DEBUG if debug else logging.INFO)
+    root.propagate = False
+
+
+async def run(settings: Settings, listening: Listening) -> None:
+    gpus = Gpus()
+    log.info("GPU information: %s", "from NVML" if gpus.available else gpus.reason)
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_stop_on_signal, nursery.cancel_scope)
+            await nursery.start(Server(settings, listening.sock, gpus).serve)
+            log.info("listening on %s%s: tq %d s, anti-thrash %s, grace %d ms, max %d clients, "
+                     "control group %s", listening.path,
+                     " (socket from systemd)" if listening.inherited else "", settings.tq,
+                     settings.mode.label, settings.grace_ms, settings.max_clients,
+                     settings.control_group)
+            _notify("READY=1\nSTATUS=listening on " + str(listening.path))
+    finally:
+        gpus.close()
+
+
+async def _stop_on_signal(scope: trio.CancelScope) -> None:
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for signum in signals:
+            log.info("%s received: stopping", signal.Signals(signum).name)
+            _notify("STOPPING=1")
+            scope.cancel()
+            return
+
+
+def _notify(state: str) -> None:
+    try:
+        sdnotify.notify(state)
+    except OSError as exc:
+        log.warning("cannot notify systemd at NOTIFY_SOCKET: %s", exc)
+
+
+def main(argv=None) -> int:
+    settings = parse_args(argv)
+    setup_logging(settings.debug)
+    try:
+        listening = open_listener(settings.socket)
+    except ListenerError as exc:
+        print(f"gemshare-scheduler: {exc}", file=sys.stderr)
+        return 1
+    try:
+        trio.run(run, settings, listening)
+    finally:
+        listening.close()
+    log.info("stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

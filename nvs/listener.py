@@ -1,0 +1,189 @@
+"""The scheduler's listening socket: inherited from systemd, or bound by us with care.
+
+Binding: the directory is created 0755 if missing; the socket file is mode 0666 so any local user
+can connect as a client (control permissions are checked per request, from SO_PEERCRED). A lock
+file beside the socket (`<socket>.lock`) makes two schedulers on one path impossible; a socket
+file nobody answers on is stale and replaced; one that answers belongs to a live scheduler (or to
+systemd's socket unit) and is left alone.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import socket
+import stat
+from pathlib import Path
+
+SD_LISTEN_FDS_START = 3
+BACKLOG = 128
+
+
+class ListenerError(Exception):
+    """The socket cannot be served; the message names the path and what to do."""
+
+
+class Listening:
+    """A listening socket and what must be undone at exit."""
+
+    def __init__(self, sock: socket.socket, path: Path, inherited: bool, lock_fd: int | None):
+        self.sock = sock
+        self.path = path
+        self.inherited = inherited
+        self._lock_fd = lock_fd
+        self._inode = None if inherited else os.stat(path).st_ino
+
+    def close(self) -> None:
+        """Close the socket; remove the socket file only if we bound it and it is still ours."""
+        self.sock.close()
+        if self._inode is not None:
+            try:
+                if os.stat(self.path).st_ino == self._inode:
+                    os.unlink(self.path)
+            except FileNotFoundError:
+                pass
+            self._inode = None
+        if self._lock_fd is not None:
+            try:
+                os.unlink(lock_path(self.path))
+            except FileNotFoundError:
+                pass
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+
+def lock_path(path: Path) -> Path:
+    return path.with_name(path.name + ".lock")
+
+
+def open_listener(path: Path, environ=os.environ) -> Listening:
+    inherited = inherited_socket(environ)
+    if inherited is not None:
+        bound = inherited.getsockname()
+        if isinstance(bound, str) and bound.startswith("/"):
+            path = Path(bound)
+            lock_fd = _take_lock(path)
+        else:
+            lock_fd = None  # an abstract or unnamed socket has no file to guard
+        return Listening(inherited, path, inherited=True, lock_fd=lock_fd)
+    _make_directory(path.parent)
+    lock_fd = _take_lock(path)
+    try:
+        _clear_stale(path)
+        sock = _bind(path)
+    except BaseException:
+        os.unlink(lock_path(path))
+        os.close(lock_fd)
+        raise
+    return Listening(sock, path, inherited=False, lock_fd=lock_fd)
+
+
+def inherited_socket(environ=os.environ) -> socket.socket | None:
+    """The listening socket systemd passed as fd 3 (LISTEN_FDS/LISTEN_PID), or None."""
+    if environ.get("LISTEN_PID") != str(os.getpid()):
+        return None
+    try:
+        count = int(environ.get("LISTEN_FDS", "0"))
+    except ValueError:
+        raise ListenerError(f"LISTEN_FDS={environ.get('LISTEN_FDS')!r} is not a number") from None
+    for name in ("LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"):
+        environ.pop(name, None)  # so nothing we start believes the sockets are its own
+    if count < 1:
+        return None
+    try:
+        sock = socket.socket(fileno=SD_LISTEN_FDS_START)
+    except OSError as exc:
+        raise ListenerError(f"LISTEN_FDS={count} but fd {SD_LISTEN_FDS_START} is not a socket "
+                            f"({exc.strerror}); check the .socket unit") from None
+    if sock.family != socket.AF_UNIX or sock.type != socket.SOCK_STREAM \
+            or not sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
+        sock.detach()
+        raise ListenerError(f"the socket passed as fd {SD_LISTEN_FDS_START} must be a listening "
+                            "Unix stream socket (ListenStream= in the .socket unit)")
+    os.set_inheritable(sock.fileno(), False)
+    return sock
+
+
+def _make_directory(directory: Path) -> None:
+    if directory.is_dir():
+        return
+    try:
+        directory.mkdir(mode=0o755, parents=True)
+        os.chmod(directory, 0o755)  # the umask may have narrowed mkdir's mode
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise ListenerError(f"cannot create the socket directory {directory}: {exc.strerror}; "
+                            "run as root or choose another --socket") from None
+
+
+def _take_lock(path: Path) -> int:
+    """An exclusive lock on `<socket>.lock`, held for the scheduler's life."""
+    where = lock_path(path)
+    for _ in range(10):  # retried only when the file was replaced under us
+        try:
+            fd = os.open(where, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            raise ListenerError(f"cannot create the lock file {where}: {exc.strerror}; run as "
+                                "root or choose another --socket") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise ListenerError(f"another gemshare-scheduler (pid {holder}) is already running on "
+                                f"socket {path}; stop it first or start this one with another "
+                                "--socket") from None
+        try:
+            same = os.fstat(fd).st_ino == os.stat(where).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            return fd
+        os.close(fd)  # the previous owner removed the file as we opened it: take the new one
+    raise ListenerError(f"cannot lock {where}: it keeps being replaced")
+
+
+def _clear_stale(path: Path) -> None:
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(mode):
+        raise ListenerError(f"{path} exists and is not a socket; remove it or choose another "
+                            "--socket")
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(2)
+    try:
+        probe.connect(str(path))
+    except (ConnectionRefusedError, FileNotFoundError):
+        pass  # nobody listens: stale, left by a scheduler that died
+    except OSError as exc:
+        if exc.errno not in (errno.ECONNREFUSED, errno.ENOENT):
+            raise ListenerError(f"cannot check whether socket {path} is in use: "
+                                f"{exc.strerror}") from None
+    else:
+        raise ListenerError(f"a scheduler is already listening on socket {path} (perhaps "
+                            "systemd's gemshare-scheduler.socket); stop it first or choose "
+                            "another --socket")
+    finally:
+        probe.close()
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def _bind(path: Path) -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    try:
+        sock.bind(str(path))
+        os.chmod(path, 0o666)  # any local user may be a client
+        sock.listen(BACKLOG)
+    except OSError as exc:
+        sock.close()
+        raise ListenerError(f"cannot listen on socket {path}: {exc.strerror or exc}") from None
+    return sock

@@ -1,0 +1,303 @@
+"""The scheduler's rules as a pure state machine, in the sans-IO style of h11.
+
+No sockets, no clock, no Trio: every event method takes the current time (`now`, seconds on any
+monotonic clock) and returns a list of actions (see actions.py) for the shell to carry out.
+`tick(now)` fires the timers and `next_deadline()` says when the next one is due, so a test can
+drive every rule with a fake clock.
+
+Rules (docs/protocol.md, issue 2): one lock per device, granted first come first served for a
+time quantum (TQ). When the quantum is over and someone waits, the holder gets DROP_LOCK; if it
+does not answer with LOCK_RELEASED within the grace period it is revoked and the next waiter is
+granted. Nobody waiting means no drop. In mode `off` no lock exists at all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from . import protocol as p
+from .actions import Close, Log, Send
+
+# Device indices are u32 on the wire; a bound keeps one client from creating millions of queues.
+MAX_DEVICES = 1024
+
+RELEASE_WORDS = {p.ReleaseReason.DROPPED: "after drop", p.ReleaseReason.IDLE: "early (idle)",
+                 p.ReleaseReason.REVOKED: "after revocation"}
+
+
+def printable(text: str, limit: int = 256) -> str:
+    """Client-supplied text made safe for one log line and for status."""
+    return "".join(ch if ch.isprintable() else "?" for ch in text[:limit])
+
+
+def _listed(indices: list[int]) -> str:
+    return ", ".join(map(str, indices))
+
+
+@dataclass
+class Client:
+    id: int
+    pid: int
+    uid: int
+    gid: int
+    name: str
+    device: int
+    namespace: str
+    pod: str
+    flags: int
+    connected_since: float  # wall-clock (Unix) time, given by the shell
+    hold_time: float = 0.0  # finished holds only; a running hold is added when reporting
+    waits: int = 0
+    wait_time: float = 0.0  # finished waits only
+    allocated: dict[int, int] = field(default_factory=dict)  # device -> bytes
+    device_total: dict[int, int] = field(default_factory=dict)  # device -> bytes, as reported
+    revocations: int = 0
+    revoked: bool = False  # its last lock was taken away and it has not been granted since
+
+    def __str__(self) -> str:
+        return f"client {self.id} (pid {self.pid}, {self.name or '?'})"
+
+
+@dataclass
+class Hold:
+    granted_at: float
+    quantum_end: float
+    dropped_at: float | None = None  # when DROP_LOCK was sent
+
+
+@dataclass
+class Wait:
+    since: float
+    queued: bool  # it had to wait behind someone, so its grant carries GRANT_AFTER_WAIT
+
+
+@dataclass
+class Device:
+    index: int
+    holders: dict[int, Hold] = field(default_factory=dict)
+    waiters: dict[int, Wait] = field(default_factory=dict)  # insertion order is FCFS order
+
+    @property
+    def idle(self) -> bool:
+        return not self.holders and not self.waiters
+
+
+class Policy:
+    def __init__(self, tq: int, mode: p.Mode, grace_s: float, max_clients: int):
+        self.tq = tq
+        self.mode = mode
+        self.grace_s = grace_s
+        self.max_clients = max_clients
+        self.clients: dict[int, Client] = {}
+        self.devices: dict[int, Device] = {}  # only devices with a holder or a waiter
+        self.revocations = 0
+
+    # ----- events -------------------------------------------------------------------------
+
+    def register(self, cid: int, pid: int, uid: int, gid: int, message: p.Register,
+                 now: float, wall: float) -> list:
+        if cid in self.clients:
+            return [Close(cid, f"client {cid} is already registered", p.ErrorCode.PROTOCOL)]
+        if len(self.clients) >= self.max_clients:
+            return [Log(f"refused pid {pid}: already {self.max_clients} clients (--max-clients)"),
+                    Close(cid, f"the scheduler already serves its limit of {self.max_clients} "
+                               "clients; try again later or raise --max-clients",
+                          p.ErrorCode.TOO_MANY_CLIENTS)]
+        if message.device >= MAX_DEVICES:
+            return [Close(cid, f"device index {message.device} is out of range (below "
+                               f"{MAX_DEVICES})", p.ErrorCode.PROTOCOL)]
+        client = Client(cid, pid, uid, gid, printable(message.process_name, 64),
+                        message.device, printable(message.pod_namespace, 64),
+                        printable(message.pod_name), message.flags, wall)
+        self.clients[cid] = client
+        pod = f", pod {client.namespace}/{client.pod}" if client.pod else ""
+        return [Send(cid, p.Registered(cid, self.mode, self.tq)),
+                Log(f"register {client}: uid {uid}, device {client.device}{pod}")]
+
+    def request_lock(self, cid: int, device: int, now: float) -> list:
+        client = self.clients.get(cid)
+        if client is None:
+            return []
+        if device >= MAX_DEVICES:
+            return [Close(cid, f"device index {device} is out of range (below {MAX_DEVICES})",
+                          p.ErrorCode.PROTOCOL)]
+        if self.mode is p.Mode.OFF:
+            return [Log(f"request from {client} for device {device} ignored: mode off needs "
+                        "no lock", debug=True)]
+        dev = self.devices.setdefault(device, Device(device))
+        if cid in dev.holders or cid in dev.waiters:
+            return [Log(f"repeated request from {client} for device {device}", debug=True)]
+        queued = bool(dev.holders or dev.waiters)
+        dev.waiters[cid] = Wait(now, queued)
+        if queued:
+            client.waits += 1
+        return [Log(f"request {client}: device {device}"
+                    + (f", {len(dev.waiters)} waiting" if queued else ""))] + self._settle(dev, now)
+
+    def lock_released(self, cid: int, device: int, reason: int, now: float) -> list:
+        client = self.clients.get(cid)
+        dev = self.devices.get(device)
+        if client is None:
+            return []
+        if dev is None or cid not in dev.holders:
+            return [Log(f"release from {client} for device {device} ignored: it holds no lock "
+                        "there", debug=True)]
+        words = RELEASE_WORDS.get(reason, f"with reason {reason}")
+        held = self._end_hold(dev, cid, now)
+        return [Log(f"release {client}: device {device} {words}, held {held:.3f} s")] + \
+            self._settle(dev, now)
+
+    def mem_report(self, cid: int, device: int, allocated: int, total: int, now: float) -> list:
+        client = self.clients.get(cid)
+        if client is None:
+            return []
+        if device >= MAX_DEVICES:
+            return [Close(cid, f"device index {device} is out of range (below {MAX_DEVICES})",
+                          p.ErrorCode.PROTOCOL)]
+        client.allocated[device] = allocated
+        if total:
+            client.device_total[device] = total
+        return [Log(f"memory {client}: device {device} {allocated} bytes allocated", debug=True)]
+
+    def disconnect(self, cid: int, now: float) -> list:
+        client = self.clients.pop(cid, None)
+        if client is None:
+            return []
+        actions, held, waited = [], [], []
+        for dev in list(self.devices.values()):
+            if cid in dev.holders:
+                self._end_hold(dev, cid, now, client)
+                held.append(dev.index)
+            elif cid in dev.waiters:
+                self._end_wait(dev, cid, now, client)
+                waited.append(dev.index)
+            else:
+                continue
+            actions += self._settle(dev, now)
+        what = "".join([f", held device {_listed(held)}" if held else "",
+                        f", was waiting for device {_listed(waited)}" if waited else ""])
+        return [Log(f"disconnect {client}{what}")] + actions
+
+    def configure(self, now: float, tq: int | None = None, mode: p.Mode | None = None) -> list:
+        """Apply validated settings at once; the caller has checked both values already."""
+        old_tq, old_mode = self.tq, self.mode
+        self.tq = old_tq if tq is None else tq
+        self.mode = old_mode if mode is None else mode
+        if (self.tq, self.mode) == (old_tq, old_mode):
+            return [Log(f"settings unchanged: tq {self.tq} s, anti-thrash {self.mode.label}")]
+        actions = [Log(f"settings: tq {old_tq} -> {self.tq} s, anti-thrash "
+                       f"{old_mode.label} -> {self.mode.label}")]
+        if self.mode is p.Mode.OFF:
+            for dev in list(self.devices.values()):
+                for cid in list(dev.holders):
+                    self._end_hold(dev, cid, now)
+                for cid in list(dev.waiters):
+                    self._end_wait(dev, cid, now)
+            self.devices.clear()
+        else:
+            # A running quantum is measured against the new TQ; a drop already sent stands.
+            for dev in self.devices.values():
+                for hold in dev.holders.values():
+                    if hold.dropped_at is None:
+                        hold.quantum_end = hold.granted_at + self.tq
+        actions += [Send(cid, p.SchedMode(self.mode, self.tq)) for cid in self.clients]
+        for dev in list(self.devices.values()):
+            actions += self._settle(dev, now)
+        return actions
+
+    def tick(self, now: float) -> list:
+        """Fire every timer that is due at `now`."""
+        actions = []
+        for dev in list(self.devices.values()):
+            for cid, hold in list(dev.holders.items()):
+                if hold.dropped_at is not None and now >= hold.dropped_at + self.grace_s:
+                    actions += self._revoke(dev, cid, now)
+            actions += self._settle(dev, now)
+        return actions
+
+    def next_deadline(self) -> float | None:
+        """When `tick` next has something to do, or None when no timer runs."""
+        due = []
+        for dev in self.devices.values():
+            for hold in dev.holders.values():
+                if hold.dropped_at is not None:
+                    due.append(hold.dropped_at + self.grace_s)
+                elif dev.waiters:
+                    due.append(hold.quantum_end)
+        return min(due, default=None)
+
+    # ----- queries --------------------------------------------------------------------------
+
+    def state_of(self, cid: int) -> str:
+        for dev in self.devices.values():
+            if cid in dev.holders:
+                return "holding"
+        for dev in self.devices.values():
+            if cid in dev.waiters:
+                return "waiting"
+        return "idle"
+
+    def running_hold_time(self, cid: int, now: float) -> float:
+        return sum(now - dev.holders[cid].granted_at
+                   for dev in self.devices.values() if cid in dev.holders)
+
+    def running_wait_time(self, cid: int, now: float) -> float:
+        return sum(now - dev.waiters[cid].since
+                   for dev in self.devices.values()
+                   if cid in dev.waiters and dev.waiters[cid].queued)
+
+    # ----- rules ----------------------------------------------------------------------------
+
+    def _may_hold_now(self, dev: Device) -> list[int]:
+        """Waiters to grant now. The seam for a memory-aware `auto` that lets several share."""
+        if self.mode is p.Mode.OFF or dev.holders or not dev.waiters:
+            return []
+        return [next(iter(dev.waiters))]
+
+    def _settle(self, dev: Device, now: float) -> list:
+        """Grant whoever may hold now, and drop a holder whose quantum is over while others wait."""
+        actions = []
+        for cid in self._may_hold_now(dev):
+            actions += self._grant(dev, cid, now)
+        if dev.waiters:
+            for cid, hold in dev.holders.items():
+                if hold.dropped_at is None and now >= hold.quantum_end:
+                    hold.dropped_at = now
+                    actions += [Send(cid, p.DropLock(dev.index)),
+                                Log(f"drop {self.clients[cid]}: device {dev.index} quantum over, "
+                                    f"{len(dev.waiters)} waiting")]
+        if dev.idle:
+            del self.devices[dev.index]
+        return actions
+
+    def _grant(self, dev: Device, cid: int, now: float) -> list:
+        client = self.clients[cid]
+        wait = dev.waiters[cid]
+        waited = self._end_wait(dev, cid, now)
+        dev.holders[cid] = Hold(granted_at=now, quantum_end=now + self.tq)
+        client.revoked = False
+        flags = p.GRANT_AFTER_WAIT if wait.queued else 0
+        after = f" after waiting {waited:.3f} s" if wait.queued else ""
+        return [Send(cid, p.LockGranted(dev.index, flags, self.tq * 1000)),
+                Log(f"grant {client}: device {dev.index}{after}")]
+
+    def _revoke(self, dev: Device, cid: int, now: float) -> list:
+        client = self.clients[cid]
+        held = self._end_hold(dev, cid, now)
+        client.revocations += 1
+        client.revoked = True
+        self.revocations += 1
+        return [Send(cid, p.LockRevoked(dev.index)),
+                Log(f"revoke {client}: device {dev.index}, no release within "
+                    f"{self.grace_s * 1000:.0f} ms of the drop (held {held:.3f} s)")]
+
+    def _end_hold(self, dev: Device, cid: int, now: float, client: Client | None = None) -> float:
+        held = now - dev.holders.pop(cid).granted_at
+        (client or self.clients[cid]).hold_time += held
+        return held
+
+    def _end_wait(self, dev: Device, cid: int, now: float, client: Client | None = None) -> float:
+        wait = dev.waiters.pop(cid)
+        waited = now - wait.since if wait.queued else 0.0
+        (client or self.clients[cid]).wait_time += waited
+        return waited

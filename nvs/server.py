@@ -1,0 +1,296 @@
+"""The Trio shell around the policy core: it moves bytes and time, and decides nothing.
+
+Every connection is served by one task (reading) and one child task (writing from a bounded
+queue), all inside the server's nursery. Policy events go in with `trio.current_time()`; the
+actions that come out are carried out synchronously, so the policy's view and the queues never
+disagree. One timer task sleeps until the policy's next deadline.
+"""
+
+from __future__ import annotations
+
+import errno
+import itertools
+import logging
+import math
+import os
+import socket
+import struct
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import trio
+
+from . import control
+from . import protocol as p
+from .actions import Close, Log, Send
+from .conversation import CLIENT, next_kind
+from .gpus import Gpus
+from .permissions import may_control
+from .policy import Policy
+from .settings import Settings
+from .status import build_status
+
+log = logging.getLogger("gemshare.scheduler")
+
+# Control connections beyond --max-clients, so an operator can still ask for status when full.
+CONTROL_HEADROOM = 64
+FLUSH_SECONDS = 1.0  # how long a closing connection may take to receive its last frames
+ACCEPT_BACKOFF = 0.1  # after running out of file descriptors
+PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
+
+
+def peer_credentials(sock) -> tuple[int, int, int]:
+    raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, PEERCRED.size)
+    return PEERCRED.unpack(raw)
+
+
+@dataclass
+class Conn:
+    id: int
+    stream: trio.SocketStream
+    pid: int
+    uid: int
+    gid: int
+    outbox: trio.MemorySendChannel
+    inbox: trio.MemoryReceiveChannel
+    kind: str | None = None
+    scope: trio.CancelScope = field(default_factory=trio.CancelScope)  # the whole connection
+    reader: trio.CancelScope = field(default_factory=trio.CancelScope)  # reading only
+    decoder: p.FrameDecoder = field(default_factory=p.FrameDecoder)
+    ending: str | None = None  # why it is being closed, once it is
+    forgotten: bool = False  # the policy has been told it is gone
+
+    def __str__(self) -> str:
+        return f"connection {self.id} (pid {self.pid}, uid {self.uid})"
+
+
+class Server:
+    def __init__(self, settings: Settings, listener: socket.socket, gpus: Gpus | None = None):
+        self.settings = settings
+        self.policy = Policy(settings.tq, settings.mode, settings.grace_ms / 1000,
+                             settings.max_clients)
+        self.gpus = gpus
+        self._listener = trio.socket.from_stdlib_socket(listener)
+        self.conns: dict[int, Conn] = {}
+        self._ids = itertools.count(1)
+        self._timer_scope = trio.CancelScope()
+        self._started = time.time()
+        self.max_connections = settings.max_clients + CONTROL_HEADROOM
+
+    async def serve(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Serve until cancelled; `started` once accepting."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._timer)
+            task_status.started(self)
+            await self._accept_loop(nursery)
+
+    # ----- accepting --------------------------------------------------------------------
+
+    async def _accept_loop(self, nursery: trio.Nursery) -> None:
+        while True:
+            try:
+                sock, _ = await self._listener.accept()
+            except OSError as exc:
+                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    log.warning("accept failed (%s); retrying shortly", exc.strerror)
+                    await trio.sleep(ACCEPT_BACKOFF)
+                    continue
+                if exc.errno in (errno.ECONNABORTED, errno.EPROTO):
+                    continue
+                raise
+            cid = next(self._ids)
+            if len(self.conns) >= self.max_connections:
+                nursery.start_soon(self._refuse, sock, cid)
+            else:
+                nursery.start_soon(self._serve_connection, sock, cid)
+
+    async def _refuse(self, sock, cid: int) -> None:
+        log.warning("refused connection %d: %d connections already open", cid, len(self.conns))
+        frame = p.encode(p.Error(p.ErrorCode.TOO_MANY_CLIENTS,
+                                 f"the scheduler already has {len(self.conns)} connections; "
+                                 "try again later or raise --max-clients"))
+        with trio.move_on_after(FLUSH_SECONDS):
+            try:
+                await trio.SocketStream(sock).send_all(frame)
+            except (trio.BrokenResourceError, OSError):
+                pass
+        sock.close()
+
+    # ----- one connection -----------------------------------------------------------------
+
+    async def _serve_connection(self, sock, cid: int) -> None:
+        try:
+            pid, uid, gid = peer_credentials(sock)
+        except OSError as exc:
+            log.warning("connection %d dropped: no peer credentials (%s)", cid, exc.strerror)
+            sock.close()
+            return
+        outbox, inbox = trio.open_memory_channel(self.settings.outgoing_queue)
+        conn = Conn(cid, trio.SocketStream(sock), pid, uid, gid, outbox, inbox)
+        self.conns[cid] = conn
+        log.debug("%s opened", conn)
+        try:
+            with conn.scope:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._write_loop, conn)
+                    with conn.reader:
+                        await self._read_loop(conn)
+                    self._apply(self._forget(conn))
+                    conn.outbox.close()  # the writer sends what is queued, then ends
+                    conn.scope.deadline = trio.current_time() + FLUSH_SECONDS
+        finally:
+            self._apply(self._forget(conn))
+            sock.close()
+            del self.conns[cid]
+            log.debug("%s closed: %s", conn, conn.ending or "closed")
+
+    async def _read_loop(self, conn: Conn) -> None:
+        while True:
+            try:
+                data = await conn.stream.receive_some(65536)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                data = b""
+            if not data:
+                conn.ending = conn.ending or ("closed by the peer" if not conn.decoder.buffered
+                                              else "closed by the peer inside a frame")
+                return
+            conn.decoder.feed(data)
+            while True:
+                try:
+                    item = conn.decoder.next()
+                    if item is None:
+                        break
+                    await self._dispatch(conn, *item)
+                except p.ProtocolError as exc:
+                    self._apply([Close(conn.id, str(exc), exc.code)])
+                    return
+                if conn.ending:
+                    return
+
+    async def _write_loop(self, conn: Conn) -> None:
+        try:
+            async for frame in conn.inbox:
+                await conn.stream.send_all(frame)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            conn.ending = conn.ending or "the peer went away"
+            conn.scope.cancel()
+
+    # ----- messages -----------------------------------------------------------------------
+
+    async def _dispatch(self, conn: Conn, message, seq: int) -> None:
+        conn.kind = next_kind(conn.kind, message)
+        now = trio.current_time()
+        policy = self.policy
+        if isinstance(message, p.Register):
+            actions = policy.register(conn.id, conn.pid, conn.uid, conn.gid, message, now,
+                                      time.time())
+        elif isinstance(message, p.RequestLock):
+            actions = policy.request_lock(conn.id, message.device, now)
+        elif isinstance(message, p.LockReleased):
+            actions = policy.lock_released(conn.id, message.device, message.reason, now)
+        elif isinstance(message, p.MemReport):
+            actions = policy.mem_report(conn.id, message.device, message.allocated_bytes,
+                                        message.device_total_bytes, now)
+        else:
+            reply = await self._control(conn, message.body)
+            actions = [Send(conn.id, _Reply(reply, seq))]
+        self._apply(actions)
+
+    async def _control(self, conn: Conn, body: dict) -> dict:
+        try:
+            if control.operation(body) == "status":
+                return {"ok": True, "status": await self.status()}
+            allowed, why = await trio.to_thread.run_sync(
+                may_control, conn.uid, conn.gid, self.settings.control_group)
+            if not allowed:
+                raise control.Refused("permission", why)
+            tq, mode = control.parse_set(body)
+        except control.Refused as refusal:
+            log.info("control %s refused: %s", conn, refusal)
+            return refusal.reply()
+        log.info("control %s: set %s", conn,
+                 ", ".join(f"{k}={body[k]}" for k in control.SET_KEYS if k in body))
+        self._apply(self.policy.configure(trio.current_time(), tq=tq, mode=mode))
+        return {"ok": True, "tq": self.policy.tq, "anti_thrash": self.policy.mode.label}
+
+    async def status(self) -> dict:
+        gpus = None
+        if self.gpus is not None and self.gpus.available:
+            gpus = await trio.to_thread.run_sync(self.gpus.describe)
+        extra = {"pid": os.getpid(), "uptime_s": round(time.time() - self._started, 3),
+                 "control_group": self.settings.control_group,
+                 "connections": len(self.conns)}
+        return build_status(self.policy, trio.current_time(), time.time(),
+                            grace_ms=self.settings.grace_ms, gpus=gpus, extra=extra)
+
+    # ----- carrying out the policy's actions --------------------------------------------
+
+    def _apply(self, actions) -> None:
+        pending = deque(actions)
+        while pending:
+            action = pending.popleft()
+            if isinstance(action, Log):
+                if action.debug:
+                    log.debug("%s", action.text)
+                else:
+                    log.info("%s", action.text)
+                continue
+            conn = self.conns.get(action.client)
+            if conn is None:
+                continue
+            if isinstance(action, Send):
+                if not self._queue(conn, action.message):
+                    log.warning("%s dropped: its outgoing queue is full (it does not read)",
+                                conn)
+                    conn.ending = conn.ending or "outgoing queue full"
+                    conn.scope.cancel()
+                    pending.extend(self._forget(conn))
+            elif isinstance(action, Close):
+                log.warning("closing %s: %s", conn, action.reason)
+                if action.code is not None and conn.ending is None:
+                    self._queue(conn, p.Error(action.code, action.reason))
+                conn.ending = conn.ending or action.reason
+                conn.reader.cancel()
+                pending.extend(self._forget(conn))
+        deadline = self.policy.next_deadline()
+        self._timer_scope.deadline = math.inf if deadline is None else deadline
+
+    def _queue(self, conn: Conn, message) -> bool:
+        """False when the connection's queue is full."""
+        if isinstance(message, _Reply):
+            frame = p.encode(p.ControlReply(message.body), message.seq)
+        else:
+            frame = p.encode(message)
+        try:
+            conn.outbox.send_nowait(frame)
+        except trio.WouldBlock:
+            return False
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            pass  # already closing; the frame has nowhere to go
+        return True
+
+    def _forget(self, conn: Conn) -> list:
+        """Tell the policy once that this connection is gone; the actions that follow."""
+        if conn.forgotten:
+            return []
+        conn.forgotten = True
+        if conn.kind != CLIENT:
+            return []
+        return self.policy.disconnect(conn.id, trio.current_time())
+
+    async def _timer(self) -> None:
+        while True:
+            deadline = self.policy.next_deadline()
+            self._timer_scope = trio.CancelScope(
+                deadline=math.inf if deadline is None else deadline)
+            with self._timer_scope:
+                await trio.sleep_forever()
+            self._apply(self.policy.tick(trio.current_time()))
+
+
+@dataclass(frozen=True)
+class _Reply:
+    """A control reply; it echoes its request's sequence number."""
+    body: dict
+    seq: int

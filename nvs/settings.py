@@ -1,0 +1,75 @@
+"""The scheduler's settings and the one definition of what values they may take.
+
+The command line and the control `set` operation both validate through these functions, so a
+value refused in one place is refused in the other with the same words.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from .connection import socket_path
+from .protocol import Mode
+
+TQ_MIN, TQ_MAX = 1, 86400
+DEFAULT_TQ = 30
+DEFAULT_GRACE_MS = 10_000
+GRACE_MS_MAX = 3_600_000
+DEFAULT_MAX_CLIENTS = 1024
+MAX_CLIENTS_LIMIT = 65536
+DEFAULT_CONTROL_GROUP = "gemshare"
+MODE_LABELS = ("on", "off", "auto")
+
+
+def check_tq(value) -> int:
+    """A time quantum in whole seconds, 1..86400; bools, floats and text are refused."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"tq must be a whole number of seconds from {TQ_MIN} to {TQ_MAX}, "
+                         f"not {value!r}")
+    if not TQ_MIN <= value <= TQ_MAX:
+        raise ValueError(f"tq must be from {TQ_MIN} to {TQ_MAX} seconds, not {value}")
+    return value
+
+
+def check_mode(value) -> Mode:
+    """An anti-thrash mode given by its label: on, off or auto."""
+    if not isinstance(value, str) or value not in MODE_LABELS:
+        raise ValueError(f"anti_thrash must be one of on, off, auto, not {value!r}")
+    return Mode.from_label(value)
+
+
+def check_grace_ms(value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= GRACE_MS_MAX:
+        raise ValueError(f"grace must be a whole number of milliseconds from 1 to {GRACE_MS_MAX}, "
+                         f"not {value!r}")
+    return value
+
+
+def check_max_clients(value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_CLIENTS_LIMIT:
+        raise ValueError(f"max clients must be a whole number from 1 to {MAX_CLIENTS_LIMIT}, "
+                         f"not {value!r}")
+    return value
+
+
+def debug_from_environment() -> bool:
+    return os.environ.get("GEMSHARE_DEBUG", "") not in ("", "0")
+
+
+@dataclass
+class Settings:
+    socket: Path
+    tq: int = DEFAULT_TQ
+    mode: Mode = Mode.ON
+    grace_ms: int = DEFAULT_GRACE_MS
+    max_clients: int = DEFAULT_MAX_CLIENTS
+    control_group: str = DEFAULT_CONTROL_GROUP
+    debug: bool = False
+    # Frames waiting to be written to one connection; a peer that lets this fill is dropped.
+    outgoing_queue: int = 256
+
+    @classmethod
+    def defaults(cls, socket: str | os.PathLike | None = None) -> "Settings":
+        return cls(socket=socket_path(socket), debug=debug_from_environment())

@@ -1,0 +1,64 @@
+"""The STATUS object of docs/protocol.md, built from the policy core's state.
+
+Required keys come first; extra keys sit beside them (gemsharectl ignores what it does not know).
+"""
+
+from __future__ import annotations
+
+from .policy import Policy
+from .protocol import REG_UNIFIED_MEMORY
+
+
+def build_status(policy: Policy, now: float, wall: float, *, grace_ms: int,
+                 gpus: list[dict] | None = None, extra: dict | None = None) -> dict:
+    """`now` is the policy's clock, `wall` the Unix time; `gpus` comes from NVML when available."""
+    by_index = {gpu["index"]: gpu for gpu in gpus or []}
+    indices = set(by_index) | set(policy.devices) | {c.device for c in policy.clients.values()}
+    devices = []
+    for index in sorted(indices):
+        dev = policy.devices.get(index)
+        entry = {"index": index,
+                 "holders": list(dev.holders) if dev else [],
+                 "waiters": list(dev.waiters) if dev else []}
+        entry.update({k: v for k, v in by_index.get(index, {}).items() if k != "index"})
+        entry["drop_pending"] = bool(dev) and any(
+            hold.dropped_at is not None for hold in dev.holders.values())
+        entry["allocated_bytes"] = sum(c.allocated.get(index, 0)
+                                       for c in policy.clients.values())
+        devices.append(entry)
+
+    clients = []
+    for cid, client in sorted(policy.clients.items()):
+        clients.append({
+            "id": cid,
+            "pid": client.pid,
+            "uid": client.uid,
+            "name": client.name,
+            "device": client.device,
+            "pod": client.pod,
+            "namespace": client.namespace,
+            "state": policy.state_of(cid),
+            "hold_time_s": round(client.hold_time + policy.running_hold_time(cid, now), 3),
+            "waits": client.waits,
+            "wait_time_s": round(client.wait_time + policy.running_wait_time(cid, now), 3),
+            "allocated_bytes": sum(client.allocated.values()),
+            "connected_since": round(client.connected_since, 3),
+            "revocations": client.revocations,
+            "revoked": client.revoked,
+            "gid": client.gid,
+            "unified_memory": bool(client.flags & REG_UNIFIED_MEMORY),
+            "allocated_by_device": {str(d): b for d, b in sorted(client.allocated.items())},
+        })
+    status = {
+        "tq": policy.tq,
+        "anti_thrash": policy.mode.label,
+        "grace_ms": grace_ms,
+        "devices": devices,
+        "clients": clients,
+        "max_clients": policy.max_clients,
+        "revocations": policy.revocations,
+        "nvml": gpus is not None,
+        "time": round(wall, 3),
+    }
+    status.update(extra or {})
+    return status

@@ -1,0 +1,131 @@
+"""Fixtures shared by every test directory.
+
+`scheduler_factory(**options)` starts a real `gemshare-scheduler` process on a socket in a fresh
+short temporary directory (Unix socket paths are limited to 107 bytes, so pytest's long tmp_path
+will not do) and returns once it accepts connections. Options become command-line flags:
+`tq=1, grace_ms=500, anti_thrash="off", debug=True` -> `--tq 1 --grace-ms 500 --anti-thrash off
+--debug`. `env={...}` adds environment variables. Everything started is stopped at teardown.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from gemshare_nvs.connection import Connection
+
+REPO = Path(__file__).resolve().parent.parent
+START_TIMEOUT = 15.0
+STOP_TIMEOUT = 10.0
+# Variables that would make a test scheduler act as a systemd service by accident.
+SERVICE_VARIABLES = ("LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES", "NOTIFY_SOCKET",
+                     "GEMSHARE_SOCKET")
+
+
+def short_tmp_dir() -> Path:
+    """A fresh directory under /tmp that other users may enter (to reach a socket in it)."""
+    path = Path(tempfile.mkdtemp(prefix="gs-", dir="/tmp"))
+    path.chmod(0o755)
+    return path
+
+
+def scheduler_command(socket_path: Path, **options) -> list[str]:
+    command = [sys.executable, "-m", "gemshare_nvs.daemon", "--socket", str(socket_path)]
+    for name, value in options.items():
+        flag = "--" + name.replace("_", "-")
+        if value is True:
+            command.append(flag)
+        elif value is not False and value is not None:
+            command += [flag, str(value)]
+    return command
+
+
+def scheduler_environment(extra: dict | None = None) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in SERVICE_VARIABLES}
+    env.update(extra or {})
+    return env
+
+
+def wait_until_accepting(path: Path, process: subprocess.Popen, log_file: Path,
+                         timeout: float = START_TIMEOUT) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"gemshare-scheduler exited with status {process.returncode} "
+                               f"before listening:\n{log_file.read_text()}")
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+            try:
+                probe.connect(str(path))
+                return
+            except OSError:
+                pass
+        time.sleep(0.02)
+    raise RuntimeError(f"gemshare-scheduler did not listen on {path} within {timeout} s:\n"
+                       f"{log_file.read_text()}")
+
+
+class RunningScheduler:
+    """A gemshare-scheduler process of a test."""
+
+    def __init__(self, directory: Path, env: dict | None = None, **options):
+        self.directory = directory
+        self.socket = directory / "scheduler.sock"
+        self._log_path = directory / "scheduler.log"
+        self._log_file = open(self._log_path, "wb")
+        self.process = subprocess.Popen(
+            scheduler_command(self.socket, **options), stdin=subprocess.DEVNULL,
+            stdout=self._log_file, stderr=subprocess.STDOUT, cwd=REPO,
+            env=scheduler_environment(env))
+        try:
+            wait_until_accepting(self.socket, self.process, self._log_path)
+        except BaseException:
+            self.stop()
+            raise
+
+    def log(self) -> str:
+        """Everything the scheduler has logged so far."""
+        return self._log_path.read_text(errors="replace")
+
+    def connect(self, timeout: float = 5.0) -> Connection:
+        return Connection(self.socket, timeout=timeout)
+
+    def stop(self) -> int:
+        """SIGTERM, then SIGKILL if it hangs; returns the exit status."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._log_file.close()
+        return self.process.returncode
+
+
+@pytest.fixture
+def scheduler_factory():
+    started: list[RunningScheduler] = []
+
+    def start(**options) -> RunningScheduler:
+        running = RunningScheduler(short_tmp_dir(), **options)
+        started.append(running)
+        return running
+
+    yield start
+    for running in started:
+        running.stop()
+        shutil.rmtree(running.directory, ignore_errors=True)
+
+
+@pytest.fixture
+def scheduler(scheduler_factory):
+    return scheduler_factory()
