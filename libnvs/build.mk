@@ -1,7 +1,36 @@
-# Builds $(BUILD)/libnvs.so from libnvs/*.c. Owned by the libnvs work.
-LIBNVS_SRC := $(wildcard libnvs/*.c)
+# Builds $(BUILD)/libnvs.so from libnvs/*.c with gcc alone. Owned by the libnvs work.
+#   make lib                      build/libnvs.so
+#   make lib SANITIZE=thread      build/tsan/libnvs.so (ThreadSanitizer, for the many-threads test)
+#   make check-cuda-api           prove libnvs/cuda_api.h and hooks.def against cuda.h, or skip
+CUDA_INCLUDE ?= /usr/local/cuda/include
+
+# cuda_api_check.c is a compile-time proof, never part of the library.
+LIBNVS_SRC := $(filter-out libnvs/cuda_api_check.c,$(wildcard libnvs/*.c))
+LIBNVS_DEPS := $(LIBNVS_SRC) $(wildcard libnvs/*.h libnvs/*.def) libnvs/build.mk
 LIBNVS_CFLAGS := -std=gnu11 -O2 -g -fPIC -fvisibility=hidden -Wall -Wextra -Werror -pthread
-lib: $(BUILD)/libnvs.so
-$(BUILD)/libnvs.so: $(LIBNVS_SRC) $(wildcard libnvs/*.h libnvs/*.def)
-	@mkdir -p $(BUILD)
-	$(CC) $(LIBNVS_CFLAGS) -shared -o $@ $(LIBNVS_SRC) -ldl -pthread
+# -fvisibility=hidden: only what is marked GS_EXPORT (hooked entry points, dlsym) leaves it.
+LIBNVS_LDFLAGS := -shared -Wl,-z,defs
+LIBNVS_LIBS := -ldl -pthread
+
+ifeq ($(SANITIZE),thread)
+LIBNVS_OUT := $(BUILD)/tsan/libnvs.so
+LIBNVS_CFLAGS += -fsanitize=thread -O1
+LIBNVS_LIBS += -fsanitize=thread
+else
+LIBNVS_OUT := $(BUILD)/libnvs.so
+endif
+
+.PHONY: lib check-cuda-api
+lib: $(LIBNVS_OUT)
+$(LIBNVS_OUT): $(LIBNVS_DEPS)
+	@mkdir -p $(dir $@)
+	$(CC) $(LIBNVS_CFLAGS) $(LIBNVS_LDFLAGS) -o $@ $(LIBNVS_SRC) $(LIBNVS_LIBS)
+
+check-cuda-api:
+	@if [ -f "$(CUDA_INCLUDE)/cuda.h" ] && [ -f "$(CUDA_INCLUDE)/cudaTypedefs.h" ]; then \
+	    $(CC) -std=gnu11 -Wall -Wextra -Werror -D__CUDA_API_VERSION_INTERNAL \
+	        -I"$(CUDA_INCLUDE)" -fsyntax-only libnvs/cuda_api_check.c && \
+	    echo "check-cuda-api: ok: libnvs/cuda_api.h and libnvs/hooks.def match $(CUDA_INCLUDE)/cuda.h"; \
+	else \
+	    echo "check-cuda-api: skipped: no cuda.h/cudaTypedefs.h in $(CUDA_INCLUDE) (set CUDA_INCLUDE=...)"; \
+	fi
