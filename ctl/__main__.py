@@ -1,0 +1,5 @@
+"""`python -m gemshare_ctl` runs gemsharectl."""
+
+from .app import main
+
+main()

@@ -1,0 +1,94 @@
+"""gemsharectl's two requests to the scheduler, with every failure turned into a CtlError.
+
+The protocol's control conversation is one CONTROL frame answered by one CONTROL_REPLY; this
+module only adds the operator-facing wording and the exit status of each failure.
+"""
+
+from __future__ import annotations
+
+import errno
+from pathlib import Path
+
+from gemshare_nvs.connection import Connection, SchedulerUnavailable
+
+from .errors import CtlError, ExitCode
+
+_NOT_RUNNING = (errno.ENOENT, errno.ECONNREFUSED, errno.ENOTDIR)
+_FORBIDDEN = (errno.EACCES, errno.EPERM)
+
+
+def _connect(path: Path, timeout: float) -> Connection:
+    try:
+        return Connection(path, timeout=timeout)
+    except SchedulerUnavailable as exc:
+        # Connection keeps the OSError it explained as the exception's context.
+        cause = exc.__context__
+        code = cause.errno if isinstance(cause, OSError) else None
+        if code in _NOT_RUNNING:
+            raise CtlError(
+                f"no gemshare-scheduler is listening on {path}. Start it (for example "
+                f"'sudo systemctl start gemshare-scheduler' or 'sudo gemshare-scheduler'), or "
+                f"point --socket / GEMSHARE_SOCKET at the socket it uses.",
+                ExitCode.UNREACHABLE) from None
+        if code in _FORBIDDEN:
+            raise CtlError(
+                f"permission denied opening the scheduler socket {path}: this user may not "
+                f"reach it. Ask an administrator for access to the socket and its directory, "
+                f"or run gemsharectl as root.",
+                ExitCode.PERMISSION) from None
+        raise CtlError(str(exc), ExitCode.UNREACHABLE) from None
+
+
+def _refusal(path: Path, reply: dict) -> CtlError:
+    code = reply.get("code")
+    text = reply.get("error") or "no reason given"
+    if code == "permission":
+        return CtlError(f"the scheduler on {path} refused: {text}", ExitCode.PERMISSION)
+    if code == "invalid":
+        return CtlError(f"the scheduler on {path} refused the value: {text}", ExitCode.INVALID)
+    return CtlError(f"the scheduler on {path} could not carry out the request "
+                    f"({code or 'no code'}): {text}", ExitCode.UNREACHABLE)
+
+
+def request(path: Path, body: dict, timeout: float) -> dict:
+    """Send one control request; returns the reply if it says ok, else raises CtlError."""
+    with _connect(path, timeout) as connection:
+        try:
+            reply = connection.request(body)
+        except SchedulerUnavailable as exc:
+            raise CtlError(f"{exc}. Check the scheduler's log (journalctl -u gemshare-scheduler).",
+                           ExitCode.UNREACHABLE) from None
+        except TimeoutError:
+            raise CtlError(
+                f"the scheduler on {path} did not answer within {timeout:g} s. It may be "
+                f"overloaded or stuck: check its log (journalctl -u gemshare-scheduler), or "
+                f"retry with a longer --timeout.",
+                ExitCode.UNREACHABLE) from None
+        except OSError as exc:
+            raise CtlError(f"lost the connection to the scheduler on {path}: "
+                           f"{exc.strerror or exc}", ExitCode.UNREACHABLE) from None
+    if reply.get("ok") is not True:
+        raise _refusal(path, reply)
+    return reply
+
+
+def change_settings(path: Path, timeout: float, *, tq: int | None = None,
+                    anti_thrash: str | None = None) -> dict:
+    """Set the time quantum and/or the anti-thrash mode; returns the scheduler's reply."""
+    body: dict = {"op": "set"}
+    if tq is not None:
+        body["tq"] = tq
+    if anti_thrash is not None:
+        body["anti_thrash"] = anti_thrash
+    return request(path, body, timeout)
+
+
+def read_status(path: Path, timeout: float) -> dict:
+    """The scheduler's status object (see docs/protocol.md, STATUS)."""
+    reply = request(path, {"op": "status"}, timeout)
+    status = reply.get("status")
+    if not isinstance(status, dict):
+        raise CtlError(f"the scheduler on {path} answered a status request without a status "
+                       f"object; are gemsharectl and the scheduler from the same release?",
+                       ExitCode.UNREACHABLE)
+    return status

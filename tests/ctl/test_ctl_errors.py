@@ -1,0 +1,102 @@
+"""gemsharectl's failures: one clear line, the documented exit status, no traceback, no change."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import pytest
+
+from gemshare_ctl import client
+from gemshare_ctl.errors import CtlError, ExitCode
+
+
+def assert_clean_failure(result, status: ExitCode, *needles: str) -> None:
+    assert result.returncode == status, (result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr
+    for needle in needles:
+        assert needle in result.stderr, result.stderr
+
+
+def settings_of(ctl, scheduler) -> tuple:
+    status = json.loads(ctl("--socket", str(scheduler.socket), "status", "--json").stdout)
+    return status["tq"], status["anti_thrash"]
+
+
+@pytest.mark.parametrize("args", [["status"], ["--set-tq", "30"], ["--anti-thrash", "off"]])
+def test_no_scheduler_names_the_socket(ctl, tmp_path, args):
+    missing = tmp_path / "scheduler.sock"
+    result = ctl(*args, env={"GEMSHARE_SOCKET": str(missing)})
+    assert_clean_failure(result, ExitCode.UNREACHABLE, str(missing), "no gemshare-scheduler")
+
+
+def test_dead_scheduler_socket_file_is_reported_as_not_running(ctl, scheduler_factory):
+    scheduler = scheduler_factory()
+    scheduler.process.kill()  # SIGKILL leaves the socket file behind, refusing connections
+    scheduler.process.wait(10)
+    assert scheduler.socket.exists()
+    result = ctl("--socket", str(scheduler.socket), "status")
+    assert_clean_failure(result, ExitCode.UNREACHABLE, str(scheduler.socket))
+
+
+def test_unanswering_scheduler_times_out(ctl, scheduler):
+    os.kill(scheduler.process.pid, signal.SIGSTOP)  # the kernel still accepts connections
+    try:
+        result = ctl("--socket", str(scheduler.socket), "--timeout", "0.5", "status")
+    finally:
+        os.kill(scheduler.process.pid, signal.SIGCONT)
+    assert_clean_failure(result, ExitCode.UNREACHABLE, "did not answer within 0.5 s")
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "86401", "1.5", "30s", "abc", "", "1e3"])
+def test_bad_tq_is_refused_before_sending(ctl, scheduler, value):
+    result = ctl("--socket", str(scheduler.socket), "--set-tq", value, "--anti-thrash", "off")
+    assert_clean_failure(result, ExitCode.INVALID, "--set-tq", "1 to 86400")
+    assert settings_of(ctl, scheduler) == (30, "on")  # the valid mode was not applied either
+
+
+def test_values_are_checked_before_connecting(ctl, tmp_path):
+    result = ctl("--socket", str(tmp_path / "none.sock"), "--set-tq", "0")
+    assert_clean_failure(result, ExitCode.INVALID, "--set-tq")
+
+
+@pytest.mark.parametrize("value", ["maybe", "", "1"])
+def test_bad_mode_is_refused_before_sending(ctl, scheduler, value):
+    result = ctl("--socket", str(scheduler.socket), "--set-tq", "10", "--anti-thrash", value)
+    assert_clean_failure(result, ExitCode.INVALID, "--anti-thrash", "on, off, auto")
+    assert settings_of(ctl, scheduler) == (30, "on")
+
+
+def test_scheduler_refusal_of_a_value_is_shown_with_invalid_status(scheduler):
+    # The CLI checks values with the scheduler's own rules, so only a direct request shows how a
+    # refusal from the scheduler itself is reported.
+    with pytest.raises(CtlError) as refused:
+        client.change_settings(scheduler.socket, 5.0, tq=0)
+    assert refused.value.exit_code == ExitCode.INVALID
+    assert str(scheduler.socket) in refused.value.message and "tq must be" in refused.value.message
+
+
+def test_nothing_to_do_is_a_usage_error(ctl):
+    result = ctl()
+    assert_clean_failure(result, ExitCode.INVALID, "nothing to do")
+
+
+def test_unprivileged_user_may_read_but_not_set(ctl, scheduler, ctl_as_nobody):
+    status, output = ctl_as_nobody("--socket", str(scheduler.socket), "--set-tq", "10")
+    assert status == ExitCode.PERMISSION, output
+    assert "permission denied" in output and "Traceback" not in output
+    assert "refused" in output  # the scheduler's answer, not a failure to connect
+    assert settings_of(ctl, scheduler) == (30, "on")
+
+    status, output = ctl_as_nobody("--socket", str(scheduler.socket), "status", "--json")
+    assert status == ExitCode.OK, output
+    assert json.loads(output)["tq"] == 30
+
+
+def test_socket_the_user_may_not_open_is_a_permission_error(scheduler, ctl_as_nobody):
+    scheduler.socket.parent.chmod(0o700)  # root's alone: nobody cannot reach the socket
+    status, output = ctl_as_nobody("--socket", str(scheduler.socket), "status")
+    assert status == ExitCode.PERMISSION, output
+    assert "permission denied" in output and str(scheduler.socket) in output
+    assert "Traceback" not in output

@@ -1,0 +1,51 @@
+"""How `gemsharectl status` writes sizes and spans, and that sparse status objects still draw."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from rich.console import Console
+
+from gemshare_ctl import render
+
+
+@pytest.mark.parametrize("count, text", [
+    (0, "0 B"), (1023, "1023 B"), (1024, "1.0 KiB"), (1536, "1.5 KiB"),
+    (3 << 30, "3.0 GiB"), (5 << 40, "5.0 TiB"), (5 << 50, "5120.0 TiB"),
+    (None, "-"), (-1, "-"), ("12", "-")])
+def test_human_bytes(count, text):
+    assert render.human_bytes(count) == text
+
+
+@pytest.mark.parametrize("seconds, text", [
+    (0, "0.0 s"), (0.44, "0.4 s"), (59.9, "59.9 s"), (60, "1m 00s"), (183, "3m 03s"),
+    (7500, "2h 05m"), (3 * 86400 + 4 * 3600 + 59, "3d 04h"), (None, "-"), (-2, "-")])
+def test_human_duration(seconds, text):
+    assert render.human_duration(seconds) == text
+
+
+def draw(status: dict, width: int = 160) -> str:
+    console = Console(file=io.StringIO(), width=width, color_system=None)
+    console.print(render.status_view(console, status, "/run/gemshare/scheduler.sock"))
+    return console.file.getvalue()
+
+
+def test_sparse_status_from_another_release_still_draws():
+    out = draw({"tq": 5, "anti_thrash": "on", "clients": [{"pid": 42, "state": "idle"}]})
+    assert "TQ 5 s" in out and "anti-thrash on" in out
+    row = next(line for line in out.splitlines() if "42" in line)
+    assert "idle" in row and "-" in row
+
+
+def test_devices_with_nvml_show_name_memory_and_a_pending_drop():
+    out = draw({"tq": 30, "anti_thrash": "on", "devices": [{
+        "index": 0, "name": "NVIDIA H100", "memory_total_bytes": 80 << 30,
+        "memory_used_bytes": 20 << 30, "holders": [7], "waiters": [8, 9], "drop_pending": True}],
+        "clients": [{"id": 7, "pid": 100, "name": "a", "state": "holding"},
+                    {"id": 8, "pid": 101, "name": "b", "state": "waiting"},
+                    {"id": 9, "pid": 102, "name": "c", "state": "waiting"}]})
+    row = next(line for line in out.splitlines() if "NVIDIA H100" in line)
+    assert "20.0 GiB / 80.0 GiB" in row and "#7 a (pid 100), asked to drop" in row
+    assert "#8 b (pid 101)" in row
+    assert out.index("#8 b (pid 101)") < out.index("#9 c (pid 102)")  # first come, first listed
