@@ -13,7 +13,9 @@ def build_status(policy: Policy, now: float, wall: float, *, grace_ms: int,
                  gpus: list[dict] | None = None, extra: dict | None = None) -> dict:
     """`now` is the policy's clock, `wall` the Unix time; `gpus` comes from NVML when available."""
     by_index = {gpu["index"]: gpu for gpu in gpus or []}
-    indices = set(by_index) | set(policy.devices) | {c.device for c in policy.clients.values()}
+    indices = set(by_index) | set(policy.devices)
+    for client in policy.clients.values():
+        indices |= {client.device, *client.allocated}
     devices = []
     for index in sorted(indices):
         dev = policy.devices.get(index)
