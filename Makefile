@@ -1,13 +1,26 @@
-# make            build libnvs.so (gcc alone; no CUDA toolkit needed)
-# make test       every test, in a virtualenv this Makefile creates
-# make install    library, Python package and systemd units under PREFIX
+# make              build libnvs.so (gcc alone; no CUDA toolkit needed)
+# make test         every test, in a virtualenv this Makefile creates (.venv)
+# make scheduler    build, install into .venv and run the scheduler in the foreground
+# make install      library, Python package and systemd units under PREFIX (DESTDIR for staging)
+# make uninstall    remove what make install put under PREFIX
 PREFIX ?= /usr/local
+BINDIR ?= $(PREFIX)/bin
+LIBDIR ?= $(PREFIX)/lib
+# The Python package and its dependencies live in a private folder, away from site-packages.
+PKGDIR ?= $(LIBDIR)/gemshare
+SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
+DOCDIR ?= $(PREFIX)/share/doc/gemshare
 BUILD ?= build
 VENV ?= .venv
 PYTHON ?= python3
 CC ?= cc
+# The interpreter the installed commands run on; the absolute path of $(PYTHON) unless given.
+INSTALL_PYTHON ?= $(shell $(PYTHON) -c 'import sys; print(sys.executable)')
+SCHEDULER_ARGS ?=
+PROGRAMS := gemshare-scheduler gemsharectl
+UNITS := gemshare-scheduler.service gemshare-scheduler.socket
 
-.PHONY: all lib fakecuda venv test clean
+.PHONY: all lib fakecuda venv test scheduler install uninstall clean
 all: lib
 
 include libnvs/build.mk
@@ -22,6 +35,61 @@ $(VENV)/.installed: pyproject.toml
 
 test: lib fakecuda venv
 	GEMSHARE_BUILD_DIR=$(abspath $(BUILD)) $(VENV)/bin/python -m pytest
+
+# Root gets the system socket; anyone else a private one, and their own group as the control
+# group so that gemsharectl may change settings. GEMSHARE_SOCKET, when set, wins.
+scheduler: lib venv
+	@if [ -n "$${GEMSHARE_SOCKET:-}" ]; then sock="$$GEMSHARE_SOCKET"; group=""; \
+	elif [ "$$(id -u)" = 0 ]; then sock=/var/run/gemshare/scheduler.sock; group=""; \
+	else group="--control-group=$$(id -gn)"; \
+	  if [ -n "$${XDG_RUNTIME_DIR:-}" ]; then sock="$$XDG_RUNTIME_DIR/gemshare/scheduler.sock"; \
+	  else sock="/tmp/gemshare-$$(id -u)/scheduler.sock"; fi; \
+	fi; \
+	echo "gemshare-scheduler is starting on $$sock (Ctrl-C stops it). In another shell:"; \
+	echo "  export GEMSHARE_SOCKET=$$sock"; \
+	echo "  LD_PRELOAD=$(abspath $(BUILD))/libnvs.so python train.py"; \
+	echo "  $(abspath $(VENV))/bin/gemsharectl status"; \
+	exec $(VENV)/bin/gemshare-scheduler --socket "$$sock" $$group $(SCHEDULER_ARGS)
+
+# The package goes in with pip --target: unlike a virtualenv, that folder holds no absolute paths
+# of its own, so it can be staged under DESTDIR and moved into place. The commands in BINDIR are
+# small launchers that run the pinned interpreter isolated (-I: no PYTHONPATH or current
+# directory; -S: no site-packages) on that folder. pip builds a local project in place, so it
+# gets a copy under $(BUILD) to keep build files out of the source tree.
+install: lib venv
+	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(SYSTEMDUNITDIR) $(DESTDIR)$(DOCDIR)
+	install -m 0755 $(BUILD)/libnvs.so $(DESTDIR)$(LIBDIR)/libnvs.so
+	rm -rf $(DESTDIR)$(PKGDIR)/python $(BUILD)/python-src
+	mkdir -p $(BUILD)/python-src && cp -R pyproject.toml README.md nvs ctl $(BUILD)/python-src/
+	$(VENV)/bin/python -m pip install -q --disable-pip-version-check --no-warn-script-location \
+		--no-compile --target $(DESTDIR)$(PKGDIR)/python $(BUILD)/python-src
+	rm -rf $(DESTDIR)$(PKGDIR)/python/bin $(BUILD)/python-src
+	@# Bytecode made here names the final paths (-d), not the staging ones, in tracebacks.
+	$(VENV)/bin/python -m compileall -q -d $(PKGDIR)/python $(DESTDIR)$(PKGDIR)/python
+	@for name in $(PROGRAMS); do \
+	  printf '%s\n' '#!$(INSTALL_PYTHON) -IS' \
+	    "# $$name, installed by gemshare's make install; runs from $(PKGDIR)/python." \
+	    'import sys' \
+	    'sys.path.insert(0, "$(PKGDIR)/python")' \
+	    'from importlib.metadata import entry_points' \
+	    "(entry,) = entry_points(group=\"console_scripts\", name=\"$$name\")" \
+	    'sys.exit(entry.load()())' > $(DESTDIR)$(BINDIR)/$$name && \
+	  chmod 0755 $(DESTDIR)$(BINDIR)/$$name && echo "installed $(DESTDIR)$(BINDIR)/$$name"; \
+	done
+	@for unit in $(UNITS); do \
+	  sed -e 's|^ExecStart=/usr/local/bin/gemshare-scheduler|ExecStart=$(BINDIR)/gemshare-scheduler|' \
+	      -e 's|file:///usr/local/share/doc/gemshare/|file://$(DOCDIR)/|' \
+	    systemd/$$unit > $(DESTDIR)$(SYSTEMDUNITDIR)/$$unit && \
+	  chmod 0644 $(DESTDIR)$(SYSTEMDUNITDIR)/$$unit && echo "installed $(DESTDIR)$(SYSTEMDUNITDIR)/$$unit"; \
+	done
+	install -m 0644 README.md $(DESTDIR)$(DOCDIR)/README.md
+	install -m 0644 docs/protocol.md $(DESTDIR)$(DOCDIR)/protocol.md
+
+uninstall:
+	rm -f $(DESTDIR)$(LIBDIR)/libnvs.so
+	rm -f $(addprefix $(DESTDIR)$(BINDIR)/,$(PROGRAMS))
+	rm -f $(addprefix $(DESTDIR)$(SYSTEMDUNITDIR)/,$(UNITS))
+	rm -rf $(DESTDIR)$(PKGDIR) $(DESTDIR)$(DOCDIR)
 
 clean:
 	rm -rf $(BUILD)

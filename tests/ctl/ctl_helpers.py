@@ -16,8 +16,9 @@ import pytest
 from gemshare_ctl import app as ctl_app
 from gemshare_ctl import client as ctl_client
 from gemshare_nvs import protocol
-from gemshare_nvs.connection import Connection
+from gemshare_nvs.connection import Connection, SchedulerUnavailable
 
+REPO = Path(__file__).resolve().parents[2]
 NOBODY = 65534
 RUN_TIMEOUT = 30.0
 STATUS_TIMEOUT = 10.0
@@ -118,3 +119,26 @@ def run_as_nobody(args: list[str]) -> tuple[int, str]:
             time.sleep(0.01)
         out.seek(0)
         return os.waitstatus_to_exitcode(done[1]), out.read().decode(errors="replace")
+
+
+def wait_until_listening(path: Path, process, timeout: float = 15.0) -> None:
+    """Return once something accepts connections on `path`; fail if `process` exits first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            pytest.fail(f"the scheduler exited with status {process.returncode} before listening")
+        try:
+            Connection(path, timeout=1.0).close()
+            return
+        except SchedulerUnavailable:
+            time.sleep(0.02)
+    pytest.fail(f"nothing listened on {path} within {timeout} s")
+
+
+def make_variables() -> list[str]:
+    """BUILD and VENV for a make run from a test: the build dir and virtualenv in use."""
+    build = os.environ.get("GEMSHARE_BUILD_DIR", str(REPO / "build"))
+    variables = [f"BUILD={build}"]
+    if (Path(sys.prefix) / ".installed").exists():  # the virtualenv `make venv` made and runs us
+        variables.append(f"VENV={sys.prefix}")
+    return variables

@@ -1,0 +1,107 @@
+"""`make install DESTDIR=... PREFIX=/usr` stages a complete, runnable installation."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from ctl_helpers import REPO, make_variables, wait_until_listening
+
+PREFIX = "/usr"
+PKGDIR = f"{PREFIX}/lib/gemshare/python"
+INSTALL_TIMEOUT = 300
+# pip's words when PyPI cannot be reached; then the test cannot run here, which is no failure.
+OFFLINE_SIGNS = ("NewConnectionError", "Temporary failure in name resolution",
+                 "No matching distribution found", "Network is unreachable")
+
+
+@pytest.fixture(scope="module")
+def staged(tmp_path_factory) -> Path:
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    destdir = tmp_path_factory.mktemp("destdir")
+    result = subprocess.run(
+        ["make", "-C", str(REPO), "install", f"DESTDIR={destdir}", f"PREFIX={PREFIX}",
+         *make_variables()], capture_output=True, text=True, timeout=INSTALL_TIMEOUT,
+        stdin=subprocess.DEVNULL)
+    if result.returncode != 0 and any(sign in result.stderr for sign in OFFLINE_SIGNS):
+        pytest.skip("make install needs PyPI, which cannot be reached here")
+    assert result.returncode == 0, result.stdout + result.stderr
+    return destdir
+
+
+def staged_launcher(destdir: Path, name: str, scratch: Path) -> list[str]:
+    """A command that runs the staged launcher, pointed at the staged package folder."""
+    text = (destdir / PREFIX.lstrip("/") / "bin" / name).read_text()
+    interpreter, flags = text.splitlines()[0][2:].split()
+    copy = scratch / name
+    copy.write_text(text.replace(f'"{PKGDIR}"', f'"{destdir}{PKGDIR}"'))
+    return [interpreter, flags, str(copy)]
+
+
+def test_expected_files_are_in_place(staged):
+    usr = staged / "usr"
+    assert (usr / "lib/libnvs.so").read_bytes()[:4] == b"\x7fELF"
+    for name in ("gemshare-scheduler", "gemsharectl"):
+        launcher = usr / "bin" / name
+        assert os.access(launcher, os.X_OK), launcher
+        first, *body = launcher.read_text().splitlines()
+        interpreter = first[2:].split()[0]
+        assert first.startswith("#!/") and Path(interpreter).exists(), first
+        assert f'sys.path.insert(0, "{PKGDIR}")' in body  # the final path, not the staging one
+    python = usr / "lib/gemshare/python"
+    for module in ("gemshare_nvs/daemon.py", "gemshare_ctl/app.py", "trio", "typer", "rich",
+                   "pynvml.py"):
+        assert (python / module).exists(), module
+    assert not (python / "bin").exists()  # pip's own scripts would point at the build venv
+    units = usr / "lib/systemd/system"
+    assert "ExecStart=/usr/bin/gemshare-scheduler\n" in (
+        units / "gemshare-scheduler.service").read_text()
+    assert (units / "gemshare-scheduler.socket").exists()
+    assert (usr / "share/doc/gemshare/README.md").exists()
+
+
+def test_nothing_installed_names_the_staging_directory(staged):
+    leaks = [path for path in staged.rglob("*")
+             if path.is_file() and str(staged).encode() in path.read_bytes()]
+    assert leaks == []
+
+
+def test_staged_commands_run_on_their_own_folder(staged, tmp_path):
+    scheduler_cmd = staged_launcher(staged, "gemshare-scheduler", tmp_path)
+    ctl_cmd = staged_launcher(staged, "gemsharectl", tmp_path)
+    version = subprocess.run([*ctl_cmd, "--version"], capture_output=True, text=True, timeout=60)
+    assert version.returncode == 0 and version.stdout.startswith("gemsharectl "), version
+
+    directory = Path(tempfile.mkdtemp(prefix="gs-install-", dir="/tmp"))  # short socket path
+    socket = directory / "scheduler.sock"
+    env = {k: v for k, v in os.environ.items() if k not in ("GEMSHARE_SOCKET", "NOTIFY_SOCKET",
+                                                            "LISTEN_FDS", "LISTEN_PID")}
+    log = (directory / "scheduler.log").open("wb")
+    scheduler = subprocess.Popen([*scheduler_cmd, "--socket", str(socket)], env=env,
+                                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_until_listening(socket, scheduler)
+        change = subprocess.run([*ctl_cmd, "--socket", str(socket), "--set-tq", "9"],
+                                capture_output=True, text=True, timeout=60, env=env)
+        assert change.returncode == 0, change.stderr
+        status = subprocess.run([*ctl_cmd, "--socket", str(socket), "status", "--json"],
+                                capture_output=True, text=True, timeout=60, env=env)
+        assert status.returncode == 0, status.stderr
+        assert json.loads(status.stdout)["tq"] == 9
+    finally:
+        scheduler.send_signal(signal.SIGTERM)
+        try:
+            scheduler.wait(10)
+        except subprocess.TimeoutExpired:
+            scheduler.kill()
+            scheduler.wait()
+        log.close()
+        shutil.rmtree(directory, ignore_errors=True)

@@ -1,0 +1,46 @@
+"""`make scheduler`, the README's quickstart command, starts a scheduler gemsharectl can reach."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from ctl_helpers import REPO, make_variables, wait_until_listening
+
+
+def test_make_scheduler_runs_in_the_foreground_and_prints_the_socket(ctl):
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    directory = Path(tempfile.mkdtemp(prefix="gs-make-", dir="/tmp"))  # short socket path
+    socket = directory / "scheduler.sock"
+    output = directory / "make.out"
+    env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "LISTEN_FDS",
+                                                            "LISTEN_PID")}
+    env["GEMSHARE_SOCKET"] = str(socket)
+    with output.open("wb") as sink:
+        make = subprocess.Popen(["make", "-s", "-C", str(REPO), "scheduler", *make_variables()],
+                                env=env, stdin=subprocess.DEVNULL, stdout=sink,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        wait_until_listening(socket, make, timeout=240)  # may build and install first
+        printed = output.read_text()
+        assert f"export GEMSHARE_SOCKET={socket}" in printed, printed
+        assert "LD_PRELOAD=" in printed and "libnvs.so" in printed, printed
+        result = ctl("status", "--json", env={"GEMSHARE_SOCKET": str(socket)})
+        assert result.returncode == 0, result.stderr
+        assert json.loads(result.stdout)["tq"] == 30
+    finally:
+        os.killpg(make.pid, signal.SIGTERM)  # make and the scheduler it runs, started above
+        try:
+            make.wait(15)
+        except subprocess.TimeoutExpired:
+            os.killpg(make.pid, signal.SIGKILL)
+            make.wait()
+        shutil.rmtree(directory, ignore_errors=True)

@@ -1,0 +1,73 @@
+"""The systemd units: systemd itself accepts them, and they say what the scheduler relies on."""
+
+from __future__ import annotations
+
+import configparser
+import shutil
+import subprocess
+import sys
+from pathlib import Path, PurePosixPath
+
+import pytest
+
+from gemshare_nvs.connection import DEFAULT_SOCKET
+
+REPO = Path(__file__).resolve().parents[2]
+UNITS = REPO / "systemd"
+SERVICE = UNITS / "gemshare-scheduler.service"
+SOCKET = UNITS / "gemshare-scheduler.socket"
+
+
+def read_unit(path: Path) -> configparser.ConfigParser:
+    # strict: a key given twice in one section is an error here, as it would be a surprise there.
+    unit = configparser.ConfigParser(strict=True, interpolation=None, delimiters=("=",))
+    unit.optionxform = str  # systemd keys are case-sensitive
+    unit.read_string(path.read_text())
+    return unit
+
+
+def console_scripts() -> dict:
+    tomllib = pytest.importorskip("tomllib")
+    return tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
+
+
+def test_service_runs_the_installed_scheduler_as_a_notify_service():
+    service = read_unit(SERVICE)["Service"]
+    command = PurePosixPath(service["ExecStart"].split()[0])
+    assert command.is_absolute()
+    assert command.name == "gemshare-scheduler" and command.name in console_scripts()
+    assert service["Type"] == "notify"
+    assert service["Restart"] == "on-failure"
+    assert service["RuntimeDirectory"] == "gemshare"
+    assert service["RuntimeDirectoryPreserve"] == "yes"  # else a restart deletes the socket
+    assert "AF_UNIX" in service["RestrictAddressFamilies"].split()
+    assert service.get("PrivateDevices", "no") == "no"  # NVML needs /dev/nvidia*
+
+
+def test_socket_unit_listens_where_every_part_looks():
+    socket = read_unit(SOCKET)["Socket"]
+    # /var/run is a symlink to /run on systemd hosts; systemd wants the /run spelling.
+    assert socket["ListenStream"] == DEFAULT_SOCKET.replace("/var/run/", "/run/", 1)
+    assert socket["SocketMode"] == "0666"
+    assert SOCKET.stem == SERVICE.stem  # so the socket activates this service by default
+
+
+def test_systemd_analyze_verify_accepts_both_units(tmp_path):
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        pytest.skip("systemd-analyze is not installed")
+    # verify insists that ExecStart exists: point it at the scheduler installed for these tests.
+    scheduler = Path(sys.executable).with_name("gemshare-scheduler")
+    if not scheduler.exists():
+        pytest.skip(f"{scheduler} is not installed")
+    service = SERVICE.read_text().replace(
+        f"ExecStart={read_unit(SERVICE)['Service']['ExecStart']}", f"ExecStart={scheduler}")
+    assert str(scheduler) in service
+    (tmp_path / SERVICE.name).write_text(service)
+    shutil.copy(SOCKET, tmp_path / SOCKET.name)
+    result = subprocess.run([analyze, "verify", str(tmp_path / SERVICE.name),
+                             str(tmp_path / SOCKET.name)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    # Unknown keys and unparsable values are only warnings, with status 0.
+    assert result.stderr.strip() == "", result.stderr
