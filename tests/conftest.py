@@ -112,18 +112,31 @@ class RunningScheduler:
 
 
 @pytest.fixture
-def scheduler_factory():
+def short_tmp_dirs():
+    """A function that makes short temporary directories; all are removed at teardown."""
+    made: list[Path] = []
+
+    def make() -> Path:
+        made.append(short_tmp_dir())
+        return made[-1]
+
+    yield make
+    for path in made:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def scheduler_factory(short_tmp_dirs):
     started: list[RunningScheduler] = []
 
     def start(**options) -> RunningScheduler:
-        running = RunningScheduler(short_tmp_dir(), **options)
+        running = RunningScheduler(short_tmp_dirs(), **options)
         started.append(running)
         return running
 
     yield start
     for running in started:
         running.stop()
-        shutil.rmtree(running.directory, ignore_errors=True)
 
 
 @pytest.fixture

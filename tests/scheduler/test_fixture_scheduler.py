@@ -1,5 +1,7 @@
 """The shared `scheduler_factory` fixture starts a real scheduler that grants, logs and stops."""
 
+import time
+
 from gemshare_nvs import protocol as p
 
 
@@ -14,6 +16,11 @@ def test_factory_passes_options_and_grants_in_order(scheduler_factory):
     first.send(p.RequestLock(0))
     assert first.recv()[0] == p.LockGranted(0, 0, 7000)
     second.send(p.RequestLock(0))
+    with running.connect() as control:  # the request must arrive before the release
+        for _ in range(500):
+            if control.request({"op": "status"})["status"]["devices"][0]["waiters"]:
+                break
+            time.sleep(0.01)
     first.send(p.LockReleased(0, p.ReleaseReason.IDLE))
     assert second.recv()[0] == p.LockGranted(0, p.GRANT_AFTER_WAIT, 7000)
     assert "grant client" in running.log()

@@ -1,0 +1,77 @@
+"""Every kind of bad frame closes only its own connection, with an ERROR and a logged reason."""
+
+import logging
+
+import pytest
+import trio
+
+from gemshare_nvs import protocol as p
+
+from trio_peer import Peer
+
+PROTOCOL, VERSION = p.ErrorCode.PROTOCOL, p.ErrorCode.VERSION
+
+
+def header(kind: int, length: int, magic: int = p.MAGIC, version: int = p.VERSION) -> bytes:
+    return p.HEADER.pack(magic, version, kind, length, 1)
+
+
+REGISTER = p.encode(p.Register(0, 0, "bad-frames"))
+STATUS = p.encode(p.Control({"op": "status"}))
+
+CASES = {
+    "bad magic": (header(p.MsgType.REGISTER, 392, magic=0xDEADBEEF) + bytes(392),
+                  PROTOCOL, "bad magic"),
+    "wrong version": (header(p.MsgType.REGISTER, 392, version=2) + bytes(392),
+                      VERSION, "version 2 is not supported"),
+    "unknown type": (header(99, 0), PROTOCOL, "unknown message type 99"),
+    "oversized": (header(p.MsgType.CONTROL, p.MAX_PAYLOAD + 1), PROTOCOL, "exceeds"),
+    "fixed payload of the wrong size": (REGISTER + header(p.MsgType.REQUEST_LOCK, 4) + bytes(4),
+                                        PROTOCOL, "REQUEST_LOCK payload is 4 bytes, not 8"),
+    "invalid JSON": (header(p.MsgType.CONTROL, 5) + b"{nope", PROTOCOL, "not JSON"),
+    "JSON that is no object": (header(p.MsgType.CONTROL, 3) + b"[1]", PROTOCOL,
+                               "must be a JSON object"),
+    "request before register": (p.encode(p.RequestLock(0)), PROTOCOL,
+                                "REQUEST_LOCK cannot open a connection"),
+    "scheduler-only message": (p.encode(p.LockGranted(0, 0, 1)), PROTOCOL,
+                               "LOCK_GRANTED cannot open a connection"),
+    "second register": (REGISTER + REGISTER, PROTOCOL, "REGISTER is out of order on a client"),
+    "control on a client": (REGISTER + STATUS, PROTOCOL, "CONTROL is out of order on a client"),
+    "register on control": (STATUS + REGISTER, PROTOCOL, "REGISTER is out of order on a control"),
+    "reply sent to the scheduler": (STATUS + p.encode(p.ControlReply({})), PROTOCOL,
+                                    "CONTROL_REPLY is out of order"),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+async def test_bad_frame_gets_an_error_and_a_closed_connection(inprocess_scheduler, caplog, case):
+    caplog.set_level(logging.INFO, "gemshare.scheduler")
+    running = await inprocess_scheduler()
+    data, code, words = CASES[case]
+    bystander = await Peer.connect(running.socket)
+    await bystander.register("bystander")
+    bad = await Peer.connect(running.socket)
+    await bad.send_raw(data)
+    received = await bad.closed_after()
+    errors = [m for m in received if isinstance(m, p.Error)]
+    assert [(e.code, words in e.text) for e in errors] == [(code, True)], received
+    assert words in caplog.text  # the reason is logged
+    await bystander.send(p.RequestLock(0))  # the scheduler and its other clients carry on
+    assert isinstance(await bystander.recv(), p.LockGranted)
+
+
+async def test_connection_closed_inside_a_frame_is_logged_and_forgotten(inprocess_scheduler,
+                                                                        caplog):
+    caplog.set_level(logging.DEBUG, "gemshare.scheduler")
+    running = await inprocess_scheduler()
+    peer = await Peer.connect(running.socket)
+    await peer.register("truncated")
+    await peer.send(p.RequestLock(0))
+    await peer.recv()
+    await peer.send_raw(p.encode(p.MemReport(0, 0, 1, 2))[:20])
+    await peer.aclose()
+    with trio.fail_after(10):
+        while (await running.server.status())["connections"]:
+            await trio.sleep(0.005)
+    assert "closed by the peer inside a frame" in caplog.text
+    assert "disconnect client" in caplog.text and "held device 0" in caplog.text

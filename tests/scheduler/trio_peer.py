@@ -1,0 +1,69 @@
+"""An async peer of the scheduler for in-process tests: frames over a real Unix socket."""
+
+from __future__ import annotations
+
+import trio
+
+from gemshare_nvs import protocol as p
+
+RECV_TIMEOUT = 10.0  # only catches hangs
+
+
+class Peer:
+    def __init__(self, stream: trio.SocketStream):
+        self.stream = stream
+        self.decoder = p.FrameDecoder()
+        self.seq = 0
+
+    @classmethod
+    async def connect(cls, path) -> "Peer":
+        return cls(await trio.open_unix_socket(str(path)))
+
+    async def send(self, message) -> int:
+        self.seq += 1
+        await self.stream.send_all(p.encode(message, self.seq))
+        return self.seq
+
+    async def send_raw(self, data: bytes) -> None:
+        await self.stream.send_all(data)
+
+    async def recv(self, timeout: float = RECV_TIMEOUT):
+        """The next message; EOFError when the scheduler closed the connection."""
+        return (await self.recv_with_seq(timeout))[0]
+
+    async def recv_with_seq(self, timeout: float = RECV_TIMEOUT):
+        with trio.fail_after(timeout):
+            while (item := self.decoder.next()) is None:
+                try:
+                    data = await self.stream.receive_some(65536)
+                except trio.BrokenResourceError:
+                    data = b""
+                if not data:
+                    raise EOFError("the scheduler closed the connection")
+                self.decoder.feed(data)
+        return item
+
+    async def register(self, name: str = "peer", device: int = 0) -> p.Registered:
+        await self.send(p.Register(device, 0, name))
+        registered = await self.recv()
+        assert isinstance(registered, p.Registered), registered
+        return registered
+
+    async def control(self, body: dict) -> dict:
+        seq = await self.send(p.Control(body))
+        reply, reply_seq = await self.recv_with_seq()
+        assert isinstance(reply, p.ControlReply) and reply_seq == seq, (reply, reply_seq, seq)
+        return reply.body
+
+    async def closed_after(self, timeout: float = RECV_TIMEOUT) -> list:
+        """Everything received until the scheduler closes the connection."""
+        received = []
+        with trio.fail_after(timeout):
+            while True:
+                try:
+                    received.append(await self.recv(timeout))
+                except EOFError:
+                    return received
+
+    async def aclose(self) -> None:
+        await self.stream.aclose()
