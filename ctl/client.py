@@ -7,6 +7,7 @@ module only adds the operator-facing wording and the exit status of each failure
 from __future__ import annotations
 
 import errno
+import os
 from pathlib import Path
 
 from gemshare_nvs.connection import Connection, SchedulerUnavailable
@@ -15,9 +16,14 @@ from .errors import CtlError, ExitCode
 
 _NOT_RUNNING = (errno.ENOENT, errno.ECONNREFUSED, errno.ENOTDIR)
 _FORBIDDEN = (errno.EACCES, errno.EPERM)
+MAX_SOCKET_PATH = 107  # sun_path holds 108 bytes including the terminating NUL
 
 
 def _connect(path: Path, timeout: float) -> Connection:
+    if len(os.fsencode(path)) > MAX_SOCKET_PATH:
+        raise CtlError(f"the socket path {path} is {len(os.fsencode(path))} bytes long, but a Unix "
+                       f"socket path has at most {MAX_SOCKET_PATH}: choose a shorter --socket",
+                       ExitCode.INVALID)
     try:
         return Connection(path, timeout=timeout)
     except SchedulerUnavailable as exc:

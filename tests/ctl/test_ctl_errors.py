@@ -77,6 +77,11 @@ def test_scheduler_refusal_of_a_value_is_shown_with_invalid_status(scheduler):
     assert str(scheduler.socket) in refused.value.message and "tq must be" in refused.value.message
 
 
+def test_socket_path_too_long_for_unix_sockets(ctl):
+    result = ctl("--socket", "/tmp/" + "x" * 110, "status")
+    assert_clean_failure(result, ExitCode.INVALID, "at most 107", "--socket")
+
+
 def test_nothing_to_do_is_a_usage_error(ctl):
     result = ctl()
     assert_clean_failure(result, ExitCode.INVALID, "nothing to do")
