@@ -1,0 +1,55 @@
+"""The README documents what the code really has: options, environment variables, CI's command."""
+
+from __future__ import annotations
+
+import re
+
+import typer.main
+
+from ctl_helpers import REPO
+from gemshare_ctl.app import app
+from gemshare_nvs.daemon import build_parser
+
+README = (REPO / "README.md").read_text()
+
+
+def documented(word: str) -> bool:
+    """Whether the README names `word` whole (so --tq is not found inside --tq-max)."""
+    return re.search(rf"(?<![\w-]){re.escape(word)}(?![\w-])", README) is not None
+
+
+def test_every_gemsharectl_option_is_documented():
+    command = typer.main.get_command(app)
+    options = {name for param in command.params for name in param.opts if name.startswith("--")}
+    options |= {name for sub in command.commands.values() for param in sub.params
+                for name in param.opts if name.startswith("--")}
+    assert "--set-tq" in options and "--json" in options
+    missing = sorted(option for option in options if not documented(option))
+    assert missing == [], f"README does not document gemsharectl {missing}"
+
+
+def test_every_scheduler_option_is_documented():
+    options = {name for action in build_parser()._actions for name in action.option_strings
+               if name.startswith("--") and name != "--help"}
+    assert "--tq" in options
+    missing = sorted(option for option in options if not documented(option))
+    assert missing == [], f"README does not document gemshare-scheduler {missing}"
+
+
+def test_every_environment_variable_read_anywhere_is_documented():
+    sources = [*REPO.glob("libnvs/*.[ch]"), *REPO.glob("nvs/*.py"), *REPO.glob("ctl/*.py")]
+    read = {name for path in sources
+            for name in re.findall(r"\bGEMSHARE_[A-Z][A-Z_]*[A-Z]\b", path.read_text())}
+    read -= {"GEMSHARE_PROTOCOL_H"}  # the C header's include guard, not a variable
+    assert "GEMSHARE_SOCKET" in read
+    missing = sorted(name for name in read if not documented(name))
+    assert missing == [], f"README's environment table lacks {missing}"
+
+
+def test_ci_runs_the_readme_test_command():
+    ci_commands = [line.strip() for line in (REPO / ".ci/run").read_text().splitlines()
+                   if line.strip() and not line.startswith(("#", "set ", "cd "))]
+    quickstart = README.split("## Quickstart", 1)[1].split("\n## ", 1)[0]
+    test_lines = [line.split("#")[0].strip() for line in quickstart.splitlines()
+                  if "run the whole test suite" in line]
+    assert test_lines and ci_commands == test_lines, (ci_commands, test_lines)
