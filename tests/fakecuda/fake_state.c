@@ -1,0 +1,690 @@
+/* Driver-wide state of the fake: configuration, cuInit, fork, devices and contexts. */
+#define _GNU_SOURCE
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fake_driver.h"
+
+#define FAKE_DRIVER_VERSION 13000
+#define FAKE_MAX_DEVICES 8
+#define FAKE_CTX_STACK 16
+
+/* ---- configuration ------------------------------------------------------------------------- */
+
+static struct fake_config config;
+static pthread_once_t config_once = PTHREAD_ONCE_INIT;
+
+/* "1073741824", "1G", "512M", "64k": binary multiples. */
+static bool parse_bytes(const char *s, uint64_t *out)
+{
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (end == s)
+        return false;
+    uint64_t mult = 1;
+    switch (toupper((unsigned char)*end)) {
+    case 'K': mult = 1ull << 10; end++; break;
+    case 'M': mult = 1ull << 20; end++; break;
+    case 'G': mult = 1ull << 30; end++; break;
+    case 'T': mult = 1ull << 40; end++; break;
+    default: break;
+    }
+    if (*end == 'i' || *end == 'B' || *end == 'b')
+        end++;
+    if (*end == 'B')
+        end++;
+    if (*end != '\0' || v == 0)
+        return false;
+    *out = (uint64_t)v * mult;
+    return true;
+}
+
+static bool parse_uint(const char *s, uint64_t *out)
+{
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (end == s || *end != '\0')
+        return false;
+    *out = v;
+    return true;
+}
+
+static void config_load(void)
+{
+    config.device_mem = 16ull << 30;
+    config.device_count = 1;
+    config.kernel_us = 20;
+    const char *v;
+    uint64_t n;
+    if ((v = getenv("FAKECUDA_DEVICE_MEM")) && *v) {
+        if (parse_bytes(v, &n))
+            config.device_mem = n;
+        else
+            config.config_error = "FAKECUDA_DEVICE_MEM must be a positive byte count such as "
+                                  "1073741824 or 1G";
+    }
+    if ((v = getenv("FAKECUDA_DEVICE_COUNT")) && *v) {
+        if (parse_uint(v, &n) && n >= 1 && n <= FAKE_MAX_DEVICES)
+            config.device_count = (int)n;
+        else
+            config.config_error = "FAKECUDA_DEVICE_COUNT must be a whole number from 1 to 8";
+    }
+    if ((v = getenv("FAKECUDA_KERNEL_US")) && *v) {
+        if (parse_uint(v, &n))
+            config.kernel_us = n;
+        else
+            config.config_error = "FAKECUDA_KERNEL_US must be a whole number of microseconds";
+    }
+    if ((v = getenv("FAKECUDA_INIT_ERROR")) && *v) {
+        if (parse_uint(v, &n) && n > 0)
+            config.init_error = (CUresult)n;
+        else
+            config.config_error = "FAKECUDA_INIT_ERROR must be a non-zero CUresult number";
+    }
+}
+
+const struct fake_config *fake_config(void)
+{
+    pthread_once(&config_once, config_load);
+    return &config;
+}
+
+/* ---- cuInit and fork ----------------------------------------------------------------------- */
+
+static _Atomic bool initialized;
+/* A child forked after cuInit cannot use the driver, as with the real one. */
+static _Atomic bool forked_after_init;
+static _Atomic uint64_t id_counter;
+
+uint64_t fake_next_id(void)
+{
+    return atomic_fetch_add(&id_counter, 1) + 1;
+}
+
+static void at_fork_child(void)
+{
+    if (atomic_load(&initialized))
+        atomic_store(&forked_after_init, true);
+}
+
+__attribute__((constructor)) static void fake_state_setup(void)
+{
+    pthread_atfork(NULL, NULL, at_fork_child);
+}
+
+CUresult fake_check_init(void)
+{
+    if (!atomic_load(&initialized) || atomic_load(&forked_after_init))
+        return CUDA_ERROR_NOT_INITIALIZED;
+    return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult cuInit(unsigned int flags)
+{
+    const struct fake_config *c = fake_config();
+    CUresult r = CUDA_SUCCESS;
+    if (atomic_load(&forked_after_init))
+        r = CUDA_ERROR_NOT_INITIALIZED;
+    else if (flags != 0)
+        r = CUDA_ERROR_INVALID_VALUE;
+    else if (c->config_error) {
+        fprintf(stderr, "fakecuda: %s\n", c->config_error);
+        r = CUDA_ERROR_INVALID_VALUE;
+    } else if (c->init_error)
+        r = c->init_error;
+    if (r == CUDA_SUCCESS)
+        atomic_store(&initialized, true);
+    fake_log("init", "flags=%u result=%d", flags, (int)r);
+    return r;
+}
+
+FAKE_API CUresult cuDriverGetVersion(int *version)
+{
+    if (!version)
+        return CUDA_ERROR_INVALID_VALUE;
+    *version = FAKE_DRIVER_VERSION;
+    return CUDA_SUCCESS;
+}
+
+/* ---- devices ------------------------------------------------------------------------------- */
+
+CUresult fake_check_device(CUdevice dev)
+{
+    CUresult r = fake_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (dev < 0 || dev >= fake_config()->device_count)
+        return CUDA_ERROR_INVALID_DEVICE;
+    return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult cuDeviceGetCount(int *count)
+{
+    CUresult r = fake_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!count)
+        return CUDA_ERROR_INVALID_VALUE;
+    *count = fake_config()->device_count;
+    return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult cuDeviceGet(CUdevice *device, int ordinal)
+{
+    CUresult r = fake_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!device)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (ordinal < 0 || ordinal >= fake_config()->device_count)
+        return CUDA_ERROR_INVALID_DEVICE;
+    *device = ordinal;
+    return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult cuDeviceGetName(char *name, int len, CUdevice dev)
+{
+    CUresult r = fake_check_device(dev);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!name || len <= 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    snprintf(name, (size_t)len, "gemshare fake GPU %d", dev);
+    return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
+{
+    CUresult r = fake_check_device(dev);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!bytes)
+        return CUDA_ERROR_INVALID_VALUE;
+    *bytes = (size_t)fake_config()->device_mem;
+    return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev)
+{
+    CUresult r = fake_check_device(dev);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!uuid)
+        return CUDA_ERROR_INVALID_VALUE;
+    memset(uuid, 0, sizeof *uuid);
+    memcpy(uuid->bytes, "gemsharefake", 12);
+    uuid->bytes[15] = (char)dev;
+    return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev)
+{
+    return cuDeviceGetUuid_v2(uuid, dev);
+}
+
+FAKE_API CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev)
+{
+    CUresult r = fake_check_device(dev);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!pciBusId || len <= 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    snprintf(pciBusId, (size_t)len, "00000000:%02X:00.0", 0x10 + dev);
+    return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult cuDeviceComputeCapability(int *major, int *minor, CUdevice dev)
+{
+    CUresult r = fake_check_device(dev);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!major || !minor)
+        return CUDA_ERROR_INVALID_VALUE;
+    *major = 9;
+    *minor = 0;
+    return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev)
+{
+    CUresult r = fake_check_device(dev);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!pi || (int)attrib <= 0 || attrib >= CU_DEVICE_ATTRIBUTE_MAX)
+        return CUDA_ERROR_INVALID_VALUE;
+    /* An H100-like device; attributes not listed read as 0 (unsupported). */
+    switch (attrib) {
+    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *pi = 1024; break;
+    case CU_DEVICE_ATTRIBUTE_WARP_SIZE: *pi = 32; break;
+    case CU_DEVICE_ATTRIBUTE_CLOCK_RATE: *pi = 1980000; break;
+    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *pi = 132; break;
+    case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY: *pi = 1; break;
+    case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: *pi = 0x10 + dev; break;
+    case CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH: *pi = 5120; break;
+    case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING: *pi = 1; break;
+    case CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT: *pi = 32; break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *pi = 9; break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *pi = 0; break;
+    case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY: *pi = 1; break;
+    case CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS: *pi = 1; break;
+    case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: *pi = 1; break;
+    case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED: *pi = 1; break;
+    default: *pi = 0; break;
+    }
+    return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev, CUdevice peerDev)
+{
+    CUresult r = fake_check_device(dev);
+    if (r == CUDA_SUCCESS)
+        r = fake_check_device(peerDev);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!canAccessPeer)
+        return CUDA_ERROR_INVALID_VALUE;
+    *canAccessPeer = 0;
+    return CUDA_SUCCESS;
+}
+
+/* ---- contexts ------------------------------------------------------------------------------ */
+
+struct primary {
+    struct CUctx_st *ctx;
+    int retain;
+    unsigned int flags;
+};
+static pthread_mutex_t ctx_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct primary primaries[FAKE_MAX_DEVICES];
+
+/* The calling thread's context stack; the current context is its top. */
+static __thread struct CUctx_st *ctx_stack[FAKE_CTX_STACK];
+static __thread int ctx_depth;
+
+static struct CUctx_st *ctx_new(CUdevice dev, unsigned int flags, bool primary)
+{
+    struct CUctx_st *c = calloc(1, sizeof *c);
+    struct CUstream_st *legacy = calloc(1, sizeof *legacy);
+    if (!c || !legacy) {
+        free(c);
+        free(legacy);
+        return NULL;
+    }
+    c->magic = FAKE_CTX_MAGIC;
+    c->device = dev;
+    c->flags = flags;
+    c->primary = primary;
+    c->id = fake_next_id();
+    legacy->magic = FAKE_STREAM_MAGIC;
+    legacy->id = 0;
+    legacy->ctx = c;
+    legacy->legacy = true;
+    c->legacy = legacy;
+    return c;
+}
+
+bool fake_ctx_valid(CUcontext ctx)
+{
+    return ctx && ctx->magic == FAKE_CTX_MAGIC;
+}
+
+CUcontext fake_current_ctx(void)
+{
+    return ctx_depth > 0 ? ctx_stack[ctx_depth - 1] : NULL;
+}
+
+CUresult fake_require_ctx(CUcontext *out)
+{
+    CUresult r = fake_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    CUcontext c = fake_current_ctx();
+    if (!fake_ctx_valid(c))
+        return CUDA_ERROR_INVALID_CONTEXT;
+    *out = c;
+    return CUDA_SUCCESS;
+}
+
+CUcontext fake_primary_ctx(CUdevice dev)
+{
+    pthread_mutex_lock(&ctx_lock);
+    CUcontext c = primaries[dev].retain > 0 ? primaries[dev].ctx : NULL;
+    pthread_mutex_unlock(&ctx_lock);
+    return c;
+}
+
+FAKE_API CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
+{
+    CUresult r = fake_check_device(dev);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!pctx)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&ctx_lock);
+    struct primary *p = &primaries[dev];
+    if (!p->ctx)
+        p->ctx = ctx_new(dev, p->flags, true);
+    if (p->ctx) {
+        p->ctx->magic = FAKE_CTX_MAGIC;
+        p->retain++;
+        *pctx = p->ctx;
+    } else
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+    int retain = p->retain;
+    pthread_mutex_unlock(&ctx_lock);
+    fake_log("primary_retain", "dev=%d ctx=%p refs=%d result=%d", dev,
+             r == CUDA_SUCCESS ? (void *)*pctx : NULL, retain, (int)r);
+    return r;
+}
+
+FAKE_API CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
+{
+    CUresult r = fake_check_device(dev);
+    if (r != CUDA_SUCCESS)
+        return r;
+    pthread_mutex_lock(&ctx_lock);
+    struct primary *p = &primaries[dev];
+    if (p->retain <= 0)
+        r = CUDA_ERROR_INVALID_CONTEXT;
+    else
+        p->retain--;
+    int retain = p->retain;
+    pthread_mutex_unlock(&ctx_lock);
+    fake_log("primary_release", "dev=%d refs=%d result=%d", dev, retain, (int)r);
+    return r;
+}
+
+FAKE_API CUresult cuDevicePrimaryCtxRelease(CUdevice dev)
+{
+    return cuDevicePrimaryCtxRelease_v2(dev);
+}
+
+FAKE_API CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active)
+{
+    CUresult r = fake_check_device(dev);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!flags || !active)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&ctx_lock);
+    *flags = primaries[dev].flags;
+    *active = primaries[dev].retain > 0;
+    pthread_mutex_unlock(&ctx_lock);
+    return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags)
+{
+    CUresult r = fake_check_device(dev);
+    if (r != CUDA_SUCCESS)
+        return r;
+    pthread_mutex_lock(&ctx_lock);
+    primaries[dev].flags = flags;
+    if (primaries[dev].ctx)
+        primaries[dev].ctx->flags = flags;
+    pthread_mutex_unlock(&ctx_lock);
+    return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
+{
+    CUresult r = fake_check_device(dev);
+    if (r != CUDA_SUCCESS)
+        return r;
+    pthread_mutex_lock(&ctx_lock);
+    primaries[dev].retain = 0;
+    pthread_mutex_unlock(&ctx_lock);
+    fake_log("primary_reset", "dev=%d", dev);
+    return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult cuDevicePrimaryCtxSetFlags(CUdevice dev, unsigned int flags)
+{
+    return cuDevicePrimaryCtxSetFlags_v2(dev, flags);
+}
+
+FAKE_API CUresult cuDevicePrimaryCtxReset(CUdevice dev)
+{
+    return cuDevicePrimaryCtxReset_v2(dev);
+}
+
+static CUresult ctx_create(CUcontext *pctx, unsigned int flags, CUdevice dev, const char *api)
+{
+    CUresult r = fake_check_device(dev);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!pctx)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (ctx_depth >= FAKE_CTX_STACK)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct CUctx_st *c = ctx_new(dev, flags, false);
+    if (!c)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    ctx_stack[ctx_depth++] = c;
+    *pctx = c;
+    fake_log("ctx_create", "api=%s dev=%d ctx=%p", api, dev, (void *)c);
+    return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+    return ctx_create(pctx, flags, dev, "cuCtxCreate_v2");
+}
+
+FAKE_API CUresult cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArray, int numParams,
+                                 unsigned int flags, CUdevice dev)
+{
+    (void)paramsArray; /* execution affinity is not simulated */
+    (void)numParams;
+    return ctx_create(pctx, flags, dev, "cuCtxCreate_v3");
+}
+
+FAKE_API CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *params, unsigned int flags,
+                                 CUdevice dev)
+{
+    (void)params; /* execution affinity and CIG are not simulated */
+    return ctx_create(pctx, flags, dev, "cuCtxCreate_v4");
+}
+
+FAKE_API CUresult cuCtxDestroy_v2(CUcontext ctx)
+{
+    CUresult r = fake_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!fake_ctx_valid(ctx) || ctx->primary)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    /* Outstanding work finishes before the context goes away. */
+    fake_wait_seq(atomic_load(&ctx->last_seq));
+    ctx->magic = 0;
+    for (int i = 0; i < ctx_depth; i++)
+        if (ctx_stack[i] == ctx)
+            ctx_stack[i] = NULL;
+    while (ctx_depth > 0 && ctx_stack[ctx_depth - 1] == NULL)
+        ctx_depth--;
+    fake_log("ctx_destroy", "ctx=%p", (void *)ctx);
+    return CUDA_SUCCESS; /* the struct is kept so stale handles stay detectable */
+}
+
+FAKE_API CUresult cuCtxSetCurrent(CUcontext ctx)
+{
+    CUresult r = fake_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (ctx && !fake_ctx_valid(ctx))
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (ctx_depth == 0) {
+        if (ctx)
+            ctx_stack[ctx_depth++] = ctx;
+    } else
+        ctx_stack[ctx_depth - 1] = ctx;
+    return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult cuCtxGetCurrent(CUcontext *pctx)
+{
+    CUresult r = fake_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!pctx)
+        return CUDA_ERROR_INVALID_VALUE;
+    *pctx = fake_current_ctx();
+    return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult cuCtxPushCurrent_v2(CUcontext ctx)
+{
+    CUresult r = fake_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!fake_ctx_valid(ctx))
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (ctx_depth >= FAKE_CTX_STACK)
+        return CUDA_ERROR_INVALID_VALUE;
+    ctx_stack[ctx_depth++] = ctx;
+    return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult cuCtxPopCurrent_v2(CUcontext *pctx)
+{
+    CUresult r = fake_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (ctx_depth == 0)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    CUcontext c = ctx_stack[--ctx_depth];
+    if (pctx)
+        *pctx = c;
+    return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult cuCtxGetDevice(CUdevice *device)
+{
+    CUcontext c;
+    CUresult r = fake_require_ctx(&c);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!device)
+        return CUDA_ERROR_INVALID_VALUE;
+    *device = c->device;
+    return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx)
+{
+    CUresult r = fake_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!ctx)
+        ctx = fake_current_ctx();
+    if (!fake_ctx_valid(ctx))
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (!device)
+        return CUDA_ERROR_INVALID_VALUE;
+    *device = ctx->device;
+    return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult cuCtxGetFlags(unsigned int *flags)
+{
+    CUcontext c;
+    CUresult r = fake_require_ctx(&c);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    *flags = c->flags;
+    return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult cuCtxGetApiVersion(CUcontext ctx, unsigned int *version)
+{
+    CUresult r = fake_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!ctx)
+        ctx = fake_current_ctx();
+    if (!fake_ctx_valid(ctx))
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (!version)
+        return CUDA_ERROR_INVALID_VALUE;
+    *version = 3020;
+    return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult cuCtxGetId(CUcontext ctx, unsigned long long *ctxId)
+{
+    CUresult r = fake_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!ctx)
+        ctx = fake_current_ctx();
+    if (!fake_ctx_valid(ctx))
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (!ctxId)
+        return CUDA_ERROR_INVALID_VALUE;
+    *ctxId = ctx->id;
+    return CUDA_SUCCESS;
+}
+
+/* ---- error strings ------------------------------------------------------------------------- */
+
+static const struct {
+    CUresult code;
+    const char *name;
+    const char *text;
+} error_table[] = {
+    {CUDA_SUCCESS, "CUDA_SUCCESS", "no error"},
+    {CUDA_ERROR_INVALID_VALUE, "CUDA_ERROR_INVALID_VALUE", "invalid argument"},
+    {CUDA_ERROR_OUT_OF_MEMORY, "CUDA_ERROR_OUT_OF_MEMORY", "out of memory"},
+    {CUDA_ERROR_NOT_INITIALIZED, "CUDA_ERROR_NOT_INITIALIZED", "initialization error"},
+    {CUDA_ERROR_NO_DEVICE, "CUDA_ERROR_NO_DEVICE", "no CUDA-capable device is detected"},
+    {CUDA_ERROR_INVALID_DEVICE, "CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal"},
+    {CUDA_ERROR_INVALID_CONTEXT, "CUDA_ERROR_INVALID_CONTEXT", "invalid device context"},
+    {CUDA_ERROR_INVALID_HANDLE, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle"},
+    {CUDA_ERROR_NOT_FOUND, "CUDA_ERROR_NOT_FOUND", "named symbol not found"},
+    {CUDA_ERROR_NOT_READY, "CUDA_ERROR_NOT_READY", "device not ready"},
+    {CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported"},
+    {CUDA_ERROR_NOT_PERMITTED, "CUDA_ERROR_NOT_PERMITTED", "operation not permitted"},
+    {CUDA_ERROR_ILLEGAL_STATE, "CUDA_ERROR_ILLEGAL_STATE", "the operation cannot be performed "
+                                                          "in the present state"},
+    {CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED",
+     "operation not permitted when stream is capturing"},
+    {CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED",
+     "operation failed due to a previous error during capture"},
+    {CUDA_ERROR_STREAM_CAPTURE_UNMATCHED, "CUDA_ERROR_STREAM_CAPTURE_UNMATCHED",
+     "capture was not initiated in this stream"},
+    {CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, "CUDA_ERROR_STREAM_CAPTURE_IMPLICIT",
+     "operation would make the legacy stream depend on a capturing blocking stream"},
+    {CUDA_ERROR_CAPTURED_EVENT, "CUDA_ERROR_CAPTURED_EVENT",
+     "operation not permitted on an event last recorded in a capturing stream"},
+    {CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD, "CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD",
+     "attempt to terminate a thread-local capture sequence from another thread"},
+};
+
+FAKE_API CUresult cuGetErrorName(CUresult error, const char **pStr)
+{
+    if (!pStr)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < sizeof error_table / sizeof error_table[0]; i++)
+        if (error_table[i].code == error) {
+            *pStr = error_table[i].name;
+            return CUDA_SUCCESS;
+        }
+    *pStr = NULL;
+    return CUDA_ERROR_INVALID_VALUE;
+}
+
+FAKE_API CUresult cuGetErrorString(CUresult error, const char **pStr)
+{
+    if (!pStr)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < sizeof error_table / sizeof error_table[0]; i++)
+        if (error_table[i].code == error) {
+            *pStr = error_table[i].text;
+            return CUDA_SUCCESS;
+        }
+    *pStr = NULL;
+    return CUDA_ERROR_INVALID_VALUE;
+}

@@ -1,0 +1,711 @@
+/* A scriptable stand-in for a CUDA program, driven by steps on the command line:
+ *
+ *   standin [--resolve procaddr|procaddr-v1|dlsym|linked] [--ptsz] STEP...
+ *
+ * Each step prints one line "<step> key=value ... result=<CUresult>" (stdout, line-buffered) so
+ * tests can parse what happened; `standin --help` lists the steps. Exit status: 0 when every step
+ * succeeded, 3 when a CUDA call failed, 2 on a usage error. */
+#define _GNU_SOURCE
+#include <ctype.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "standin_api.h"
+
+#define MAX_BUFFERS 64
+#define WAIT_FILE_TIMEOUT_S 60
+
+static const char usage[] =
+    "usage: standin [--resolve procaddr|procaddr-v1|dlsym|linked] [--ptsz] STEP...\n"
+    "steps (SIZE takes K/M/G suffixes; NAME names a buffer):\n"
+    "  init                      cuInit, device 0, retain and set the primary context\n"
+    "  alloc NAME SIZE           cuMemAlloc          alloc-managed NAME SIZE   cuMemAllocManaged\n"
+    "  alloc-pitch NAME W H      cuMemAllocPitch (4-byte elements)\n"
+    "  alloc-async NAME SIZE     cuMemAllocAsync     alloc-pool NAME SIZE      from a new pool\n"
+    "  vmm-alloc NAME SIZE       cuMemCreate + cuMemAddressReserve + cuMemMap + cuMemSetAccess\n"
+    "  free NAME | free-all      the matching free call(s)\n"
+    "  attr NAME | range NAME    pointer attributes / cuMemGetAddressRange\n"
+    "  mem-info | total-mem      cuMemGetInfo / cuDeviceTotalMem\n"
+    "  write NAME BYTE | check NAME BYTE   copy bytes in / copy out and verify\n"
+    "  touch NAME BYTE           write through the pointer from the host (managed memory)\n"
+    "  fill NAME BYTE            the fake's \"fill\" kernel over the buffer\n"
+    "  memset NAME BYTE | memset-async NAME WORD | prefetch NAME\n"
+    "  launch US | launch-ex US | launches N US   \"sleep\" kernels of US microseconds\n"
+    "  host-func | sync | stream-new | stream-default | stream-sync | stream-query\n"
+    "  event-record | event-sync | event-query\n"
+    "  capture-begin global|thread|relaxed | capture-end | is-capturing | graph-launch\n"
+    "  capture-graph N US        capture N launches, instantiate (then graph-launch)\n"
+    "  capture-mode global|thread|relaxed   cuThreadExchangeStreamCaptureMode\n"
+    "  threads N LAUNCHES US     N threads launching at once, each then synchronizing\n"
+    "  fork STEP... end          run the steps in a forked child and wait for it\n"
+    "  get-proc NAME VERSION FLAGS   cuGetProcAddress_v2 through dlopen/dlsym\n"
+    "  sleep-ms MS | wait-file PATH | touch-file PATH | pid | exit CODE\n";
+
+struct buffer {
+    char name[32];
+    CUdeviceptr ptr;
+    size_t size, pitch, width, height;
+    enum { B_DEVICE, B_MANAGED, B_PITCH, B_ASYNC, B_VMM } kind;
+    CUmemGenericAllocationHandle handle;
+};
+
+static struct standin_api api;
+static const char *resolve_mode = "procaddr";
+static bool per_thread;
+static CUdevice device;
+static CUcontext context;
+static CUfunction sleep_fn, fill_fn;
+static CUstream stream; /* NULL: the default stream of the chosen variant */
+static CUgraphExec graph_exec;
+static CUevent event;
+static CUmemoryPool pool;
+static struct buffer buffers[MAX_BUFFERS];
+static int failures;
+static _Atomic int host_func_runs;
+
+/* ---- output -------------------------------------------------------------------------------- */
+
+static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void say(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    putchar('\n');
+    fflush(stdout);
+}
+
+static const char *error_name(CUresult r)
+{
+    const char *name = NULL;
+    if (api.cuGetErrorName && api.cuGetErrorName(r, &name) == CUDA_SUCCESS && name)
+        return name;
+    return "unknown";
+}
+
+/* Prints "<step> <details> result=N error=NAME" and counts failures. */
+static CUresult report(CUresult r, const char *step, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static CUresult report(CUresult r, const char *step, const char *fmt, ...)
+{
+    char details[512] = "";
+    if (fmt) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(details, sizeof details, fmt, ap);
+        va_end(ap);
+    }
+    say("%s%s%s result=%d error=%s", step, *details ? " " : "", details, (int)r, error_name(r));
+    if (r != CUDA_SUCCESS)
+        failures++;
+    return r;
+}
+
+static void die_usage(const char *what)
+{
+    fprintf(stderr, "standin: %s\n%s", what, usage);
+    exit(2);
+}
+
+/* ---- argument parsing ---------------------------------------------------------------------- */
+
+static size_t parse_size(const char *s)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (end == s || errno)
+        die_usage("a size must be a number with an optional K, M or G suffix");
+    switch (toupper((unsigned char)*end)) {
+    case 'K': v <<= 10; end++; break;
+    case 'M': v <<= 20; end++; break;
+    case 'G': v <<= 30; end++; break;
+    default: break;
+    }
+    if (*end)
+        die_usage("a size must be a number with an optional K, M or G suffix");
+    return (size_t)v;
+}
+
+static const char *next_arg(int *i, int argc, char **argv, const char *step)
+{
+    if (*i >= argc) {
+        char msg[96];
+        snprintf(msg, sizeof msg, "step '%s' needs more arguments", step);
+        die_usage(msg);
+    }
+    return argv[(*i)++];
+}
+
+static struct buffer *find_buffer(const char *name)
+{
+    for (int i = 0; i < MAX_BUFFERS; i++)
+        if (buffers[i].ptr && strcmp(buffers[i].name, name) == 0)
+            return &buffers[i];
+    fprintf(stderr, "standin: no buffer named '%s'\n", name);
+    exit(2);
+}
+
+static struct buffer *new_buffer(const char *name)
+{
+    for (int i = 0; i < MAX_BUFFERS; i++)
+        if (!buffers[i].ptr) {
+            memset(&buffers[i], 0, sizeof buffers[i]);
+            snprintf(buffers[i].name, sizeof buffers[i].name, "%s", name);
+            return &buffers[i];
+        }
+    die_usage("too many buffers");
+    return NULL;
+}
+
+static CUstreamCaptureMode parse_mode(const char *s)
+{
+    if (strcmp(s, "global") == 0)
+        return CU_STREAM_CAPTURE_MODE_GLOBAL;
+    if (strcmp(s, "thread") == 0)
+        return CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
+    if (strcmp(s, "relaxed") == 0)
+        return CU_STREAM_CAPTURE_MODE_RELAXED;
+    die_usage("a capture mode is global, thread or relaxed");
+    return CU_STREAM_CAPTURE_MODE_GLOBAL;
+}
+
+/* ---- steps: setup and memory --------------------------------------------------------------- */
+
+static void step_init(void)
+{
+    static const char image[] = "fake module image";
+    CUresult r = api.cuInit(0);
+    if (r == CUDA_SUCCESS)
+        r = api.cuDeviceGet(&device, 0);
+    if (r == CUDA_SUCCESS)
+        r = api.cuDevicePrimaryCtxRetain(&context, device);
+    if (r == CUDA_SUCCESS)
+        r = api.cuCtxSetCurrent(context);
+    CUmodule module;
+    if (r == CUDA_SUCCESS)
+        r = api.cuModuleLoadData(&module, image);
+    if (r == CUDA_SUCCESS)
+        r = api.cuModuleGetFunction(&sleep_fn, module, "sleep");
+    if (r == CUDA_SUCCESS)
+        r = api.cuModuleGetFunction(&fill_fn, module, "fill");
+    report(r, "init", "pid=%d resolve=%s ptsz=%d", (int)getpid(), resolve_mode, per_thread);
+}
+
+static void step_alloc(const char *kind, const char *name, size_t size)
+{
+    struct buffer *b = new_buffer(name);
+    CUresult r;
+    if (strcmp(kind, "alloc") == 0) {
+        b->kind = B_DEVICE;
+        r = api.cuMemAlloc(&b->ptr, size);
+    } else if (strcmp(kind, "alloc-managed") == 0) {
+        b->kind = B_MANAGED;
+        r = api.cuMemAllocManaged(&b->ptr, size, CU_MEM_ATTACH_GLOBAL);
+    } else if (strcmp(kind, "alloc-async") == 0) {
+        b->kind = B_ASYNC;
+        r = api.cuMemAllocAsync(&b->ptr, size, stream);
+    } else {
+        b->kind = B_ASYNC;
+        r = CUDA_SUCCESS;
+        if (!pool) {
+            CUmemPoolProps props = {.allocType = CU_MEM_ALLOCATION_TYPE_PINNED,
+                                    .location = {CU_MEM_LOCATION_TYPE_DEVICE, device}};
+            r = api.cuMemPoolCreate(&pool, &props);
+        }
+        if (r == CUDA_SUCCESS)
+            r = api.cuMemAllocFromPoolAsync(&b->ptr, size, pool, stream);
+    }
+    if (r == CUDA_SUCCESS)
+        b->size = size;
+    else
+        b->ptr = 0;
+    report(r, kind, "name=%s ptr=0x%llx size=%zu", name, (unsigned long long)b->ptr, size);
+}
+
+static void step_alloc_pitch(const char *name, size_t width, size_t height)
+{
+    struct buffer *b = new_buffer(name);
+    b->kind = B_PITCH;
+    CUresult r = api.cuMemAllocPitch(&b->ptr, &b->pitch, width, height, 4);
+    if (r == CUDA_SUCCESS) {
+        b->width = width;
+        b->height = height;
+        b->size = b->pitch * height;
+    } else
+        b->ptr = 0;
+    report(r, "alloc-pitch", "name=%s ptr=0x%llx pitch=%zu width=%zu height=%zu", name,
+           (unsigned long long)b->ptr, b->pitch, width, height);
+}
+
+static void step_vmm_alloc(const char *name, size_t size)
+{
+    struct buffer *b = new_buffer(name);
+    b->kind = B_VMM;
+    CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+                                .location = {CU_MEM_LOCATION_TYPE_DEVICE, device}};
+    size_t gran = 0;
+    CUresult r = api.cuMemGetAllocationGranularity(&gran, &prop, 0);
+    if (r == CUDA_SUCCESS) {
+        size = (size + gran - 1) / gran * gran;
+        r = api.cuMemCreate(&b->handle, size, &prop, 0);
+    }
+    if (r == CUDA_SUCCESS && (r = api.cuMemAddressReserve(&b->ptr, size, 0, 0, 0)) != CUDA_SUCCESS)
+        api.cuMemRelease(b->handle);
+    if (r == CUDA_SUCCESS && (r = api.cuMemMap(b->ptr, size, 0, b->handle, 0)) == CUDA_SUCCESS) {
+        CUmemAccessDesc access = {{CU_MEM_LOCATION_TYPE_DEVICE, device},
+                                  CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+        r = api.cuMemSetAccess(b->ptr, size, &access, 1);
+    }
+    if (r == CUDA_SUCCESS)
+        b->size = size;
+    else
+        b->ptr = 0;
+    report(r, "vmm-alloc", "name=%s ptr=0x%llx size=%zu", name, (unsigned long long)b->ptr, size);
+}
+
+static CUresult free_buffer(struct buffer *b)
+{
+    CUresult r;
+    switch (b->kind) {
+    case B_ASYNC: r = api.cuMemFreeAsync(b->ptr, stream); break;
+    case B_VMM:
+        r = api.cuMemUnmap(b->ptr, b->size);
+        if (r == CUDA_SUCCESS)
+            r = api.cuMemRelease(b->handle);
+        if (r == CUDA_SUCCESS)
+            r = api.cuMemAddressFree(b->ptr, b->size);
+        break;
+    default: r = api.cuMemFree(b->ptr); break;
+    }
+    report(r, "free", "name=%s ptr=0x%llx", b->name, (unsigned long long)b->ptr);
+    b->ptr = 0;
+    return r;
+}
+
+static void step_attr(struct buffer *b)
+{
+    unsigned int managed = 7, memtype = 7, ipc = 7;
+    CUdeviceptr start = 0;
+    size_t range = 0;
+    CUresult r = api.cuPointerGetAttribute(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, b->ptr);
+    if (r == CUDA_SUCCESS)
+        r = api.cuPointerGetAttribute(&memtype, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, b->ptr);
+    if (r == CUDA_SUCCESS)
+        r = api.cuPointerGetAttribute(&ipc, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE,
+                                      b->ptr);
+    if (r == CUDA_SUCCESS)
+        r = api.cuPointerGetAttribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, b->ptr);
+    if (r == CUDA_SUCCESS)
+        r = api.cuPointerGetAttribute(&range, CU_POINTER_ATTRIBUTE_RANGE_SIZE, b->ptr);
+    report(r, "attr",
+           "name=%s is_managed=%u memory_type=%u ipc_capable=%u range_start=0x%llx range_size=%zu",
+           b->name, managed, memtype, ipc, (unsigned long long)start, range);
+}
+
+static void step_range(struct buffer *b)
+{
+    CUdeviceptr base = 0;
+    size_t size = 0;
+    CUresult r = api.cuMemGetAddressRange(&base, &size, b->ptr);
+    report(r, "range", "name=%s base=0x%llx size=%zu", b->name, (unsigned long long)base, size);
+}
+
+static void step_mem_info(void)
+{
+    size_t free_b = 0, total = 0;
+    CUresult r = api.cuMemGetInfo(&free_b, &total);
+    report(r, "mem-info", "free=%zu total=%zu", free_b, total);
+}
+
+static void step_total_mem(void)
+{
+    size_t total = 0;
+    CUresult r = api.cuDeviceTotalMem(&total, device);
+    report(r, "total-mem", "total=%zu", total);
+}
+
+/* Copies BYTE into the buffer (row by row for pitched ones) or reads it back and verifies. */
+static void step_write_check(struct buffer *b, int value, bool check)
+{
+    size_t width = b->kind == B_PITCH ? b->width : b->size;
+    size_t height = b->kind == B_PITCH ? b->height : 1;
+    unsigned char *host = malloc(width * height);
+    if (!host)
+        die_usage("out of host memory");
+    memset(host, check ? ~value : value, width * height);
+    CUresult r;
+    if (b->kind == B_PITCH) {
+        CUDA_MEMCPY2D c = {0};
+        c.WidthInBytes = width;
+        c.Height = height;
+        if (check) {
+            c.srcMemoryType = CU_MEMORYTYPE_DEVICE, c.srcDevice = b->ptr, c.srcPitch = b->pitch;
+            c.dstMemoryType = CU_MEMORYTYPE_HOST, c.dstHost = host, c.dstPitch = width;
+        } else {
+            c.srcMemoryType = CU_MEMORYTYPE_HOST, c.srcHost = host, c.srcPitch = width;
+            c.dstMemoryType = CU_MEMORYTYPE_DEVICE, c.dstDevice = b->ptr, c.dstPitch = b->pitch;
+        }
+        r = api.cuMemcpy2D(&c);
+    } else if (check)
+        r = api.cuMemcpyDtoH(host, b->ptr, width);
+    else
+        r = api.cuMemcpyHtoD(b->ptr, host, width);
+    size_t bad = 0;
+    if (check && r == CUDA_SUCCESS)
+        for (size_t i = 0; i < width * height; i++)
+            bad += host[i] != (unsigned char)value;
+    free(host);
+    if (check) {
+        report(r, "check", "name=%s ok=%d mismatches=%zu", b->name, r == CUDA_SUCCESS && !bad, bad);
+        if (bad)
+            failures++;
+    } else
+        report(r, "write", "name=%s bytes=%zu", b->name, width * height);
+}
+
+static void step_fill(struct buffer *b, int value)
+{
+    size_t len = b->size;
+    void *params[] = {&b->ptr, &len, &value};
+    CUresult r = api.cuLaunchKernel(fill_fn, 1, 1, 1, 1, 1, 1, 0, stream, params, NULL);
+    report(r, "fill", "name=%s value=%d", b->name, value);
+}
+
+static void step_prefetch(struct buffer *b)
+{
+    CUmemLocation loc = {CU_MEM_LOCATION_TYPE_DEVICE, device};
+    CUresult r = api.cuMemPrefetchAsync(b->ptr, b->size, loc, 0, stream);
+    report(r, "prefetch", "name=%s size=%zu", b->name, b->size);
+}
+
+/* ---- steps: work and synchronization ------------------------------------------------------- */
+
+static CUresult launch_sleep(unsigned int us, bool ex)
+{
+    if (us == 0)
+        us = 1;
+    if (ex) {
+        CUlaunchConfig cfg = {us, 1, 1, 1, 1, 1, 0, stream, NULL, 0};
+        return api.cuLaunchKernelEx(&cfg, sleep_fn, NULL, NULL);
+    }
+    return api.cuLaunchKernel(sleep_fn, us, 1, 1, 1, 1, 1, 0, stream, NULL, NULL);
+}
+
+static void count_host_func(void *arg)
+{
+    (void)arg;
+    atomic_fetch_add(&host_func_runs, 1);
+}
+
+/* Captures on a stream of its own, as frameworks do (the legacy stream cannot capture). */
+static void step_capture_graph(int n, unsigned int us)
+{
+    static CUstream capture_stream;
+    CUgraph graph = NULL;
+    CUresult r = capture_stream ? CUDA_SUCCESS : api.cuStreamCreate(&capture_stream, 0);
+    CUstream saved = stream;
+    stream = capture_stream;
+    if (r == CUDA_SUCCESS)
+        r = api.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL);
+    for (int i = 0; i < n && r == CUDA_SUCCESS; i++)
+        r = launch_sleep(us, false);
+    CUresult end = api.cuStreamEndCapture(stream, &graph);
+    stream = saved;
+    if (r == CUDA_SUCCESS)
+        r = end;
+    if (r == CUDA_SUCCESS)
+        r = api.cuGraphInstantiateWithFlags(&graph_exec, graph, 0);
+    if (graph)
+        api.cuGraphDestroy(graph);
+    report(r, "capture-graph", "launches=%d", n);
+}
+
+struct thread_job {
+    int launches;
+    unsigned int us;
+    int failures;
+};
+
+static void *thread_main(void *arg)
+{
+    struct thread_job *job = arg;
+    if (api.cuCtxSetCurrent(context) != CUDA_SUCCESS)
+        job->failures++;
+    for (int i = 0; i < job->launches; i++)
+        if (api.cuLaunchKernel(sleep_fn, job->us, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL) !=
+            CUDA_SUCCESS)
+            job->failures++;
+    if (api.cuStreamSynchronize(NULL) != CUDA_SUCCESS)
+        job->failures++;
+    return NULL;
+}
+
+static void step_threads(int n, int launches, unsigned int us)
+{
+    pthread_t tids[256];
+    struct thread_job jobs[256];
+    if (n < 1 || n > 256)
+        die_usage("threads takes 1 to 256 threads");
+    for (int i = 0; i < n; i++) {
+        jobs[i] = (struct thread_job){launches, us ? us : 1, 0};
+        if (pthread_create(&tids[i], NULL, thread_main, &jobs[i]) != 0)
+            die_usage("cannot start a thread");
+    }
+    int bad = 0;
+    for (int i = 0; i < n; i++) {
+        pthread_join(tids[i], NULL);
+        bad += jobs[i].failures;
+    }
+    report(bad ? CUDA_ERROR_UNKNOWN : CUDA_SUCCESS, "threads", "threads=%d launches=%d failed=%d",
+           n, n * launches, bad);
+}
+
+static void step_get_proc(const char *name, int version, unsigned long long flags)
+{
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+    CUresult (*get)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *) =
+        h ? (__typeof__(get))dlsym(h, "cuGetProcAddress_v2") : NULL;
+    if (!get)
+        die_usage("libcuda.so.1 or its cuGetProcAddress_v2 cannot be found");
+    void *fn = (void *)1;
+    CUdriverProcAddressQueryResult status = 99;
+    CUresult r = get(name, &fn, version, flags, &status);
+    Dl_info info;
+    const char *where = fn && dladdr(fn, &info) && info.dli_sname ? info.dli_sname : "-";
+    const char *object = fn && dladdr(fn, &info) && info.dli_fname ? info.dli_fname : "-";
+    /* Not a failure of the program: the caller examines the answer. */
+    say("get-proc symbol=%s version=%d flags=%llu status=%d found=%d function=%s object=%s "
+        "result=%d error=%s",
+        name, version, flags, (int)status, fn != NULL, where, object, (int)r, error_name(r));
+}
+
+static void wait_for_file(const char *path)
+{
+    struct stat st;
+    for (int i = 0; i < WAIT_FILE_TIMEOUT_S * 100; i++) {
+        if (stat(path, &st) == 0) {
+            say("wait-file path=%s ok=1", path);
+            return;
+        }
+        usleep(10000);
+    }
+    say("wait-file path=%s ok=0", path);
+    failures++;
+}
+
+static void touch_file(const char *path)
+{
+    FILE *f = fopen(path, "w");
+    if (f)
+        fclose(f);
+    say("touch-file path=%s ok=%d", path, f != NULL);
+}
+
+/* ---- the step interpreter ------------------------------------------------------------------ */
+
+static int run_steps(int i, int argc, char **argv, bool in_child);
+
+/* Runs one step starting at argv[*i]; returns false at "end" (close of a fork block). */
+static bool run_step(int *i, int argc, char **argv)
+{
+    const char *step = argv[(*i)++];
+#define ARG() next_arg(i, argc, argv, step)
+    if (strcmp(step, "end") == 0)
+        return false;
+    if (strcmp(step, "init") == 0)
+        step_init();
+    else if (!strcmp(step, "alloc") || !strcmp(step, "alloc-managed") ||
+             !strcmp(step, "alloc-async") || !strcmp(step, "alloc-pool")) {
+        const char *name = ARG();
+        step_alloc(step, name, parse_size(ARG()));
+    } else if (strcmp(step, "alloc-pitch") == 0) {
+        const char *name = ARG();
+        size_t w = parse_size(ARG());
+        step_alloc_pitch(name, w, parse_size(ARG()));
+    } else if (strcmp(step, "vmm-alloc") == 0) {
+        const char *name = ARG();
+        step_vmm_alloc(name, parse_size(ARG()));
+    } else if (strcmp(step, "free") == 0)
+        free_buffer(find_buffer(ARG()));
+    else if (strcmp(step, "free-all") == 0) {
+        for (int b = 0; b < MAX_BUFFERS; b++)
+            if (buffers[b].ptr)
+                free_buffer(&buffers[b]);
+    } else if (strcmp(step, "attr") == 0)
+        step_attr(find_buffer(ARG()));
+    else if (strcmp(step, "range") == 0)
+        step_range(find_buffer(ARG()));
+    else if (strcmp(step, "mem-info") == 0)
+        step_mem_info();
+    else if (strcmp(step, "total-mem") == 0)
+        step_total_mem();
+    else if (strcmp(step, "write") == 0 || strcmp(step, "check") == 0) {
+        struct buffer *b = find_buffer(ARG());
+        step_write_check(b, (int)strtol(ARG(), NULL, 0), step[0] == 'c');
+    } else if (strcmp(step, "touch") == 0) {
+        struct buffer *b = find_buffer(ARG());
+        int v = (int)strtol(ARG(), NULL, 0);
+        memset((void *)(uintptr_t)b->ptr, v, b->size);
+        say("touch name=%s bytes=%zu", b->name, b->size);
+    } else if (strcmp(step, "fill") == 0) {
+        struct buffer *b = find_buffer(ARG());
+        step_fill(b, (int)strtol(ARG(), NULL, 0));
+    } else if (strcmp(step, "memset") == 0) {
+        struct buffer *b = find_buffer(ARG());
+        unsigned char v = (unsigned char)strtol(ARG(), NULL, 0);
+        report(api.cuMemsetD8(b->ptr, v, b->size), "memset", "name=%s", b->name);
+    } else if (strcmp(step, "memset-async") == 0) {
+        struct buffer *b = find_buffer(ARG());
+        unsigned int v = (unsigned int)strtoul(ARG(), NULL, 0);
+        report(api.cuMemsetD32Async(b->ptr, v, b->size / 4, stream), "memset-async", "name=%s",
+               b->name);
+    } else if (strcmp(step, "prefetch") == 0)
+        step_prefetch(find_buffer(ARG()));
+    else if (strcmp(step, "launch") == 0 || strcmp(step, "launch-ex") == 0) {
+        unsigned int us = (unsigned int)parse_size(ARG());
+        report(launch_sleep(us, step[6] == '-'), step, "us=%u", us);
+    } else if (strcmp(step, "launches") == 0) {
+        int n = (int)parse_size(ARG());
+        unsigned int us = (unsigned int)parse_size(ARG());
+        CUresult r = CUDA_SUCCESS;
+        for (int k = 0; k < n && r == CUDA_SUCCESS; k++)
+            r = launch_sleep(us, false);
+        report(r, "launches", "n=%d us=%u", n, us);
+    } else if (strcmp(step, "host-func") == 0)
+        report(api.cuLaunchHostFunc(stream, count_host_func, NULL), "host-func", "runs=%d",
+               atomic_load(&host_func_runs));
+    else if (strcmp(step, "sync") == 0)
+        report(api.cuCtxSynchronize(), "sync", "host_func_runs=%d", atomic_load(&host_func_runs));
+    else if (strcmp(step, "stream-new") == 0)
+        report(api.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "stream-new", NULL);
+    else if (strcmp(step, "stream-default") == 0) {
+        stream = NULL;
+        say("stream-default");
+    } else if (strcmp(step, "stream-sync") == 0)
+        report(api.cuStreamSynchronize(stream), "stream-sync", NULL);
+    else if (strcmp(step, "stream-query") == 0) {
+        CUresult r = api.cuStreamQuery(stream);
+        say("stream-query ready=%d result=%d error=%s", r == CUDA_SUCCESS, (int)r, error_name(r));
+    } else if (strcmp(step, "event-record") == 0) {
+        CUresult r = event ? CUDA_SUCCESS : api.cuEventCreate(&event, 0);
+        report(r == CUDA_SUCCESS ? api.cuEventRecord(event, stream) : r, "event-record", NULL);
+    } else if (strcmp(step, "event-sync") == 0)
+        report(api.cuEventSynchronize(event), "event-sync", NULL);
+    else if (strcmp(step, "event-query") == 0) {
+        CUresult r = api.cuEventQuery(event);
+        say("event-query ready=%d result=%d error=%s", r == CUDA_SUCCESS, (int)r, error_name(r));
+    } else if (strcmp(step, "capture-begin") == 0)
+        report(api.cuStreamBeginCapture(stream, parse_mode(ARG())), "capture-begin", NULL);
+    else if (strcmp(step, "capture-end") == 0) {
+        CUgraph graph = NULL;
+        CUresult r = api.cuStreamEndCapture(stream, &graph);
+        if (r == CUDA_SUCCESS) {
+            if (graph_exec)
+                api.cuGraphExecDestroy(graph_exec);
+            r = api.cuGraphInstantiateWithFlags(&graph_exec, graph, 0);
+            api.cuGraphDestroy(graph);
+        }
+        report(r, "capture-end", "graph=%d", graph != NULL);
+    } else if (strcmp(step, "is-capturing") == 0) {
+        CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+        CUresult r = api.cuStreamIsCapturing(stream, &st);
+        report(r, "is-capturing", "status=%d", (int)st);
+    } else if (strcmp(step, "capture-mode") == 0) {
+        CUstreamCaptureMode m = parse_mode(ARG());
+        report(api.cuThreadExchangeStreamCaptureMode(&m), "capture-mode", "previous=%d", (int)m);
+    } else if (strcmp(step, "capture-graph") == 0) {
+        int n = (int)parse_size(ARG());
+        step_capture_graph(n, (unsigned int)parse_size(ARG()));
+    } else if (strcmp(step, "graph-launch") == 0)
+        report(api.cuGraphLaunch(graph_exec, stream), "graph-launch", NULL);
+    else if (strcmp(step, "threads") == 0) {
+        int n = (int)parse_size(ARG());
+        int launches = (int)parse_size(ARG());
+        step_threads(n, launches, (unsigned int)parse_size(ARG()));
+    } else if (strcmp(step, "fork") == 0) {
+        fflush(stdout);
+        pid_t child = fork();
+        if (child < 0)
+            die_usage("fork failed");
+        if (child == 0)
+            _exit(run_steps(*i, argc, argv, true));
+        /* The parent skips the child's steps. */
+        int depth = 1;
+        while (*i < argc && depth) {
+            if (strcmp(argv[*i], "fork") == 0)
+                depth++;
+            else if (strcmp(argv[*i], "end") == 0)
+                depth--;
+            (*i)++;
+        }
+        int status = 0;
+        waitpid(child, &status, 0);
+        int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        say("fork child=%d status=%d", (int)child, code);
+        if (code)
+            failures++;
+    } else if (strcmp(step, "get-proc") == 0) {
+        const char *name = ARG();
+        int version = (int)parse_size(ARG());
+        step_get_proc(name, version, (unsigned long long)parse_size(ARG()));
+    } else if (strcmp(step, "sleep-ms") == 0) {
+        unsigned long ms = (unsigned long)parse_size(ARG());
+        usleep((useconds_t)(ms * 1000));
+        say("sleep-ms ms=%lu", ms);
+    } else if (strcmp(step, "wait-file") == 0)
+        wait_for_file(ARG());
+    else if (strcmp(step, "touch-file") == 0)
+        touch_file(ARG());
+    else if (strcmp(step, "pid") == 0)
+        say("pid pid=%d", (int)getpid());
+    else if (strcmp(step, "exit") == 0)
+        exit(atoi(ARG()));
+    else {
+        char msg[96];
+        snprintf(msg, sizeof msg, "unknown step '%s'", step);
+        die_usage(msg);
+    }
+#undef ARG
+    return true;
+}
+
+static int run_steps(int i, int argc, char **argv, bool in_child)
+{
+    while (i < argc)
+        if (!run_step(&i, argc, argv) && in_child)
+            break;
+    fflush(stdout);
+    return failures ? 3 : 0;
+}
+
+int main(int argc, char **argv)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    int i = 1;
+    for (; i < argc && strncmp(argv[i], "--", 2) == 0; i++) {
+        if (strcmp(argv[i], "--help") == 0) {
+            fputs(usage, stdout);
+            return 0;
+        } else if (strcmp(argv[i], "--ptsz") == 0)
+            per_thread = true;
+        else if (strcmp(argv[i], "--resolve") == 0 && i + 1 < argc)
+            resolve_mode = argv[++i];
+        else
+            die_usage("unknown option");
+    }
+    if (!standin_resolve(&api, resolve_mode, per_thread))
+        return 2;
+    return run_steps(i, argc, argv, false);
+}
