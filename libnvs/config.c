@@ -1,0 +1,86 @@
+/* Parses GEMSHARE_* once. A bad value is named on stderr with what is accepted, and the default
+ * is used: a typo must not take down the user's training run. */
+#include "config.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gemshare_protocol.h"
+#include "log.h"
+
+#define GS_DEFAULT_IDLE_RELEASE_MS 250u
+#define GS_MAX_IDLE_RELEASE_MS 3600000u
+
+static struct gs_config gs_cfg;
+static pthread_once_t gs_cfg_once = PTHREAD_ONCE_INIT;
+
+static bool gs_env_bool(const char *name, bool fallback)
+{
+    const char *v = getenv(name);
+    if (v == NULL || *v == '\0')
+        return fallback;
+    if (!strcmp(v, "1") || !strcasecmp(v, "true") || !strcasecmp(v, "yes") || !strcasecmp(v, "on"))
+        return true;
+    if (!strcmp(v, "0") || !strcasecmp(v, "false") || !strcasecmp(v, "no") || !strcasecmp(v, "off"))
+        return false;
+    gs_warn("ignoring %s=%s: expected 1 or 0; using %d", name, v, fallback ? 1 : 0);
+    return fallback;
+}
+
+static unsigned gs_env_ms(const char *name, unsigned fallback, unsigned max)
+{
+    const char *v = getenv(name);
+    if (v == NULL || *v == '\0')
+        return fallback;
+    char *end;
+    errno = 0;
+    unsigned long n = strtoul(v, &end, 10);
+    if (errno || *end != '\0' || v[0] == '-' || n > max) {
+        gs_warn("ignoring %s=%s: expected whole milliseconds from 0 to %u; using %u", name, v, max,
+                fallback);
+        return fallback;
+    }
+    return (unsigned)n;
+}
+
+static void gs_env_text(const char *name, char *out, size_t size)
+{
+    const char *v = getenv(name);
+    if (v != NULL)
+        strncpy(out, v, size - 1);
+}
+
+static void gs_config_load(void)
+{
+    /* Debug first, so that the warnings below already know whether to be chatty. */
+    gs_cfg.debug = false;
+    const char *debug = getenv("GEMSHARE_DEBUG");
+    gs_cfg.debug = debug != NULL && (!strcmp(debug, "1") || !strcasecmp(debug, "true"));
+    gs_cfg.single_oversub = gs_env_bool("GEMSHARE_ENABLE_SINGLE_OVERSUB", false);
+    gs_cfg.require = gs_env_bool("GEMSHARE_REQUIRE_SCHEDULER", false);
+    gs_cfg.unified_memory = gs_env_bool("GEMSHARE_UNIFIED_MEMORY", true);
+    gs_cfg.idle_release_ms =
+        gs_env_ms("GEMSHARE_IDLE_RELEASE_MS", GS_DEFAULT_IDLE_RELEASE_MS, GS_MAX_IDLE_RELEASE_MS);
+
+    const char *socket = getenv("GEMSHARE_SOCKET");
+    if (socket == NULL || *socket == '\0')
+        socket = GS_DEFAULT_SOCKET;
+    if (strlen(socket) >= sizeof gs_cfg.socket_path) {
+        gs_cfg.socket_too_long = true;
+        gs_warn("GEMSHARE_SOCKET=%s is longer than a Unix socket path may be (%zu bytes); "
+                "use a shorter path",
+                socket, sizeof gs_cfg.socket_path - 1);
+    }
+    strncpy(gs_cfg.socket_path, socket, sizeof gs_cfg.socket_path - 1);
+
+    gs_env_text("POD_NAME", gs_cfg.pod_name, sizeof gs_cfg.pod_name);
+    gs_env_text("POD_NAMESPACE", gs_cfg.pod_namespace, sizeof gs_cfg.pod_namespace);
+}
+
+const struct gs_config *gs_config(void)
+{
+    pthread_once(&gs_cfg_once, gs_config_load);
+    return &gs_cfg;
+}

@@ -1,0 +1,21 @@
+/* The library's environment, read once at the first CUDA use (never in the constructor). */
+#ifndef GS_CONFIG_H
+#define GS_CONFIG_H
+
+#include <stdbool.h>
+
+struct gs_config {
+    bool debug;          /* GEMSHARE_DEBUG=1 */
+    bool single_oversub; /* GEMSHARE_ENABLE_SINGLE_OVERSUB=1 */
+    bool require;        /* GEMSHARE_REQUIRE_SCHEDULER=1 */
+    bool unified_memory; /* GEMSHARE_UNIFIED_MEMORY (default 1) */
+    unsigned idle_release_ms; /* GEMSHARE_IDLE_RELEASE_MS (default 250; 0 disables) */
+    char socket_path[108];    /* GEMSHARE_SOCKET, else the default path */
+    bool socket_too_long;     /* GEMSHARE_SOCKET does not fit a Unix socket address */
+    char pod_name[256];       /* POD_NAME */
+    char pod_namespace[64];   /* POD_NAMESPACE */
+};
+
+const struct gs_config *gs_config(void);
+
+#endif

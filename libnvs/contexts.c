@@ -1,0 +1,211 @@
+/* Tracks contexts through the primary-context and cuCtxCreate/Destroy hooks. */
+#include "contexts.h"
+
+#include <pthread.h>
+
+#include "impl.h"
+#include "log.h"
+#include "memory.h"
+
+#define GS_MAX_CONTEXTS 128
+
+struct gs_context {
+    CUcontext ctx;
+    CUdevice dev;
+    int primary_retains; /* retains of a primary context through us; 0 for others */
+    bool primary;
+};
+
+/* gs_ctx_mu guards the table (held briefly). gs_ctx_life_mu is held across a drain's
+ * synchronization and across the driver calls that end a context, so that a drain never
+ * synchronizes a context while it is being destroyed. Order: life, then table. */
+static pthread_mutex_t gs_ctx_life_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t gs_ctx_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct gs_context gs_ctxs[GS_MAX_CONTEXTS];
+static int gs_ctx_count;
+
+static struct gs_context *gs_ctx_find(CUcontext ctx)
+{
+    for (int i = 0; i < gs_ctx_count; i++)
+        if (gs_ctxs[i].ctx == ctx)
+            return &gs_ctxs[i];
+    return NULL;
+}
+
+static struct gs_context *gs_ctx_find_primary(CUdevice dev)
+{
+    for (int i = 0; i < gs_ctx_count; i++)
+        if (gs_ctxs[i].primary && gs_ctxs[i].dev == dev)
+            return &gs_ctxs[i];
+    return NULL;
+}
+
+static struct gs_context *gs_ctx_add(CUcontext ctx, CUdevice dev, bool primary)
+{
+    struct gs_context *c = gs_ctx_find(ctx);
+    if (c)
+        return c;
+    if (gs_ctx_count == GS_MAX_CONTEXTS) {
+        gs_warn("more than %d CUDA contexts; a drop will not wait for the work of the rest",
+                GS_MAX_CONTEXTS);
+        return NULL;
+    }
+    gs_ctxs[gs_ctx_count] = (struct gs_context){ctx, dev, 0, primary};
+    gs_debug("tracking %s context %p on device %d", primary ? "primary" : "created", (void *)ctx,
+             dev);
+    return &gs_ctxs[gs_ctx_count++];
+}
+
+static void gs_ctx_remove(struct gs_context *c)
+{
+    gs_debug("no longer tracking context %p", (void *)c->ctx);
+    *c = gs_ctxs[--gs_ctx_count];
+}
+
+void gs_contexts_note(CUcontext ctx, CUdevice dev)
+{
+    if (ctx == NULL)
+        return;
+    pthread_mutex_lock(&gs_ctx_mu);
+    gs_ctx_add(ctx, dev, false);
+    pthread_mutex_unlock(&gs_ctx_mu);
+}
+
+CUresult gs_impl_cuDevicePrimaryCtxRetain(enum gs_variant variant, CUcontext *pctx, CUdevice dev)
+{
+    CUresult r = GS_REAL(cuDevicePrimaryCtxRetain, variant)(pctx, dev);
+    pthread_mutex_lock(&gs_ctx_mu);
+    if (r == CUDA_SUCCESS && pctx) {
+        struct gs_context *c = gs_ctx_add(*pctx, dev, true);
+        if (c) {
+            c->primary = true;
+            c->primary_retains++;
+        }
+    }
+    pthread_mutex_unlock(&gs_ctx_mu);
+    return r;
+}
+
+static CUresult gs_primary_release(CUresult (*release)(CUdevice), CUdevice dev)
+{
+    pthread_mutex_lock(&gs_ctx_life_mu);
+    CUresult r = release(dev);
+    pthread_mutex_lock(&gs_ctx_mu);
+    struct gs_context *c = gs_ctx_find_primary(dev);
+    if (r == CUDA_SUCCESS && c && --c->primary_retains <= 0)
+        gs_ctx_remove(c); /* the driver destroys it with its last retain */
+    pthread_mutex_unlock(&gs_ctx_mu);
+    pthread_mutex_unlock(&gs_ctx_life_mu);
+    return r;
+}
+
+CUresult gs_impl_cuDevicePrimaryCtxRelease(enum gs_variant variant, CUdevice dev)
+{
+    return gs_primary_release(GS_REAL(cuDevicePrimaryCtxRelease, variant), dev);
+}
+
+CUresult gs_impl_cuDevicePrimaryCtxRelease_v2(enum gs_variant variant, CUdevice dev)
+{
+    return gs_primary_release(GS_REAL(cuDevicePrimaryCtxRelease_v2, variant), dev);
+}
+
+/* A reset frees every allocation of the primary context; the context itself stays retained. */
+static CUresult gs_primary_reset(CUresult (*reset)(CUdevice), CUdevice dev)
+{
+    pthread_mutex_lock(&gs_ctx_life_mu);
+    CUresult r = reset(dev);
+    pthread_mutex_lock(&gs_ctx_mu);
+    struct gs_context *c = gs_ctx_find_primary(dev);
+    CUcontext ctx = c ? c->ctx : NULL;
+    pthread_mutex_unlock(&gs_ctx_mu);
+    pthread_mutex_unlock(&gs_ctx_life_mu);
+    if (r == CUDA_SUCCESS && ctx)
+        gs_memory_forget_context(ctx);
+    return r;
+}
+
+CUresult gs_impl_cuDevicePrimaryCtxReset(enum gs_variant variant, CUdevice dev)
+{
+    return gs_primary_reset(GS_REAL(cuDevicePrimaryCtxReset, variant), dev);
+}
+
+CUresult gs_impl_cuDevicePrimaryCtxReset_v2(enum gs_variant variant, CUdevice dev)
+{
+    return gs_primary_reset(GS_REAL(cuDevicePrimaryCtxReset_v2, variant), dev);
+}
+
+#define GS_CREATE_CONTEXT(call, pctx, dev)                                                       \
+    CUresult r = call;                                                                           \
+    pthread_mutex_lock(&gs_ctx_mu);                                                              \
+    if (r == CUDA_SUCCESS && pctx)                                                               \
+        gs_ctx_add(*pctx, dev, false);                                                           \
+    pthread_mutex_unlock(&gs_ctx_mu);                                                            \
+    return r;
+
+CUresult gs_impl_cuCtxCreate_v2(enum gs_variant variant, CUcontext *pctx, unsigned int flags,
+                                CUdevice dev)
+{
+    GS_CREATE_CONTEXT(GS_REAL(cuCtxCreate_v2, variant)(pctx, flags, dev), pctx, dev)
+}
+
+CUresult gs_impl_cuCtxCreate_v3(enum gs_variant variant, CUcontext *pctx,
+                                CUexecAffinityParam *paramsArray, int numParams,
+                                unsigned int flags, CUdevice dev)
+{
+    GS_CREATE_CONTEXT(
+        GS_REAL(cuCtxCreate_v3, variant)(pctx, paramsArray, numParams, flags, dev), pctx, dev)
+}
+
+CUresult gs_impl_cuCtxCreate_v4(enum gs_variant variant, CUcontext *pctx,
+                                CUctxCreateParams *ctxCreateParams, unsigned int flags,
+                                CUdevice dev)
+{
+    GS_CREATE_CONTEXT(GS_REAL(cuCtxCreate_v4, variant)(pctx, ctxCreateParams, flags, dev), pctx,
+                      dev)
+}
+
+CUresult gs_impl_cuCtxDestroy_v2(enum gs_variant variant, CUcontext ctx)
+{
+    pthread_mutex_lock(&gs_ctx_life_mu);
+    CUresult r = GS_REAL(cuCtxDestroy_v2, variant)(ctx);
+    pthread_mutex_lock(&gs_ctx_mu);
+    struct gs_context *c = gs_ctx_find(ctx);
+    if (r == CUDA_SUCCESS && c)
+        gs_ctx_remove(c);
+    pthread_mutex_unlock(&gs_ctx_mu);
+    pthread_mutex_unlock(&gs_ctx_life_mu);
+    if (r == CUDA_SUCCESS)
+        gs_memory_forget_context(ctx);
+    return r;
+}
+
+void gs_contexts_synchronize(void)
+{
+    CUcontext ctxs[GS_MAX_CONTEXTS];
+    pthread_mutex_lock(&gs_ctx_life_mu);
+    pthread_mutex_lock(&gs_ctx_mu);
+    int n = gs_ctx_count;
+    for (int i = 0; i < n; i++)
+        ctxs[i] = gs_ctxs[i].ctx;
+    pthread_mutex_unlock(&gs_ctx_mu);
+    for (int i = 0; i < n; i++) {
+        CUcontext ctx = ctxs[i], popped = NULL;
+        CUresult r = GS_REAL(cuCtxPushCurrent_v2, GS_LEGACY)(ctx);
+        if (r != CUDA_SUCCESS) {
+            gs_debug("drain: cannot make context %p current (error %d)", (void *)ctx, r);
+            continue;
+        }
+        r = GS_REAL(cuCtxSynchronize, GS_LEGACY)();
+        if (r != CUDA_SUCCESS)
+            gs_debug("drain: synchronizing context %p failed (error %d)", (void *)ctx, r);
+        GS_REAL(cuCtxPopCurrent_v2, GS_LEGACY)(&popped);
+    }
+    pthread_mutex_unlock(&gs_ctx_life_mu);
+}
+
+void gs_contexts_after_fork_child(void)
+{
+    pthread_mutex_init(&gs_ctx_life_mu, NULL);
+    pthread_mutex_init(&gs_ctx_mu, NULL);
+    gs_ctx_count = 0;
+}

@@ -1,0 +1,15 @@
+/* The CUDA contexts this process uses, so that a drop can wait for all of their work. */
+#ifndef GS_CONTEXTS_H
+#define GS_CONTEXTS_H
+
+#include "cuda_api.h"
+
+/* Remember a context seen in use (e.g. current during an allocation). */
+void gs_contexts_note(CUcontext ctx, CUdevice dev);
+/* Wait for all work of every known context (push, cuCtxSynchronize, pop). Client thread only,
+ * and never while a stream capture is active. */
+void gs_contexts_synchronize(void);
+
+void gs_contexts_after_fork_child(void);
+
+#endif

@@ -1,0 +1,536 @@
+/* The ALLOC, FREE and INFO hooks: conversion to managed memory, the single-process limit and the
+ * accounting (see README.md for what each allocation API becomes). A mutex guards the records:
+ * allocation is not the hot path. */
+#include "memory.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "client.h"
+#include "config.h"
+#include "contexts.h"
+#include "impl.h"
+#include "log.h"
+
+/* What an allocation is, and therefore how it must be freed and counted. */
+enum gs_alloc_kind {
+    GS_ALLOC_CONVERTED, /* cuMemAlloc/Pitch/Async turned into cuMemAllocManaged by us */
+    GS_ALLOC_MANAGED,   /* the program's own cuMemAllocManaged */
+    GS_ALLOC_DEVICE,    /* ordinary device memory (GEMSHARE_UNIFIED_MEMORY=0) */
+    GS_ALLOC_POOL,      /* stream-ordered pool memory, or graph memory allocated in a capture */
+    GS_ALLOC_VMM,       /* a cuMemCreate handle */
+};
+
+static const char *const gs_alloc_kind_names[] = {"managed (converted)", "managed", "device",
+                                                  "pool", "VMM"};
+
+struct gs_alloc {
+    struct gs_alloc *next;
+    uint64_t key; /* the device pointer, or the VMM handle */
+    size_t size;
+    CUcontext ctx;
+    int device;
+    enum gs_alloc_kind kind;
+    CUevent free_after; /* cuMemFreeAsync of converted memory: free once this event completes */
+};
+
+#define GS_BUCKETS 4096
+/* Deferred frees are done in batches: freeing managed memory may synchronize the device. */
+#define GS_DEFERRED_BATCH 64
+#define GS_DEFERRED_BATCH_BYTES (256ull << 20)
+#define GS_PITCH_ALIGNMENT 512
+
+static pthread_mutex_t gs_mem_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct gs_alloc *gs_buckets[GS_BUCKETS];
+static uint64_t gs_allocated[GS_MAX_DEVICES];
+static bool gs_device_used[GS_MAX_DEVICES];
+static bool gs_device_changed[GS_MAX_DEVICES];
+static struct gs_alloc *gs_deferred; /* converted allocations waiting for their free event */
+static int gs_deferred_count;
+static uint64_t gs_deferred_bytes;
+static _Atomic uint64_t gs_device_total[GS_MAX_DEVICES];
+static atomic_int gs_mem_changed;
+
+static size_t gs_bucket(uint64_t key, enum gs_alloc_kind kind)
+{
+    uint64_t h = (key ^ (kind == GS_ALLOC_VMM ? 0x9e3779b97f4a7c15ull : 0)) * 0x9e3779b97f4a7c15ull;
+    return (size_t)(h >> 52) % GS_BUCKETS;
+}
+
+/* Under gs_mem_mu. */
+static struct gs_alloc **gs_find(uint64_t key, bool vmm)
+{
+    struct gs_alloc **p = &gs_buckets[gs_bucket(key, vmm ? GS_ALLOC_VMM : GS_ALLOC_DEVICE)];
+    for (; *p; p = &(*p)->next)
+        if ((*p)->key == key && ((*p)->kind == GS_ALLOC_VMM) == vmm)
+            return p;
+    return NULL;
+}
+
+/* Under gs_mem_mu. */
+static void gs_link(struct gs_alloc *a)
+{
+    size_t b = gs_bucket(a->key, a->kind);
+    a->next = gs_buckets[b];
+    gs_buckets[b] = a;
+}
+
+/* Under gs_mem_mu: count bytes in or out of a device and tell the client thread. */
+static void gs_count(int device, int64_t delta)
+{
+    if (device < 0 || device >= GS_MAX_DEVICES)
+        return;
+    gs_allocated[device] += (uint64_t)delta;
+    gs_device_used[device] = true;
+    gs_device_changed[device] = true;
+    if (!atomic_exchange(&gs_mem_changed, 1))
+        gs_client_wake();
+}
+
+/* Under gs_mem_mu. The bytes were counted already (reserved) unless `count`. */
+static void gs_record(uint64_t key, size_t size, CUcontext ctx, int device,
+                      enum gs_alloc_kind kind, bool count)
+{
+    struct gs_alloc *a = calloc(1, sizeof *a);
+    if (a == NULL) {
+        gs_warn("out of host memory for allocation records; %zu bytes at %#llx go uncounted",
+                size, (unsigned long long)key);
+        if (!count)
+            gs_count(device, -(int64_t)size);
+        return;
+    }
+    *a = (struct gs_alloc){.key = key, .size = size, .ctx = ctx, .device = device, .kind = kind};
+    gs_link(a);
+    if (count)
+        gs_count(device, (int64_t)size);
+    gs_debug("%s: %zu bytes on device %d at %#llx (now %llu bytes there)",
+             gs_alloc_kind_names[kind], size, device, (unsigned long long)key,
+             device >= 0 && device < GS_MAX_DEVICES ? (unsigned long long)gs_allocated[device] : 0);
+}
+
+/* Under gs_mem_mu: unlink *p, uncount it, and hand it back to be freed. */
+static struct gs_alloc *gs_unrecord(struct gs_alloc **p)
+{
+    struct gs_alloc *a = *p;
+    *p = a->next;
+    gs_count(a->device, -(int64_t)a->size);
+    return a;
+}
+
+static uint64_t gs_total_of(int device)
+{
+    if (device < 0 || device >= GS_MAX_DEVICES)
+        return 0;
+    uint64_t total = atomic_load(&gs_device_total[device]);
+    size_t bytes = 0;
+    if (total == 0 && GS_REAL(cuDeviceTotalMem_v2, GS_LEGACY)(&bytes, device) == CUDA_SUCCESS) {
+        total = bytes;
+        atomic_store(&gs_device_total[device], total);
+    }
+    return total;
+}
+
+/* The current context and its device; false when there is none (the driver call that follows
+ * will report the error itself). */
+static bool gs_current(CUcontext *ctx, int *device)
+{
+    CUdevice dev = -1;
+    *ctx = NULL;
+    if (GS_REAL(cuCtxGetCurrent, GS_LEGACY)(ctx) != CUDA_SUCCESS || *ctx == NULL ||
+        GS_REAL(cuCtxGetDevice, GS_LEGACY)(&dev) != CUDA_SUCCESS)
+        return false;
+    *device = dev;
+    gs_contexts_note(*ctx, dev);
+    return true;
+}
+
+/* Frees deferred allocations whose event completed (every one when wait). */
+static void gs_reap_deferred(bool wait)
+{
+    pthread_mutex_lock(&gs_mem_mu);
+    struct gs_alloc *list = gs_deferred, *keep = NULL, *done = NULL;
+    gs_deferred = NULL;
+    gs_deferred_count = 0;
+    gs_deferred_bytes = 0;
+    pthread_mutex_unlock(&gs_mem_mu);
+
+    while (list) {
+        struct gs_alloc *a = list;
+        list = a->next;
+        CUresult r = wait ? GS_REAL(cuEventSynchronize, GS_LEGACY)(a->free_after)
+                          : GS_REAL(cuEventQuery, GS_LEGACY)(a->free_after);
+        if (r == CUDA_ERROR_NOT_READY) {
+            a->next = keep;
+            keep = a;
+            continue;
+        }
+        GS_REAL(cuEventDestroy_v2, GS_LEGACY)(a->free_after);
+        r = GS_REAL(cuMemFree_v2, GS_LEGACY)((CUdeviceptr)a->key);
+        if (r != CUDA_SUCCESS)
+            gs_debug("deferred free of %#llx failed (error %d)", (unsigned long long)a->key, r);
+        a->next = done;
+        done = a;
+    }
+
+    pthread_mutex_lock(&gs_mem_mu);
+    while (keep) {
+        struct gs_alloc *a = keep;
+        keep = a->next;
+        a->next = gs_deferred;
+        gs_deferred = a;
+        gs_deferred_count++;
+        gs_deferred_bytes += a->size;
+    }
+    while (done) {
+        struct gs_alloc *a = done;
+        done = a->next;
+        gs_count(a->device, -(int64_t)a->size);
+        free(a);
+    }
+    pthread_mutex_unlock(&gs_mem_mu);
+}
+
+/* Counts `size` bytes on the device before a converted allocation is made, refusing what would
+ * make this one process hold more than the whole device. */
+static CUresult gs_reserve(const char *api, int device, size_t size)
+{
+    const struct gs_config *cfg = gs_config();
+    uint64_t total = gs_total_of(device);
+    for (int attempt = 0;; attempt++) {
+        pthread_mutex_lock(&gs_mem_mu);
+        uint64_t held = device >= 0 && device < GS_MAX_DEVICES ? gs_allocated[device] : 0;
+        bool fits = cfg->single_oversub || total == 0 || (size <= total && held <= total - size);
+        if (fits) {
+            gs_count(device, (int64_t)size);
+            pthread_mutex_unlock(&gs_mem_mu);
+            return CUDA_SUCCESS;
+        }
+        bool deferred = gs_deferred != NULL;
+        pthread_mutex_unlock(&gs_mem_mu);
+        if (attempt == 0 && deferred) {
+            gs_reap_deferred(true); /* memory freed with cuMemFreeAsync may be all we need */
+            continue;
+        }
+        gs_debug("%s of %zu bytes refused with CUDA_ERROR_OUT_OF_MEMORY: this process already "
+                 "holds %llu of the %llu bytes of device %d (GEMSHARE_ENABLE_SINGLE_OVERSUB=1 "
+                 "allows one process more than the device)",
+                 api, size, (unsigned long long)held, (unsigned long long)total, device);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+}
+
+static void gs_unreserve(int device, size_t size)
+{
+    pthread_mutex_lock(&gs_mem_mu);
+    gs_count(device, -(int64_t)size);
+    pthread_mutex_unlock(&gs_mem_mu);
+}
+
+/* An allocation left as it is, only counted. */
+static void gs_note_alloc(uint64_t key, size_t size, enum gs_alloc_kind kind, int device_hint)
+{
+    CUcontext ctx = NULL;
+    int device = -1;
+    gs_current(&ctx, &device);
+    if (device_hint >= 0)
+        device = device_hint;
+    pthread_mutex_lock(&gs_mem_mu);
+    gs_record(key, size, ctx, device, kind, true);
+    pthread_mutex_unlock(&gs_mem_mu);
+}
+
+/* A device allocation made managed: reserve, allocate, record. */
+static CUresult gs_alloc_converted(const char *api, CUdeviceptr *dptr, size_t size)
+{
+    CUcontext ctx;
+    int device = -1;
+    if (!gs_current(&ctx, &device) || dptr == NULL || size == 0) {
+        /* The driver reports what is wrong (no context, bad argument). */
+        CUresult r = GS_REAL(cuMemAllocManaged, GS_LEGACY)(dptr, size, CU_MEM_ATTACH_GLOBAL);
+        if (r == CUDA_SUCCESS)
+            gs_note_alloc(*dptr, size, GS_ALLOC_CONVERTED, -1);
+        return r;
+    }
+    CUresult r = gs_reserve(api, device, size);
+    if (r != CUDA_SUCCESS)
+        return r;
+    r = GS_REAL(cuMemAllocManaged, GS_LEGACY)(dptr, size, CU_MEM_ATTACH_GLOBAL);
+    if (r != CUDA_SUCCESS) {
+        gs_unreserve(device, size);
+        return r;
+    }
+    pthread_mutex_lock(&gs_mem_mu);
+    gs_record(*dptr, size, ctx, device, GS_ALLOC_CONVERTED, false);
+    pthread_mutex_unlock(&gs_mem_mu);
+    return CUDA_SUCCESS;
+}
+
+static void gs_maybe_reap(void)
+{
+    pthread_mutex_lock(&gs_mem_mu);
+    bool due = gs_deferred_count >= GS_DEFERRED_BATCH || gs_deferred_bytes >= GS_DEFERRED_BATCH_BYTES;
+    pthread_mutex_unlock(&gs_mem_mu);
+    if (due)
+        gs_reap_deferred(false);
+}
+
+CUresult gs_impl_cuMemAlloc_v2(enum gs_variant variant, CUdeviceptr *dptr, size_t bytesize)
+{
+    gs_maybe_reap();
+    if (gs_config()->unified_memory)
+        return gs_alloc_converted("cuMemAlloc", dptr, bytesize);
+    CUresult r = GS_REAL(cuMemAlloc_v2, variant)(dptr, bytesize);
+    if (r == CUDA_SUCCESS)
+        gs_note_alloc(*dptr, bytesize, GS_ALLOC_DEVICE, -1);
+    return r;
+}
+
+CUresult gs_impl_cuMemAllocPitch_v2(enum gs_variant variant, CUdeviceptr *dptr, size_t *pPitch,
+                                    size_t WidthInBytes, size_t Height,
+                                    unsigned int ElementSizeBytes)
+{
+    gs_maybe_reap();
+    bool valid = dptr && pPitch && WidthInBytes > 0 && Height > 0 &&
+                 (ElementSizeBytes == 4 || ElementSizeBytes == 8 || ElementSizeBytes == 16);
+    size_t pitch = (WidthInBytes + GS_PITCH_ALIGNMENT - 1) / GS_PITCH_ALIGNMENT * GS_PITCH_ALIGNMENT;
+    valid = valid && pitch >= WidthInBytes && Height <= SIZE_MAX / pitch;
+    if (!gs_config()->unified_memory || !valid) {
+        /* Invalid arguments get the driver's own answer. */
+        CUresult r = GS_REAL(cuMemAllocPitch_v2, variant)(dptr, pPitch, WidthInBytes, Height,
+                                                          ElementSizeBytes);
+        if (r == CUDA_SUCCESS)
+            gs_note_alloc(*dptr, *pPitch * Height, GS_ALLOC_DEVICE, -1);
+        return r;
+    }
+    CUresult r = gs_alloc_converted("cuMemAllocPitch", dptr, pitch * Height);
+    if (r == CUDA_SUCCESS)
+        *pPitch = pitch;
+    return r;
+}
+
+CUresult gs_impl_cuMemAllocManaged(enum gs_variant variant, CUdeviceptr *dptr, size_t bytesize,
+                                   unsigned int flags)
+{
+    /* The program chose managed memory itself, so it may exceed the device: counted, not
+     * limited. */
+    CUresult r = GS_REAL(cuMemAllocManaged, variant)(dptr, bytesize, flags);
+    if (r == CUDA_SUCCESS)
+        gs_note_alloc(*dptr, bytesize, GS_ALLOC_MANAGED, -1);
+    return r;
+}
+
+static bool gs_stream_capturing(enum gs_variant variant, CUstream stream)
+{
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    CUresult r = GS_REAL(cuStreamIsCapturing, variant)(stream, &status);
+    return r == CUDA_SUCCESS && status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+CUresult gs_impl_cuMemAllocAsync(enum gs_variant variant, CUdeviceptr *dptr, size_t bytesize,
+                                 CUstream hStream)
+{
+    gs_maybe_reap();
+    /* Inside a graph capture the allocation becomes a graph memory node: leave it to the
+     * driver (and count it like pool memory). */
+    if (gs_config()->unified_memory && !gs_stream_capturing(variant, hStream))
+        return gs_alloc_converted("cuMemAllocAsync", dptr, bytesize);
+    CUresult r = GS_REAL(cuMemAllocAsync, variant)(dptr, bytesize, hStream);
+    if (r == CUDA_SUCCESS)
+        gs_note_alloc(*dptr, bytesize, GS_ALLOC_POOL, -1);
+    return r;
+}
+
+CUresult gs_impl_cuMemAllocFromPoolAsync(enum gs_variant variant, CUdeviceptr *dptr,
+                                         size_t bytesize, CUmemoryPool pool, CUstream hStream)
+{
+    /* An explicit pool has properties of its own (IPC export, location): kept as it is. */
+    CUresult r = GS_REAL(cuMemAllocFromPoolAsync, variant)(dptr, bytesize, pool, hStream);
+    if (r == CUDA_SUCCESS)
+        gs_note_alloc(*dptr, bytesize, GS_ALLOC_POOL, -1);
+    return r;
+}
+
+CUresult gs_impl_cuMemCreate(enum gs_variant variant, CUmemGenericAllocationHandle *handle,
+                             size_t size, const CUmemAllocationProp *prop,
+                             unsigned long long flags)
+{
+    /* Physical memory for the virtual memory API cannot be managed: counted, not converted. */
+    CUresult r = GS_REAL(cuMemCreate, variant)(handle, size, prop, flags);
+    if (r == CUDA_SUCCESS) {
+        int device = prop && prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE ? prop->location.id
+                                                                                : -1;
+        gs_note_alloc(*handle, size, GS_ALLOC_VMM, device);
+    }
+    return r;
+}
+
+CUresult gs_impl_cuMemFree_v2(enum gs_variant variant, CUdeviceptr dptr)
+{
+    CUresult r = GS_REAL(cuMemFree_v2, variant)(dptr);
+    if (r == CUDA_SUCCESS && dptr != 0) {
+        pthread_mutex_lock(&gs_mem_mu);
+        struct gs_alloc **p = gs_find(dptr, false);
+        struct gs_alloc *a = p ? gs_unrecord(p) : NULL;
+        pthread_mutex_unlock(&gs_mem_mu);
+        free(a);
+    }
+    gs_maybe_reap();
+    return r;
+}
+
+CUresult gs_impl_cuMemFreeAsync(enum gs_variant variant, CUdeviceptr dptr, CUstream hStream)
+{
+    pthread_mutex_lock(&gs_mem_mu);
+    struct gs_alloc **p = dptr ? gs_find(dptr, false) : NULL;
+    struct gs_alloc *a = p ? *p : NULL;
+    if (a) /* unlinked while we free it; still counted */
+        *p = a->next;
+    pthread_mutex_unlock(&gs_mem_mu);
+
+    if (a == NULL || a->kind != GS_ALLOC_CONVERTED) {
+        CUresult r = GS_REAL(cuMemFreeAsync, variant)(dptr, hStream);
+        pthread_mutex_lock(&gs_mem_mu);
+        if (a && r == CUDA_SUCCESS)
+            gs_count(a->device, -(int64_t)a->size);
+        else if (a)
+            gs_link(a); /* not freed after all */
+        pthread_mutex_unlock(&gs_mem_mu);
+        if (r == CUDA_SUCCESS)
+            free(a);
+        return r;
+    }
+
+    /* Managed memory has no stream-ordered free: free it once the stream's work so far is done. */
+    CUevent event = NULL;
+    CUresult r = CUDA_SUCCESS;
+    bool capturing = gs_stream_capturing(variant, hStream);
+    if (!capturing) {
+        r = GS_REAL(cuEventCreate, GS_LEGACY)(&event, CU_EVENT_DISABLE_TIMING);
+        if (r == CUDA_SUCCESS) {
+            r = GS_REAL(cuEventRecord, variant)(event, hStream);
+            if (r != CUDA_SUCCESS) {
+                GS_REAL(cuEventDestroy_v2, GS_LEGACY)(event);
+                event = NULL;
+            }
+        }
+    }
+    pthread_mutex_lock(&gs_mem_mu);
+    if (event) {
+        a->free_after = event;
+        a->next = gs_deferred;
+        gs_deferred = a;
+        gs_deferred_count++;
+        gs_deferred_bytes += a->size;
+    } else {
+        /* In a capture the graph would free it on some later launch, which managed memory cannot
+         * follow: it stays allocated and counted. Otherwise the stream was bad: nothing freed. */
+        gs_link(a);
+    }
+    pthread_mutex_unlock(&gs_mem_mu);
+    if (capturing) {
+        gs_debug("cuMemFreeAsync of managed %#llx inside a stream capture: kept allocated",
+                 (unsigned long long)dptr);
+        return CUDA_SUCCESS;
+    }
+    gs_maybe_reap();
+    return r;
+}
+
+CUresult gs_impl_cuMemRelease(enum gs_variant variant, CUmemGenericAllocationHandle handle)
+{
+    CUresult r = GS_REAL(cuMemRelease, variant)(handle);
+    if (r == CUDA_SUCCESS) {
+        pthread_mutex_lock(&gs_mem_mu);
+        struct gs_alloc **p = gs_find(handle, true);
+        struct gs_alloc *a = p ? gs_unrecord(p) : NULL;
+        pthread_mutex_unlock(&gs_mem_mu);
+        free(a);
+    }
+    return r;
+}
+
+CUresult gs_impl_cuMemGetInfo_v2(enum gs_variant variant, size_t *free_bytes, size_t *total)
+{
+    CUresult r = GS_REAL(cuMemGetInfo_v2, variant)(free_bytes, total);
+    CUcontext ctx;
+    int device;
+    if (r != CUDA_SUCCESS || !gs_config()->unified_memory || free_bytes == NULL || total == NULL ||
+        !gs_current(&ctx, &device) || device >= GS_MAX_DEVICES)
+        return r;
+    atomic_store(&gs_device_total[device], (uint64_t)*total);
+    gs_reap_deferred(false);
+    /* With Unified Memory the whole device is this process's while it holds the lock: what is
+     * free is what it has not allocated, whatever other processes hold. */
+    pthread_mutex_lock(&gs_mem_mu);
+    uint64_t held = gs_allocated[device];
+    pthread_mutex_unlock(&gs_mem_mu);
+    *free_bytes = held < *total ? *total - held : 0;
+    return r;
+}
+
+void gs_memory_forget_context(CUcontext ctx)
+{
+    pthread_mutex_lock(&gs_mem_mu);
+    for (size_t b = 0; b < GS_BUCKETS; b++) {
+        struct gs_alloc **p = &gs_buckets[b];
+        while (*p) {
+            if ((*p)->ctx == ctx && (*p)->kind != GS_ALLOC_VMM)
+                free(gs_unrecord(p));
+            else
+                p = &(*p)->next;
+        }
+    }
+    /* Deferred frees of that context died with it, events included. */
+    struct gs_alloc **p = &gs_deferred;
+    while (*p) {
+        struct gs_alloc *a = *p;
+        if (a->ctx == ctx) {
+            *p = a->next;
+            gs_deferred_count--;
+            gs_deferred_bytes -= a->size;
+            gs_count(a->device, -(int64_t)a->size);
+            free(a);
+        } else {
+            p = &a->next;
+        }
+    }
+    pthread_mutex_unlock(&gs_mem_mu);
+}
+
+bool gs_memory_has_changes(void)
+{
+    return atomic_load(&gs_mem_changed) != 0;
+}
+
+int gs_memory_changes(struct gs_mem_usage out[GS_MAX_DEVICES], bool all)
+{
+    int n = 0;
+    atomic_store(&gs_mem_changed, 0);
+    pthread_mutex_lock(&gs_mem_mu);
+    for (int d = 0; d < GS_MAX_DEVICES; d++) {
+        if (!gs_device_used[d] || !(all || gs_device_changed[d]))
+            continue;
+        gs_device_changed[d] = false;
+        out[n++] = (struct gs_mem_usage){(uint32_t)d, gs_allocated[d],
+                                         atomic_load(&gs_device_total[d])};
+    }
+    pthread_mutex_unlock(&gs_mem_mu);
+    return n;
+}
+
+void gs_memory_after_fork_child(void)
+{
+    /* CUDA does not survive fork: the child starts with nothing allocated. The parent's records
+     * are dropped, not freed (another thread may have been changing them). */
+    pthread_mutex_init(&gs_mem_mu, NULL);
+    for (size_t b = 0; b < GS_BUCKETS; b++)
+        gs_buckets[b] = NULL;
+    for (int d = 0; d < GS_MAX_DEVICES; d++) {
+        gs_allocated[d] = 0;
+        gs_device_used[d] = gs_device_changed[d] = false;
+    }
+    gs_deferred = NULL;
+    gs_deferred_count = 0;
+    gs_deferred_bytes = 0;
+    atomic_store(&gs_mem_changed, 0);
+}

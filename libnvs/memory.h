@@ -1,0 +1,29 @@
+/* Device memory: allocations turned into Unified Memory, and the per-device accounting. */
+#ifndef GS_MEMORY_H
+#define GS_MEMORY_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "cuda_api.h"
+
+#define GS_MAX_DEVICES 64
+
+struct gs_mem_usage {
+    uint32_t device;
+    uint64_t allocated; /* bytes this process holds on the device */
+    uint64_t total;     /* the device's size as the driver reports it; 0 if not yet known */
+};
+
+/* Whether some device's usage changed since gs_memory_changes last ran. */
+bool gs_memory_has_changes(void);
+/* Fills out[] with the devices whose usage changed since the last call (every device ever
+ * used when all is true) and clears their marks; returns how many. */
+int gs_memory_changes(struct gs_mem_usage out[GS_MAX_DEVICES], bool all);
+
+/* The context was destroyed or reset: its allocations are gone. */
+void gs_memory_forget_context(CUcontext ctx);
+
+void gs_memory_after_fork_child(void);
+
+#endif
