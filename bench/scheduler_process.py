@@ -1,0 +1,41 @@
+"""A gemshare-scheduler subprocess for a benchmark run."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+class SchedulerProcess:
+    def __init__(self, directory: Path, **options):
+        self.socket = directory / "scheduler.sock"
+        self.log_path = directory / "scheduler.log"
+        command = [sys.executable, "-m", "gemshare_nvs.daemon", "--socket", str(self.socket)]
+        for name, value in options.items():
+            command += ["--" + name.replace("_", "-"), str(value)]
+        with open(self.log_path, "wb") as log:
+            self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log,
+                                            stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 15
+        while not self._accepting():
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"scheduler did not start:\n{self.log_path.read_text()}")
+            time.sleep(0.02)
+
+    def _accepting(self) -> bool:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+            return probe.connect_ex(str(self.socket)) == 0
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()

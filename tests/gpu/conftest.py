@@ -1,0 +1,66 @@
+"""Real-GPU tests: skipped wherever no NVIDIA GPU and PyTorch are present (as in CI)."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+PROGRAMS = Path(__file__).resolve().parent / "programs"
+BUILD = Path(os.environ.get("GEMSHARE_BUILD_DIR", REPO / "build"))
+RUN_TIMEOUT = 300
+
+
+def gpu_present() -> bool:
+    if shutil.which("nvidia-smi") is None:
+        return False
+    return subprocess.run(["nvidia-smi", "-L"], capture_output=True).returncode == 0
+
+
+def pytest_collection_modifyitems(config, items):
+    if gpu_present():
+        return
+    skip = pytest.mark.skip(reason="needs an NVIDIA GPU (run on the device machine)")
+    for item in items:
+        if Path(item.fspath).is_relative_to(Path(__file__).parent):
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def libnvs() -> Path:
+    library = BUILD / "libnvs.so"
+    if not library.exists():
+        subprocess.run(["make", "-C", str(REPO), "lib", f"BUILD={BUILD}"], check=True)
+    return library
+
+
+class GpuProgram(subprocess.Popen):
+    def result(self) -> dict:
+        """Wait for the program and parse the JSON line it prints last."""
+        out, err = self.communicate(timeout=RUN_TIMEOUT)
+        assert self.returncode == 0, f"exit {self.returncode}\nstdout:\n{out}\nstderr:\n{err}"
+        return json.loads(out.strip().splitlines()[-1])
+
+
+@pytest.fixture
+def gpu_program(libnvs):
+    """Start a program from programs/ (under libnvs.so unless preload=False)."""
+
+    def start(name, *args, socket=None, preload=True, **env):
+        search_path = os.pathsep.join(filter(None, [str(PROGRAMS), os.environ.get("PYTHONPATH")]))
+        environment = dict(os.environ, PYTHONPATH=search_path, PYTHONUNBUFFERED="1",
+                           **{k: str(v) for k, v in env.items()})
+        if preload:
+            environment["LD_PRELOAD"] = str(libnvs)
+        if socket is not None:
+            environment["GEMSHARE_SOCKET"] = str(socket)
+        return GpuProgram([sys.executable, str(PROGRAMS / name), *map(str, args)],
+                          env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True)
+
+    return start
+
