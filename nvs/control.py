@@ -33,9 +33,10 @@ def parse_set(body: dict) -> tuple[int | None, Mode | None]:
     """The new TQ and mode of a `set` request (None where not given), or Refused."""
     unknown = sorted(set(body) - {"op", *SET_KEYS})
     if unknown:
-        raise Refused("invalid", f"set accepts only tq and anti_thrash, not {', '.join(unknown)}")
+        raise Refused("invalid", f"set accepts only tq and anti_thrash, not "
+                                 f"{', '.join(map(str, unknown))}; nothing was changed")
     if not any(key in body for key in SET_KEYS):
-        raise Refused("invalid", "set needs tq, anti_thrash or both")
+        raise Refused("invalid", "set needs tq, anti_thrash or both; nothing was changed")
     try:
         tq = check_tq(body["tq"]) if "tq" in body else None
         mode = check_mode(body["anti_thrash"]) if "anti_thrash" in body else None

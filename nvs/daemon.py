@@ -92,30 +92,40 @@ def setup_logging(debug: bool) -> None:
     root.propagate = False
 
 
-async def run(settings: Settings, listening: Listening) -> None:
-    gpus = Gpus()
-    log.info("GPU information: %s", "from NVML" if gpus.available else gpus.reason)
-    try:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(_stop_on_signal, nursery.cancel_scope)
-            await nursery.start(Server(settings, listening.sock, gpus).serve)
-            log.info("listening on %s%s: tq %d s, anti-thrash %s, grace %d ms, max %d clients, "
-                     "control group %s", listening.path,
-                     " (socket from systemd)" if listening.inherited else "", settings.tq,
-                     settings.mode.label, settings.grace_ms, settings.max_clients,
-                     settings.control_group)
-            _notify("READY=1\nSTATUS=listening on " + str(listening.path))
-    finally:
-        gpus.close()
-
-
-async def _stop_on_signal(scope: trio.CancelScope) -> None:
+async def run(settings: Settings) -> None:
+    # Signals are caught before the socket exists, so a SIGTERM that follows the first
+    # connection always ends in a clean exit.
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-        async for signum in signals:
-            log.info("%s received: stopping", signal.Signals(signum).name)
-            _notify("STOPPING=1")
-            scope.cancel()
-            return
+        gpus = Gpus()
+        log.info("GPU information: %s", "from NVML" if gpus.available else gpus.reason)
+        try:
+            listening = open_listener(settings.socket)
+            try:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(_stop_on_signal, signals, nursery.cancel_scope)
+                    await nursery.start(Server(settings, listening.sock, gpus).serve)
+                    _announce(settings, listening)
+            finally:
+                listening.close()
+        finally:
+            gpus.close()
+
+
+def _announce(settings: Settings, listening: Listening) -> None:
+    log.info("listening on %s%s: tq %d s, anti-thrash %s, grace %d ms, max %d clients, "
+             "control group %s", listening.path,
+             " (socket from systemd)" if listening.inherited else "", settings.tq,
+             settings.mode.label, settings.grace_ms, settings.max_clients,
+             settings.control_group)
+    _notify("READY=1\nSTATUS=listening on " + str(listening.path))
+
+
+async def _stop_on_signal(signals, scope: trio.CancelScope) -> None:
+    async for signum in signals:
+        log.info("%s received: stopping", signal.Signals(signum).name)
+        _notify("STOPPING=1")
+        scope.cancel()
+        return
 
 
 def _notify(state: str) -> None:
@@ -129,14 +139,10 @@ def main(argv=None) -> int:
     settings = parse_args(argv)
     setup_logging(settings.debug)
     try:
-        listening = open_listener(settings.socket)
+        trio.run(run, settings)
     except ListenerError as exc:
         print(f"gemshare-scheduler: {exc}", file=sys.stderr)
         return 1
-    try:
-        trio.run(run, settings, listening)
-    finally:
-        listening.close()
     log.info("stopped")
     return 0
 

@@ -4,7 +4,13 @@
 short temporary directory (Unix socket paths are limited to 107 bytes, so pytest's long tmp_path
 will not do) and returns once it accepts connections. Options become command-line flags:
 `tq=1, grace_ms=500, anti_thrash="off", debug=True` -> `--tq 1 --grace-ms 500 --anti-thrash off
---debug`. `env={...}` adds environment variables. Everything started is stopped at teardown.
+--debug`. Keyword-only extras: `env={...}` adds environment variables, `directory=` uses a
+directory you made (the socket is `directory/scheduler.sock`), `wrapper=[...]` puts a command in
+front (it must exec the rest), `pass_fds=` keeps descriptors open in the child. Everything
+started is stopped at teardown.
+
+`run_scheduler(*args, env=None)` runs gemshare-scheduler with exactly `args` for a run that is
+expected to end by itself (bad options, socket refused) and returns the CompletedProcess.
 """
 
 from __future__ import annotations
@@ -76,15 +82,16 @@ def wait_until_accepting(path: Path, process: subprocess.Popen, log_file: Path,
 class RunningScheduler:
     """A gemshare-scheduler process of a test."""
 
-    def __init__(self, directory: Path, env: dict | None = None, **options):
+    def __init__(self, directory: Path, env: dict | None = None, wrapper: list[str] = (),
+                 pass_fds=(), **options):
         self.directory = directory
         self.socket = directory / "scheduler.sock"
         self._log_path = directory / "scheduler.log"
         self._log_file = open(self._log_path, "wb")
         self.process = subprocess.Popen(
-            scheduler_command(self.socket, **options), stdin=subprocess.DEVNULL,
+            [*wrapper, *scheduler_command(self.socket, **options)], stdin=subprocess.DEVNULL,
             stdout=self._log_file, stderr=subprocess.STDOUT, cwd=REPO,
-            env=scheduler_environment(env))
+            env=scheduler_environment(env), pass_fds=pass_fds)
         try:
             wait_until_accepting(self.socket, self.process, self._log_path)
         except BaseException:
@@ -129,8 +136,8 @@ def short_tmp_dirs():
 def scheduler_factory(short_tmp_dirs):
     started: list[RunningScheduler] = []
 
-    def start(**options) -> RunningScheduler:
-        running = RunningScheduler(short_tmp_dirs(), **options)
+    def start(*, directory: Path | None = None, **options) -> RunningScheduler:
+        running = RunningScheduler(directory or short_tmp_dirs(), **options)
         started.append(running)
         return running
 
@@ -142,3 +149,12 @@ def scheduler_factory(short_tmp_dirs):
 @pytest.fixture
 def scheduler(scheduler_factory):
     return scheduler_factory()
+
+
+@pytest.fixture
+def run_scheduler():
+    def run(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "gemshare_nvs.daemon", *args],
+                              capture_output=True, text=True, cwd=REPO, timeout=30,
+                              env=scheduler_environment(env), stdin=subprocess.DEVNULL)
+    return run

@@ -1,0 +1,49 @@
+"""gemshare-scheduler's options: bad values are refused with a message before anything starts."""
+
+import pytest
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--tq", "0"], "from 1 to 86400"),
+    (["--tq", "-3"], "from 1 to 86400"),
+    (["--tq", "86401"], "from 1 to 86400"),
+    (["--tq", "abc"], "--tq must be a whole number"),
+    (["--tq", "1.5"], "--tq must be a whole number"),
+    (["--anti-thrash", "maybe"], "invalid choice: 'maybe'"),
+    (["--grace-ms", "0"], "grace must be"),
+    (["--max-clients", "0"], "max clients must be"),
+    (["--control-group", " "], "--control-group must name a group"),
+    (["--bogus"], "unrecognized arguments: --bogus"),
+])
+def test_bad_option_is_refused_with_a_message(short_tmp_dirs, run_scheduler, args, words):
+    path = short_tmp_dirs() / "never.sock"
+    result = run_scheduler("--socket", str(path), *args)
+    assert result.returncode == 2
+    assert words in result.stderr
+    assert not path.exists()  # refused before touching the socket
+
+
+def test_help_documents_every_option(run_scheduler):
+    result = run_scheduler("--help")
+    assert result.returncode == 0
+    for option in ("--socket", "--tq", "--anti-thrash", "--grace-ms", "--max-clients",
+                   "--control-group", "--debug", "GEMSHARE_SOCKET"):
+        assert option in result.stdout
+
+
+def test_options_reach_the_running_scheduler(scheduler_factory):
+    running = scheduler_factory(tq=86400, anti_thrash="auto", grace_ms=1, max_clients=3,
+                                control_group="wheel", debug=True)
+    with running.connect() as control:
+        status = control.request({"op": "status"})["status"]
+    assert (status["tq"], status["anti_thrash"], status["grace_ms"], status["max_clients"],
+            status["control_group"]) == (86400, "auto", 1, 3, "wheel")
+    assert "DEBUG" in running.log()  # --debug logs connections opening
+
+
+def test_gemshare_debug_variable_turns_on_debug_logging(scheduler_factory):
+    running = scheduler_factory(env={"GEMSHARE_DEBUG": "1"})
+    with running.connect() as control:
+        control.request({"op": "status"})
+    running.stop()
+    assert "DEBUG connection" in running.log()
