@@ -524,6 +524,8 @@ void gs_client_start(void)
     atomic_store(&gs_wake_fd, fd);
     /* Closed until the first connection attempt decides: no work slips out unscheduled. */
     gs_gate_close();
+    gs_debug("starting the client: socket %s, unified memory %s, idle release %u ms",
+             cfg->socket_path, cfg->unified_memory ? "on" : "off", cfg->idle_release_ms);
     int err = fd < 0 ? errno : pthread_create(&thread, NULL, gs_client_main, NULL);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (err) {
@@ -532,8 +534,6 @@ void gs_client_start(void)
     } else {
         pthread_setname_np(thread, "gemshare");
         pthread_detach(thread);
-        gs_debug("client started: socket %s, unified memory %s, idle release %u ms",
-                 cfg->socket_path, cfg->unified_memory ? "on" : "off", cfg->idle_release_ms);
     }
     atomic_store_explicit(&gs_started, 1, memory_order_release);
     pthread_mutex_unlock(&gs_start_mu);

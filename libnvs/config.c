@@ -55,7 +55,6 @@ static void gs_env_text(const char *name, char *out, size_t size)
 static void gs_config_load(void)
 {
     /* Debug first, so that the warnings below already know whether to be chatty. */
-    gs_cfg.debug = false;
     const char *debug = getenv("GEMSHARE_DEBUG");
     gs_cfg.debug = debug != NULL && (!strcmp(debug, "1") || !strcasecmp(debug, "true"));
     gs_cfg.single_oversub = gs_env_bool("GEMSHARE_ENABLE_SINGLE_OVERSUB", false);

@@ -13,7 +13,7 @@ static _Atomic(void *) gs_libcuda;
 
 _Atomic(gs_dlsym_fn) gs_real_dlsym_fn;
 
-static gs_dlsym_fn gs_dlsym_function(void)
+GS_NO_TSAN static gs_dlsym_fn gs_dlsym_function(void)
 {
     gs_dlsym_fn fn = atomic_load_explicit(&gs_real_dlsym_fn, memory_order_acquire);
     if (fn)
@@ -29,12 +29,12 @@ static gs_dlsym_fn gs_dlsym_function(void)
     return fn;
 }
 
-bool gs_find_real_dlsym(void)
+GS_NO_TSAN bool gs_find_real_dlsym(void)
 {
     return gs_dlsym_function() != NULL;
 }
 
-void *gs_real_dlsym(void *handle, const char *name)
+GS_NO_TSAN void *gs_real_dlsym(void *handle, const char *name)
 {
     gs_dlsym_fn fn = gs_dlsym_function();
     return fn ? fn(handle, name) : NULL;

@@ -10,6 +10,9 @@
 
 #define GS_EXPORT __attribute__((visibility("default")))
 #define GS_UNPAREN(...) __VA_ARGS__
+/* For code that runs inside every dlsym of the process, even before ThreadSanitizer's runtime
+ * (which looks up its own functions with dlsym) is ready. */
+#define GS_NO_TSAN __attribute__((no_sanitize("thread")))
 
 /* The newest CUDA version whose cuda.h the table was checked against: for a cudaVersion above
  * it, cuGetProcAddress may hand out a signature we do not know, so we verify before wrapping. */
@@ -81,7 +84,7 @@ bool gs_driver_is_hook(const void *fn);
  * dlsym trampoline; gs_find_real_dlsym() sets it (false if glibc has none we know). */
 typedef void *(*gs_dlsym_fn)(void *, const char *);
 extern _Atomic(gs_dlsym_fn) gs_real_dlsym_fn;
-bool gs_find_real_dlsym(void);
-void *gs_real_dlsym(void *handle, const char *name);
+GS_NO_TSAN bool gs_find_real_dlsym(void);
+GS_NO_TSAN void *gs_real_dlsym(void *handle, const char *name);
 
 #endif

@@ -14,7 +14,7 @@
  * from here would answer them as if libnvs had asked. */
 #define GS_PASS_THROUGH ((void *)-1)
 
-void *gs_dlsym_hook(void *handle, const char *name);
+GS_NO_TSAN void *gs_dlsym_hook(void *handle, const char *name);
 
 #if defined(__x86_64__)
 __asm__(".text\n"
@@ -77,7 +77,7 @@ __asm__(".text\n"
 #error "libnvs supports x86-64 and aarch64"
 #endif
 
-void *gs_dlsym_hook(void *handle, const char *name)
+GS_NO_TSAN void *gs_dlsym_hook(void *handle, const char *name)
 {
     if (!gs_find_real_dlsym())
         return NULL; /* no glibc dlsym to go to: said so on stderr */
