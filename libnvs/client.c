@@ -10,6 +10,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -509,10 +510,12 @@ void gs_client_start(void)
         pthread_mutex_unlock(&gs_start_mu);
         return;
     }
-    static bool atfork_registered; /* survives fork: the child inherits the handlers */
-    if (!atfork_registered) {
+    static bool handlers_registered; /* survives fork: the child inherits the handlers */
+    if (!handlers_registered) {
         pthread_atfork(NULL, NULL, gs_after_fork_child);
-        atfork_registered = true;
+        /* Runs before the driver's own destructors (registered earlier, run later). */
+        atexit(gs_contexts_stop);
+        handlers_registered = true;
     }
     const struct gs_config *cfg = gs_config();
     int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);

@@ -23,6 +23,7 @@ static pthread_mutex_t gs_ctx_life_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t gs_ctx_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct gs_context gs_ctxs[GS_MAX_CONTEXTS];
 static int gs_ctx_count;
+static bool gs_ctx_exiting; /* under gs_ctx_life_mu */
 
 static struct gs_context *gs_ctx_find(CUcontext ctx)
 {
@@ -184,7 +185,7 @@ void gs_contexts_synchronize(void)
     CUcontext ctxs[GS_MAX_CONTEXTS];
     pthread_mutex_lock(&gs_ctx_life_mu);
     pthread_mutex_lock(&gs_ctx_mu);
-    int n = gs_ctx_count;
+    int n = gs_ctx_exiting ? 0 : gs_ctx_count;
     for (int i = 0; i < n; i++)
         ctxs[i] = gs_ctxs[i].ctx;
     pthread_mutex_unlock(&gs_ctx_mu);
@@ -203,8 +204,17 @@ void gs_contexts_synchronize(void)
     pthread_mutex_unlock(&gs_ctx_life_mu);
 }
 
+void gs_contexts_stop(void)
+{
+    /* Taking the lock waits for a synchronization in progress to end. */
+    pthread_mutex_lock(&gs_ctx_life_mu);
+    gs_ctx_exiting = true;
+    pthread_mutex_unlock(&gs_ctx_life_mu);
+}
+
 void gs_contexts_after_fork_child(void)
 {
+    gs_ctx_exiting = false;
     pthread_mutex_init(&gs_ctx_life_mu, NULL);
     pthread_mutex_init(&gs_ctx_mu, NULL);
     gs_ctx_count = 0;

@@ -10,6 +10,9 @@ void gs_contexts_note(CUcontext ctx, CUdevice dev);
  * and never while a stream capture is active. */
 void gs_contexts_synchronize(void);
 
+/* At exit, before the driver tears itself down: no synchronization from our thread after this. */
+void gs_contexts_stop(void);
+
 void gs_contexts_after_fork_child(void);
 
 #endif
