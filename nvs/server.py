@@ -110,12 +110,13 @@ class Server:
         frame = p.encode(p.Error(p.ErrorCode.TOO_MANY_CLIENTS,
                                  f"the scheduler already has {len(self.conns)} connections; "
                                  "try again later or raise --max-clients"))
-        with trio.move_on_after(FLUSH_SECONDS):
-            try:
+        try:
+            with trio.move_on_after(FLUSH_SECONDS):
                 await trio.SocketStream(sock).send_all(frame)
-            except (trio.BrokenResourceError, OSError):
-                pass
-        sock.close()
+        except (trio.BrokenResourceError, OSError):
+            pass
+        finally:
+            sock.close()
 
     # ----- one connection -----------------------------------------------------------------
 
@@ -134,11 +135,20 @@ class Server:
             with conn.scope:
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(self._write_loop, conn)
+                    conn.reader.deadline = trio.current_time() + self.settings.first_frame_seconds
                     with conn.reader:
                         await self._read_loop(conn)
+                    if conn.kind is None and conn.ending is None:
+                        self._apply([Close(conn.id, "no REGISTER or CONTROL within "
+                                           f"{self.settings.first_frame_seconds:g} s of "
+                                           "connecting", p.ErrorCode.PROTOCOL)])
                     self._apply(self._forget(conn))
                     conn.outbox.close()  # the writer sends what is queued, then ends
                     conn.scope.deadline = trio.current_time() + FLUSH_SECONDS
+        except Exception:
+            # A bug must cost one connection, not every client's lock: log it loudly.
+            log.exception("internal error serving %s; closing it", conn)
+            conn.ending = "internal error"
         finally:
             self._apply(self._forget(conn))
             sock.close()
@@ -180,6 +190,7 @@ class Server:
 
     async def _dispatch(self, conn: Conn, message, seq: int) -> None:
         conn.kind = next_kind(conn.kind, message)
+        conn.reader.deadline = math.inf  # it has said what it is: no first-frame deadline
         now = trio.current_time()
         policy = self.policy
         if isinstance(message, p.Register):

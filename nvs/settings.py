@@ -69,6 +69,9 @@ class Settings:
     debug: bool = False
     # Frames waiting to be written to one connection; a peer that lets this fill is dropped.
     outgoing_queue: int = 256
+    # A connection must say what it is (REGISTER or CONTROL) within this time, so that silent
+    # connections cannot hold the connection slots.
+    first_frame_seconds: float = 10.0
 
     @classmethod
     def defaults(cls, socket: str | os.PathLike | None = None) -> "Settings":

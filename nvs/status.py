@@ -27,6 +27,9 @@ def build_status(policy: Policy, now: float, wall: float, *, grace_ms: int,
             hold.dropped_at is not None for hold in dev.holders.values())
         entry["allocated_bytes"] = sum(c.allocated.get(index, 0)
                                        for c in policy.clients.values())
+        # What the clients' drivers say the device holds; useful where NVML is missing.
+        entry["reported_total_bytes"] = max((c.device_total.get(index, 0)
+                                             for c in policy.clients.values()), default=0)
         devices.append(entry)
 
     clients = []

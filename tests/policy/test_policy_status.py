@@ -26,7 +26,8 @@ def test_status_has_every_required_key():
     assert (status["tq"], status["anti_thrash"], status["grace_ms"]) == (17, "on", 2500)
     assert CLIENT_KEYS <= set(status["clients"][0])
     assert status["devices"] == [{"index": 0, "holders": [], "waiters": [],
-                                  "drop_pending": False, "allocated_bytes": 0}]
+                                  "drop_pending": False, "allocated_bytes": 0,
+                                  "reported_total_bytes": 0}]
 
 
 def test_states_hold_and_wait_times_follow_the_clock():
@@ -95,8 +96,9 @@ def test_memory_reports_are_summed_per_client_and_device():
     driver.mem(1, 1000, device=0)
     driver.mem(1, 500, device=1)
     driver.mem(1, 2000, device=0)  # a new report replaces the old figure
-    driver.mem(2, 7, device=0)
+    driver.mem(2, 7, device=0, total=80 << 30)
     status = status_of(driver)
+    assert status["devices"][0]["reported_total_bytes"] == 80 << 30
     assert by_id(status)[1]["allocated_bytes"] == 2500
     assert {d["index"]: d["allocated_bytes"] for d in status["devices"]} == {0: 2007, 1: 500}
 

@@ -203,3 +203,35 @@ async def test_memory_reports_show_in_status(inprocess_scheduler):
                 break
             await trio.sleep(0.01)
     assert status["clients"][0]["allocated_bytes"] == 123_456
+
+
+async def test_silent_connection_is_closed_after_the_first_frame_deadline(inprocess_scheduler):
+    running = await inprocess_scheduler(first_frame_seconds=0.2)
+    silent = await Peer.connect(running.socket)
+    half = await Peer.connect(running.socket)
+    await half.send_raw(p.encode(p.Control({"op": "status"}))[:10])
+    client, = await registered_peers(running, 1)
+    for peer in (silent, half):
+        error, = await peer.closed_after()
+        assert error.code == p.ErrorCode.PROTOCOL and "no REGISTER or CONTROL" in error.text
+    await trio.sleep(0.3)  # a registered client has no such deadline
+    await client.send(p.RequestLock(0))
+    assert isinstance(await client.recv(), p.LockGranted)
+
+
+async def test_connections_beyond_the_ceiling_are_refused(inprocess_scheduler):
+    running = await inprocess_scheduler(max_clients=1)
+    ceiling = running.server.max_connections
+    idle = [await Peer.connect(running.socket) for _ in range(ceiling)]
+    with trio.fail_after(DEADLINE):
+        while (await running.server.status())["connections"] < ceiling:
+            await trio.sleep(0.005)
+    extra = await Peer.connect(running.socket)
+    error, = await extra.closed_after()
+    assert error.code == p.ErrorCode.TOO_MANY_CLIENTS
+    await idle.pop().aclose()
+    with trio.fail_after(DEADLINE):
+        while (await running.server.status())["connections"] >= ceiling:
+            await trio.sleep(0.005)
+    control = await Peer.connect(running.socket)
+    assert (await control.control({"op": "status"}))["ok"] is True
