@@ -16,9 +16,11 @@ from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from gemshare_nvs.connection import DEFAULT_SOCKET, socket_path
-from gemshare_nvs.settings import DEFAULT_CONTROL_GROUP, MODE_LABELS, TQ_MAX, TQ_MIN, check_mode, check_tq
+from gemshare_nvs.settings import (DEFAULT_CONTROL_GROUP, MODE_LABELS, TQ_MAX, TQ_MIN, check_mode,
+                                   check_tq)
 
 from . import client, render
 from .errors import CtlError, ExitCode
@@ -73,7 +75,8 @@ def _stdout() -> Console:
 
 
 def _fail(error: CtlError):
-    Console(stderr=True).print(f"[bold red]gemsharectl:[/bold red] {error.message}",
+    # Escaped: paths and the scheduler's words may hold brackets that rich would read as markup.
+    Console(stderr=True).print(f"[bold red]gemsharectl:[/bold red] {escape(error.message)}",
                                markup=True, highlight=False, soft_wrap=True)
     raise typer.Exit(int(error.exit_code))
 

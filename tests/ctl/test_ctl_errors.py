@@ -26,7 +26,7 @@ def settings_of(ctl, scheduler) -> tuple:
 
 @pytest.mark.parametrize("args", [["status"], ["--set-tq", "30"], ["--anti-thrash", "off"]])
 def test_no_scheduler_names_the_socket(ctl, tmp_path, args):
-    missing = tmp_path / "scheduler.sock"
+    missing = tmp_path / "[bold]x[/bold]" / "scheduler.sock"  # brackets must print as written
     result = ctl(*args, env={"GEMSHARE_SOCKET": str(missing)})
     assert_clean_failure(result, ExitCode.UNREACHABLE, str(missing), "no gemshare-scheduler")
 
