@@ -69,7 +69,7 @@ class Target:
 
 
 def _stdout() -> Console:
-    # Piped output gets a wide console so that grep and logs see whole rows instead of wrapped cells.
+    # Piped output gets a wide console: grep and logs see whole rows, not wrapped cells.
     wide = not sys.stdout.isatty() and "COLUMNS" not in os.environ
     return Console(width=200 if wide else None)
 

@@ -8,7 +8,7 @@ import enum
 class ExitCode(enum.IntEnum):
     OK = 0
     UNREACHABLE = 1  # no scheduler on the socket, it hung up, it did not answer, or it failed
-    INVALID = 2  # bad command line or a value the scheduler refused (Typer's usage errors are 2 too)
+    INVALID = 2  # bad command line or refused value (Typer's usage errors are 2 as well)
     PERMISSION = 3  # the socket may not be opened, or this user may not change settings
 
 
