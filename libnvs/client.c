@@ -63,7 +63,7 @@ static uint32_t gs_seq;
 static uint32_t gs_mode = GS_MODE_ON;
 static enum gs_lock_state gs_lock = GS_LOCK_NONE;
 static int64_t gs_last_mem_report = INT64_MIN / 2;
-static unsigned long gs_idle_seen;
+static unsigned gs_idle_seen;
 static int64_t gs_idle_since;
 static uint8_t gs_rbuf[2 * GS_WIRE_MAX_INBOUND];
 static size_t gs_rlen;
@@ -171,8 +171,8 @@ static void gs_check_idle(int64_t now)
     unsigned idle_ms = gs_config()->idle_release_ms;
     if (gs_lock != GS_LOCK_HELD || idle_ms == 0)
         return;
-    unsigned long seen = atomic_load(&gs_gate_submissions);
-    if (seen != gs_idle_seen || atomic_load(&gs_gate_inflight) > 0) {
+    unsigned seen = gs_gate_submitted();
+    if (seen != gs_idle_seen || gs_gate_in_flight() > 0) {
         gs_idle_seen = seen;
         gs_idle_since = now;
         return;
@@ -188,14 +188,14 @@ static void gs_check_idle(int64_t now)
     gs_contexts_synchronize();
     gs_capture_allow();
     int64_t end = gs_now_ms();
-    if (end - start > GS_BUSY_SYNC_MS || atomic_load(&gs_gate_submissions) != seen) {
+    if (end - start > GS_BUSY_SYNC_MS || gs_gate_submitted() != seen) {
         /* The GPU was busy until just now: idle time counts from here. */
-        gs_idle_seen = atomic_load(&gs_gate_submissions);
+        gs_idle_seen = gs_gate_submitted();
         gs_idle_since = end;
         return;
     }
     gs_gate_close();
-    if (atomic_load(&gs_gate_inflight) > 0 || atomic_load(&gs_gate_submissions) != seen) {
+    if (gs_gate_in_flight() > 0 || gs_gate_submitted() != seen) {
         gs_gate_open();
         gs_idle_since = end;
         return;
@@ -256,7 +256,7 @@ static void gs_handle(const struct gs_header *h, const uint8_t *payload)
         struct gs_lock_granted m;
         memcpy(&m, payload, sizeof m);
         gs_lock = GS_LOCK_HELD;
-        gs_idle_seen = atomic_load(&gs_gate_submissions);
+        gs_idle_seen = gs_gate_submitted();
         gs_idle_since = gs_now_ms();
         gs_gate_open();
         gs_debug("granted the GPU lock for %llu ms%s%s", (unsigned long long)m.quantum_ms,

@@ -9,8 +9,7 @@
 
 /* Open until the first CUDA use starts the client (which closes it while it connects). */
 atomic_int gs_gate_is_open = 1;
-atomic_long gs_gate_inflight;
-atomic_ulong gs_gate_submissions;
+atomic_ullong gs_gate_calls;
 
 static pthread_mutex_t gs_gate_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t gs_gate_cv = PTHREAD_COND_INITIALIZER;
@@ -24,7 +23,7 @@ void gs_gate_wait(void)
     if (gs_capture_owned_by_this_thread())
         return;
     for (;;) {
-        atomic_fetch_sub(&gs_gate_inflight, 1);
+        atomic_fetch_sub(&gs_gate_calls, 1);
         pthread_mutex_lock(&gs_gate_mu);
         gs_gate_blocked++;
         while (!atomic_load(&gs_gate_is_open)) {
@@ -34,7 +33,7 @@ void gs_gate_wait(void)
         }
         gs_gate_blocked--;
         pthread_mutex_unlock(&gs_gate_mu);
-        atomic_fetch_add(&gs_gate_inflight, 1);
+        atomic_fetch_add(&gs_gate_calls, 1);
         if (atomic_load(&gs_gate_is_open))
             return;
     }
@@ -60,7 +59,7 @@ void gs_gate_wait_drained(void)
     /* Calls in flight are short (a launch) or end with the GPU work they wait for (a synchronous
      * copy); poll with a growing pause rather than put a wake-up on the hot path. */
     long pause_ns = 20000;
-    while (atomic_load(&gs_gate_inflight) > 0) {
+    while (gs_gate_in_flight() > 0) {
         struct timespec ts = {0, pause_ns};
         nanosleep(&ts, NULL);
         if (pause_ns < 1000000)
@@ -89,6 +88,6 @@ void gs_gate_after_fork_child(void)
     pthread_cond_init(&gs_gate_cv, NULL);
     gs_gate_blocked = 0;
     atomic_store(&gs_gate_requested, 0);
-    atomic_store(&gs_gate_inflight, 0);
+    atomic_store(&gs_gate_calls, 0);
     atomic_store(&gs_gate_is_open, 1);
 }

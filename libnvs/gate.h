@@ -1,6 +1,6 @@
 /* The gate every work submission passes. Open while this process holds the GPU lock, or needs
- * none (mode off, no scheduler); closed otherwise. The open path is two seq_cst atomics on entry
- * and two on exit: no lock, no system call, no clock. */
+ * none (mode off, no scheduler); closed otherwise. The open path is an atomic add and a load on
+ * entry and one atomic add on exit: no lock, no system call, no clock. */
 #ifndef GS_GATE_H
 #define GS_GATE_H
 
@@ -8,14 +8,17 @@
 #include <stdbool.h>
 
 extern atomic_int gs_gate_is_open;
-extern atomic_long gs_gate_inflight;        /* hooked submissions between enter and exit */
-extern atomic_ulong gs_gate_submissions;    /* submissions so far, sampled for idle release */
+/* Hooked submissions: the low 32 bits count those between enter and exit, the high 32 bits those
+ * done so far (sampled for idle release; only compared, so wrapping is harmless). One word lets
+ * exit count and leave in one atomic add. */
+extern atomic_ullong gs_gate_calls;
+#define GS_GATE_LEAVE_AND_COUNT ((1ull << 32) - 1)
 
 void gs_gate_wait(void);
 
 static inline void gs_gate_enter(void)
 {
-    atomic_fetch_add(&gs_gate_inflight, 1);
+    atomic_fetch_add(&gs_gate_calls, 1);
     if (__builtin_expect(atomic_load(&gs_gate_is_open), 1))
         return;
     gs_gate_wait();
@@ -23,9 +26,17 @@ static inline void gs_gate_enter(void)
 
 static inline void gs_gate_exit(void)
 {
-    /* Counted before the in-flight decrement: whoever sees no call in flight also sees its count. */
-    atomic_fetch_add_explicit(&gs_gate_submissions, 1, memory_order_relaxed);
-    atomic_fetch_sub(&gs_gate_inflight, 1);
+    atomic_fetch_add(&gs_gate_calls, GS_GATE_LEAVE_AND_COUNT);
+}
+
+static inline unsigned gs_gate_in_flight(void)
+{
+    return (unsigned)(atomic_load(&gs_gate_calls) & 0xffffffffu);
+}
+
+static inline unsigned gs_gate_submitted(void)
+{
+    return (unsigned)(atomic_load(&gs_gate_calls) >> 32);
 }
 
 /* For the client thread. */
