@@ -4,11 +4,18 @@
  * Every allocation is real memory (an anonymous MAP_NORESERVE mapping) whose address is the
  * device pointer, so copies and kernels move real bytes while a huge managed allocation costs no
  * RAM until touched. Device allocations count against FAKECUDA_DEVICE_MEM and fail with
- * CUDA_ERROR_OUT_OF_MEMORY past it; managed ones may exceed it, as Unified Memory allows. */
+ * CUDA_ERROR_OUT_OF_MEMORY past it; managed ones may exceed it, as Unified Memory allows.
+ *
+ * Each process has a device of its own, unless FAKECUDA_SHARED_DEVICE names a file: processes
+ * naming the same file count their memory on one shared device, as processes on one GPU do
+ * (a killed process's memory is not given back, unlike on the GPU). */
 #define _GNU_SOURCE
 #include <stdlib.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "fake_driver.h"
@@ -18,8 +25,42 @@
 
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct fake_alloc *registry;
-static _Atomic uint64_t device_used[FAKE_MAX_DEVICES];
-static _Atomic uint64_t managed_used[FAKE_MAX_DEVICES];
+
+/* Bytes in use per device; lock-free atomics, so they work in a shared mapping too. */
+struct usage {
+    _Atomic uint64_t device[FAKE_MAX_DEVICES];
+    _Atomic uint64_t managed[FAKE_MAX_DEVICES];
+};
+static struct usage private_usage;
+static struct usage *usage = &private_usage;
+static pthread_once_t usage_once = PTHREAD_ONCE_INIT;
+
+static void usage_open(void)
+{
+    const char *path = getenv("FAKECUDA_SHARED_DEVICE");
+    if (!path || !*path)
+        return;
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    struct stat st;
+    void *p = MAP_FAILED;
+    /* Growing an existing file to the same size changes nothing: no race between processes. */
+    if (fd >= 0 && fstat(fd, &st) == 0 &&
+        (st.st_size >= (off_t)sizeof *usage || ftruncate(fd, sizeof *usage) == 0))
+        p = mmap(NULL, sizeof *usage, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (fd >= 0)
+        close(fd);
+    if (p == MAP_FAILED)
+        fprintf(stderr, "fakecuda: cannot share device memory through FAKECUDA_SHARED_DEVICE=%s; "
+                        "this process gets a device of its own\n", path);
+    else
+        usage = p;
+}
+
+static struct usage *usage_of(void)
+{
+    pthread_once(&usage_once, usage_open);
+    return usage;
+}
 
 static size_t page_round(size_t n)
 {
@@ -43,23 +84,24 @@ void fake_unmap_bytes(void *p, size_t size)
 bool fake_device_reserve(CUdevice dev, uint64_t bytes)
 {
     uint64_t limit = fake_config()->device_mem;
-    uint64_t cur = atomic_load(&device_used[dev]);
+    _Atomic uint64_t *used = &usage_of()->device[dev];
+    uint64_t cur = atomic_load(used);
     do {
         if (bytes > limit || cur > limit - bytes)
             return false;
-    } while (!atomic_compare_exchange_weak(&device_used[dev], &cur, cur + bytes));
+    } while (!atomic_compare_exchange_weak(used, &cur, cur + bytes));
     return true;
 }
 
 void fake_device_unreserve(CUdevice dev, uint64_t bytes)
 {
-    atomic_fetch_sub(&device_used[dev], bytes);
+    atomic_fetch_sub(&usage_of()->device[dev], bytes);
 }
 
 void fake_memory_usage(CUdevice dev, uint64_t *device_bytes, uint64_t *managed_bytes)
 {
-    *device_bytes = atomic_load(&device_used[dev]);
-    *managed_bytes = atomic_load(&managed_used[dev]);
+    *device_bytes = atomic_load(&usage_of()->device[dev]);
+    *managed_bytes = atomic_load(&usage_of()->managed[dev]);
 }
 
 void fake_alloc_insert(const struct fake_alloc *a)
@@ -192,7 +234,7 @@ FAKE_API CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned
         struct fake_alloc a = {.base = (uintptr_t)p, .size = bytesize, .mapped = bytesize,
                                .kind = FAKE_MEM_MANAGED, .device = ctx->device, .ctx = ctx};
         fake_alloc_insert(&a);
-        atomic_fetch_add(&managed_used[ctx->device], bytesize);
+        atomic_fetch_add(&usage_of()->managed[ctx->device], bytesize);
         *dptr = (CUdeviceptr)(uintptr_t)p;
     }
     fake_log("alloc_managed", "api=cuMemAllocManaged ptr=0x%llx size=%zu flags=%u dev=%d result=%d",
@@ -223,7 +265,7 @@ FAKE_API CUresult cuMemFree_v2(CUdeviceptr dptr)
         fake_alloc_remove(a.base, NULL);
         fake_unmap_bytes((void *)a.base, a.mapped);
         if (a.kind == FAKE_MEM_MANAGED)
-            atomic_fetch_sub(&managed_used[a.device], a.size);
+            atomic_fetch_sub(&usage_of()->managed[a.device], a.size);
         else
             fake_device_unreserve(a.device, a.size);
     }

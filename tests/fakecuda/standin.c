@@ -42,6 +42,8 @@ static const char usage[] =
     "  memset NAME BYTE | memset-async NAME WORD | prefetch NAME\n"
     "  launch US | launch-ex US | launches N US   \"sleep\" kernels of US microseconds\n"
     "  host-func | sync | stream-new | stream-default | stream-sync | stream-query\n"
+    "  block-until PATH          queue a host function that waits for PATH to exist\n"
+    "  sync-other-thread         cuCtxSynchronize from a new thread\n"
     "  event-record | event-sync | event-query\n"
     "  capture-begin global|thread|relaxed | capture-end | is-capturing | graph-launch\n"
     "  capture-graph N US        capture N launches, instantiate (then graph-launch)\n"
@@ -410,6 +412,33 @@ static void count_host_func(void *arg)
 }
 
 /* Captures on a stream of its own, as frameworks do (the legacy stream cannot capture). */
+/* A host function that holds the stream until a file appears: asynchrony the test controls. */
+static void block_until_file(void *arg)
+{
+    struct stat st;
+    for (int i = 0; i < WAIT_FILE_TIMEOUT_S * 100 && stat((const char *)arg, &st) != 0; i++)
+        usleep(10000);
+}
+
+static void *sync_thread_main(void *arg)
+{
+    CUresult *r = arg;
+    *r = api.cuCtxSetCurrent(context);
+    if (*r == CUDA_SUCCESS)
+        *r = api.cuCtxSynchronize();
+    return NULL;
+}
+
+static void step_sync_other_thread(void)
+{
+    pthread_t t;
+    CUresult r = CUDA_ERROR_UNKNOWN;
+    if (pthread_create(&t, NULL, sync_thread_main, &r) != 0)
+        die_usage("cannot start a thread");
+    pthread_join(t, NULL);
+    report(r, "sync-other-thread", NULL);
+}
+
 static void step_capture_graph(int n, unsigned int us)
 {
     static CUstream capture_stream;
@@ -586,6 +615,12 @@ static bool run_step(int *i, int argc, char **argv)
     } else if (strcmp(step, "host-func") == 0)
         report(api.cuLaunchHostFunc(stream, count_host_func, NULL), "host-func", "runs=%d",
                atomic_load(&host_func_runs));
+    else if (strcmp(step, "block-until") == 0) {
+        char *path = strdup(ARG());
+        report(api.cuLaunchHostFunc(stream, block_until_file, path), "block-until", "path=%s",
+               path);
+    } else if (strcmp(step, "sync-other-thread") == 0)
+        step_sync_other_thread();
     else if (strcmp(step, "sync") == 0)
         report(api.cuCtxSynchronize(), "sync", "host_func_runs=%d", atomic_load(&host_func_runs));
     else if (strcmp(step, "stream-new") == 0)

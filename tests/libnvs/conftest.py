@@ -1,0 +1,71 @@
+"""Fixtures for the tests of libnvs.so on the fake driver (real processes throughout).
+
+`fake_gpu` is a simulated GPU for the test with no scheduler on its socket; `gpu_with` starts a
+real gemshare-scheduler (through `scheduler_factory` of tests/conftest.py) and returns the
+simulated GPU bound to it, and `gpu` does so with default scheduler options.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+import libnvs_programs
+from libnvs_programs import FakeGpu
+
+
+@pytest.fixture(scope="session")
+def built():
+    """libnvs.so, the fake driver and the stand-ins, built (incrementally) with make."""
+    libnvs_programs.make("lib", "fakecuda")
+    return libnvs_programs.BUILD
+
+
+@pytest.fixture
+def fake_gpu(built, tmp_path):
+    """A simulated GPU whose socket has no scheduler behind it."""
+    gpu = FakeGpu(tmp_path, tmp_path / "no-scheduler.sock")
+    yield gpu
+    gpu.stop_all()
+
+
+@pytest.fixture
+def gpu_with(built, tmp_path, scheduler_factory):
+    """gpu_with(**scheduler_options) -> (FakeGpu, scheduler) sharing one socket."""
+    gpus = []
+
+    def start(device_mem: str = "64M", **options):
+        scheduler = scheduler_factory(**options)
+        gpu = FakeGpu(tmp_path, scheduler.socket, device_mem)
+        gpus.append(gpu)
+        return gpu, scheduler
+
+    yield start
+    for gpu in gpus:
+        gpu.stop_all()
+
+
+@pytest.fixture
+def gpu(gpu_with):
+    return gpu_with()[0]
+
+
+@pytest.fixture
+def restartable(scheduler_factory):
+    """restartable(scheduler) starts a new scheduler on a stopped one's socket, stopped later."""
+    started = []
+
+    def restart(old, **options):
+        new = type(old)(old.directory, **options)
+        started.append(new)
+        return new
+
+    yield restart
+    for scheduler in started:
+        scheduler.stop()
+    # scheduler_factory removes the directory after stopping its own schedulers.
+
+
+def needs(tool: str):
+    return pytest.mark.skipif(shutil.which(tool) is None, reason=f"{tool} is not installed")

@@ -1,0 +1,78 @@
+"""Reading the fake driver's event log (FAKECUDA_LOG).
+
+Each line is "<monotonic ns> <pid> <tid> <event> key=value ...", appended by every process that
+loads the fake libcuda.so.1; the clock is CLOCK_MONOTONIC, so times compare across processes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# Queued work that occupies the simulated device (event records and markers do not).
+WORK_OPS = frozenset({"kernel", "copy", "set", "prefetch", "host_fn", "free_async"})
+
+
+@dataclass(frozen=True)
+class Event:
+    ns: int
+    pid: int
+    tid: int
+    name: str
+    fields: dict = field(hash=False, compare=False)
+
+    def __getitem__(self, key: str) -> str:
+        return self.fields[key]
+
+    def get(self, key: str, default=None):
+        return self.fields.get(key, default)
+
+
+def parse_line(line: str) -> Event:
+    head = line.split()
+    if len(head) < 4:
+        raise ValueError(f"not a fake driver log line: {line!r}")
+    fields = {}
+    for word in head[4:]:
+        key, sep, value = word.partition("=")
+        if sep:
+            fields[key] = value
+    return Event(int(head[0]), int(head[1]), int(head[2]), head[3], fields)
+
+
+def read_events(path: Path) -> list[Event]:
+    """Every event of the log, in timestamp order (lines of several processes interleave)."""
+    if not path.exists():
+        return []
+    events = [parse_line(line) for line in path.read_text().splitlines() if line.strip()]
+    return sorted(events, key=lambda e: e.ns)
+
+
+def named(events: list[Event], *names: str, pid: int | None = None) -> list[Event]:
+    return [e for e in events if e.name in names and (pid is None or e.pid == pid)]
+
+
+def exec_intervals(events: list[Event], pid: int, ops=WORK_OPS) -> list[tuple[int, int]]:
+    """(begin ns, end ns) of each op of `pid` that the simulated device ran, in order."""
+    begins = {}
+    intervals = []
+    for e in events:
+        if e.pid != pid or e.get("op") not in ops:
+            continue
+        if e.name == "exec_begin":
+            begins[e["seq"]] = e.ns
+        elif e.name == "exec_end" and e["seq"] in begins:
+            intervals.append((begins.pop(e["seq"]), e.ns))
+    return intervals
+
+
+def overlapping(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> list[tuple]:
+    """Pairs of intervals, one from each list, that overlap in time."""
+    return [(x, y) for x in a for y in b if x[0] < y[1] and y[0] < x[1]]
+
+
+def switches(events: list[Event], pids: set[int]) -> int:
+    """How often the device changed from running one process's work to another's."""
+    owners = [e.pid for e in events if e.name == "exec_begin" and e.pid in pids
+              and e.get("op") in WORK_OPS]
+    return sum(1 for x, y in zip(owners, owners[1:]) if x != y)

@@ -1,0 +1,215 @@
+"""Running the stand-in CUDA programs on the fake driver, with or without libnvs.so.
+
+Every process of a test shares one simulated GPU: one event log, one device memory (through
+FAKECUDA_SHARED_DEVICE) and one scheduler socket. Stand-ins print one line per step,
+"<step> key=value ... result=N error=NAME", which `Result` parses.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from gemshare_nvs.connection import Connection
+
+import libnvs_fakelog
+
+REPO = Path(__file__).resolve().parents[2]
+BUILD = Path(os.environ.get("GEMSHARE_BUILD_DIR") or REPO / "build").resolve()
+FAKECUDA = BUILD / "fakecuda"
+LIBNVS = BUILD / "libnvs.so"
+TSAN_LIBNVS = BUILD / "tsan" / "libnvs.so"
+
+# Generous limits that only catch hangs; nothing asserts speed.
+RUN_TIMEOUT = 60.0
+WAIT_TIMEOUT = 30.0
+
+# Variables of the caller that would change what a test means.
+SCRUBBED_PREFIXES = ("GEMSHARE_", "FAKECUDA_", "TSAN_")
+SCRUBBED = {"LD_PRELOAD", "LD_LIBRARY_PATH"}
+
+
+def make(*targets: str, **variables: str) -> None:
+    """Builds with the top-level Makefile into BUILD; a failure shows make's output."""
+    command = ["make", "-s", *targets, f"BUILD={BUILD}",
+               *(f"{k}={v}" for k, v in variables.items())]
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed ({done.returncode}):\n"
+                           f"{done.stdout}\n{done.stderr}")
+
+
+def parse_output(text: str) -> list[tuple[str, dict]]:
+    steps = []
+    for line in text.splitlines():
+        words = line.split()
+        if not words:
+            continue
+        fields = dict(w.split("=", 1) for w in words[1:] if "=" in w)
+        steps.append((words[0], fields))
+    return steps
+
+
+@dataclass
+class Result:
+    returncode: int
+    stdout: str
+    stderr: str
+    pid: int
+
+    def steps(self, name: str) -> list[dict]:
+        return [fields for step, fields in parse_output(self.stdout) if step == name]
+
+    def one(self, name: str) -> dict:
+        found = self.steps(name)
+        assert len(found) == 1, f"expected one '{name}' line, got {len(found)}:\n{self.describe()}"
+        return found[0]
+
+    def ok(self, name: str) -> dict:
+        """The single `name` step, which must have succeeded."""
+        fields = self.one(name)
+        assert fields.get("result") == "0", f"step {name} failed: {fields}\n{self.describe()}"
+        return fields
+
+    def describe(self) -> str:
+        return (f"exit status {self.returncode}\n--- stdout ---\n{self.stdout}"
+                f"--- stderr ---\n{self.stderr}")
+
+    def gemshare_lines(self) -> list[str]:
+        return [line for line in self.stderr.splitlines() if line.startswith("gemshare[")]
+
+
+class Program:
+    """A stand-in running in the background."""
+
+    def __init__(self, command: list[str], env: dict, directory: Path, label: str):
+        self._out = directory / f"{label}.out"
+        self._err = directory / f"{label}.err"
+        with open(self._out, "wb") as out, open(self._err, "wb") as err:
+            self.process = subprocess.Popen(command, env=env, stdout=out, stderr=err,
+                                            stdin=subprocess.DEVNULL, cwd=directory)
+        self.pid = self.process.pid
+
+    def output(self) -> str:
+        return self._out.read_text(errors="replace")
+
+    def wait(self, timeout: float = RUN_TIMEOUT) -> Result:
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+            raise AssertionError(f"stand-in {self.pid} hung for {timeout} s:\n"
+                                 f"{self.result().describe()}") from None
+        return self.result()
+
+    def result(self) -> Result:
+        return Result(self.process.returncode, self.output(),
+                      self._err.read_text(errors="replace"), self.pid)
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+
+class FakeGpu:
+    """The simulated GPU of one test and the way to run programs on it."""
+
+    def __init__(self, directory: Path, socket: Path, device_mem: str = "64M"):
+        self.dir = directory
+        self.socket = socket
+        self.log = directory / "fakecuda.log"
+        self.device_mem = device_mem
+        self._programs: list[Program] = []
+        self._count = 0
+
+    def env(self, *, preload: bool | Path = True, extra: dict | None = None) -> dict:
+        env = {k: v for k, v in os.environ.items()
+               if k not in SCRUBBED and not k.startswith(SCRUBBED_PREFIXES)}
+        env.update({
+            "LD_LIBRARY_PATH": str(FAKECUDA),
+            "FAKECUDA_LOG": str(self.log),
+            "FAKECUDA_DEVICE_MEM": self.device_mem,
+            "FAKECUDA_SHARED_DEVICE": str(self.dir / "shared-device"),
+            # Never the system's /var/run/gemshare socket, even when a test starts no scheduler.
+            "GEMSHARE_SOCKET": str(self.socket),
+        })
+        if preload:
+            env["LD_PRELOAD"] = str(LIBNVS if preload is True else preload)
+        env.update(extra or {})
+        return env
+
+    @staticmethod
+    def command(steps: list[str], resolve: str = "procaddr", ptsz: bool = False) -> list[str]:
+        program = "standin_linked" if resolve == "linked" else "standin"
+        return [str(FAKECUDA / program), "--resolve", resolve, *(["--ptsz"] if ptsz else []),
+                *map(str, steps)]
+
+    def start(self, steps: list, *, resolve: str = "procaddr", ptsz: bool = False,
+              preload: bool | Path = True, env: dict | None = None,
+              command: list[str] | None = None) -> Program:
+        self._count += 1
+        program = Program(command or self.command(steps, resolve, ptsz),
+                          self.env(preload=preload, extra=env), self.dir, f"p{self._count}")
+        self._programs.append(program)
+        return program
+
+    def run(self, steps: list, *, timeout: float = RUN_TIMEOUT, **options) -> Result:
+        return self.start(steps, **options).wait(timeout)
+
+    def events(self) -> list[libnvs_fakelog.Event]:
+        return libnvs_fakelog.read_events(self.log)
+
+    def path(self, name: str) -> Path:
+        """A coordination file for wait-file / touch-file steps."""
+        return self.dir / name
+
+    def stop_all(self) -> None:
+        for program in self._programs:
+            program.kill()
+
+
+def wait_for(predicate, what: str, timeout: float = WAIT_TIMEOUT, interval: float = 0.02):
+    """Polls until predicate() is truthy and returns it; fails naming `what` on timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(interval)
+
+
+def scheduler_status(socket: Path) -> dict:
+    with Connection(socket) as connection:
+        reply = connection.request({"op": "status"})
+    assert reply.get("ok"), reply
+    return reply["status"]
+
+
+def client_of(status: dict, pid: int) -> dict | None:
+    return next((c for c in status["clients"] if c["pid"] == pid), None)
+
+
+def wait_for_client(socket: Path, pid: int, state: str | None = None) -> dict:
+    """The scheduler's record of the client with this pid, once it exists (in that state)."""
+    def found():
+        client = client_of(scheduler_status(socket), pid)
+        return client if client and (state is None or client["state"] == state) else None
+    return wait_for(found, f"pid {pid} as a scheduler client" + (f" in state {state}"
+                                                                  if state else ""))
+
+
+def grants(scheduler_log: str, pid: int) -> int:
+    """How many times the scheduler logged granting the lock to the client with this pid."""
+    return len(re.findall(rf"\bgrant client \d+ \(pid {pid},", scheduler_log))
+
+
+def wait_file(path: Path, timeout: float = WAIT_TIMEOUT) -> None:
+    wait_for(path.exists, f"{path.name} to be created", timeout)

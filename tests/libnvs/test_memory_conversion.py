@@ -1,0 +1,172 @@
+"""Unified Memory conversion and accounting by libnvs.so, on a small simulated device (64 MiB).
+
+What each allocation API becomes (see libnvs's documentation): cuMemAlloc, cuMemAllocPitch and
+cuMemAllocAsync turn into managed memory; pool allocations (cuMemAllocFromPoolAsync) and the
+virtual memory API (cuMemCreate) stay as they are but are counted; the program's own managed
+memory is counted, never limited."""
+
+from __future__ import annotations
+
+import libnvs_fakelog as fakelog
+from libnvs_programs import client_of, grants, scheduler_status, wait_file, wait_for
+
+MIB = 1 << 20
+DEVICE = 64 * MIB
+OUT_OF_MEMORY = "2"
+TEXTURE_PITCH_ALIGNMENT = 32  # what the fake device reports, as an H100 does
+
+
+def allocations_of(gpu, pid):
+    return [e for e in gpu.events() if e.pid == pid and e.name.startswith("alloc_")]
+
+
+def test_device_allocations_become_managed_memory_holding_real_bytes(gpu):
+    result = gpu.run(["init", "alloc", "a", "1M", "attr", "a", "write", "a", "0x33", "check", "a",
+                      "0x33", "fill", "a", "0x44", "check", "a", "0x44", "free", "a"])
+    assert result.returncode == 0, result.describe()
+    attr = result.ok("attr")
+    assert attr["is_managed"] == "1" and attr["ipc_capable"] == "0"
+    assert [c["ok"] for c in result.steps("check")] == ["1", "1"]
+    (alloc,) = allocations_of(gpu, result.pid)
+    assert (alloc.name, alloc["api"], alloc["size"]) == ("alloc_managed", "cuMemAllocManaged",
+                                                         str(MIB))
+    (free,) = fakelog.named(gpu.events(), "free", pid=result.pid)
+    assert (free["ptr"], free["kind"]) == (alloc["ptr"], "managed")
+
+
+def test_pitched_allocations_become_managed_with_a_usable_pitch(gpu):
+    result = gpu.run(["init", "alloc-pitch", "p", "1000", "33", "attr", "p", "write", "p", "7",
+                      "check", "p", "7", "free", "p"])
+    assert result.returncode == 0, result.describe()
+    pitched = result.ok("alloc-pitch")
+    pitch = int(pitched["pitch"])
+    assert pitch >= 1000 and pitch % TEXTURE_PITCH_ALIGNMENT == 0
+    attr = result.ok("attr")
+    assert attr["is_managed"] == "1"
+    assert int(attr["range_size"]) >= pitch * 33
+    assert result.ok("check")["ok"] == "1"
+
+
+def test_frees_give_the_memory_back_to_the_accounting(gpu_with):
+    gpu, scheduler = gpu_with()
+    program = gpu.start(["init", "alloc", "a", "20M", "alloc-async", "b", "4M", "mem-info",
+                         "touch-file", gpu.path("allocated"), "wait-file", gpu.path("go"),
+                         "free", "a", "free", "b", "sync", "mem-info", "touch-file",
+                         gpu.path("freed"), "wait-file", gpu.path("end")])
+    wait_file(gpu.path("allocated"))
+    reported = wait_for(lambda: (client_of(scheduler_status(scheduler.socket), program.pid)
+                                 or {}).get("allocated_bytes") == 24 * MIB,
+                        "the scheduler to see 24 MiB allocated")
+    assert reported
+    gpu.path("go").touch()
+    wait_file(gpu.path("freed"))
+    wait_for(lambda: (client_of(scheduler_status(scheduler.socket), program.pid)
+                      or {}).get("allocated_bytes") == 0,
+             "the scheduler to see the memory freed")
+    gpu.path("end").touch()
+    result = program.wait()
+    assert result.returncode == 0, result.describe()
+    held, after = (int(m["free"]) for m in result.steps("mem-info"))
+    assert held == DEVICE - 24 * MIB and after == DEVICE
+
+
+def test_mem_get_info_counts_this_process_only_so_caches_size_sanely(gpu):
+    """Each process owns the whole device while it holds the lock: another one's memory does not
+    shrink what cuMemGetInfo offers it, while the driver's own answer would (shared device)."""
+    other = gpu.start(["init", "alloc", "a", "30M", "touch-file", gpu.path("held"), "wait-file",
+                       gpu.path("done")])
+    wait_file(gpu.path("held"))
+    result = gpu.run(["init", "mem-info", "alloc", "b", "10M", "mem-info"])
+    unmodified = gpu.run(["init", "mem-info"], preload=False)
+    gpu.path("done").touch()
+    assert other.wait().returncode == 0
+    first, second = result.steps("mem-info")
+    assert (int(first["free"]), int(first["total"])) == (DEVICE, DEVICE)
+    assert int(second["free"]) == DEVICE - 10 * MIB
+    assert int(unmodified.ok("mem-info")["free"]) < DEVICE - 30 * MIB
+
+
+def test_stream_ordered_allocations_become_managed_and_are_freed_in_order(gpu):
+    result = gpu.run(["init", "alloc-async", "x", "8M", "attr", "x", "write", "x", "5", "check",
+                      "x", "5", "free", "x", "sync", "mem-info"])
+    assert result.returncode == 0, result.describe()
+    assert result.ok("attr")["is_managed"] == "1"
+    assert result.ok("mem-info")["free"] == str(DEVICE)
+    (alloc,) = allocations_of(gpu, result.pid)
+    assert alloc.name == "alloc_managed" and alloc["size"] == str(8 * MIB)
+
+
+def test_pool_allocations_stay_pool_memory_and_are_counted(gpu):
+    result = gpu.run(["init", "alloc-pool", "y", "8M", "attr", "y", "mem-info", "free", "y",
+                      "sync", "mem-info"])
+    assert result.returncode == 0, result.describe()
+    assert result.ok("attr")["is_managed"] == "0"
+    held, after = (int(m["free"]) for m in result.steps("mem-info"))
+    assert (held, after) == (DEVICE - 8 * MIB, DEVICE)
+    (alloc,) = allocations_of(gpu, result.pid)
+    assert alloc.name == "alloc_async" and alloc["api"] == "cuMemAllocFromPoolAsync"
+
+
+def test_virtual_memory_stays_as_it_is_and_is_counted(gpu):
+    result = gpu.run(["init", "vmm-alloc", "v", "4M", "write", "v", "9", "check", "v", "9",
+                      "mem-info", "free", "v", "mem-info"])
+    assert result.returncode == 0, result.describe()
+    held, after = (int(m["free"]) for m in result.steps("mem-info"))
+    assert (held, after) == (DEVICE - 4 * MIB, DEVICE)
+    assert fakelog.named(gpu.events(), "vmm_create", pid=result.pid)
+    assert not allocations_of(gpu, result.pid)
+
+
+def test_one_process_may_not_hold_more_than_the_device_by_default(gpu):
+    result = gpu.run(["init", "alloc", "a", "40M", "alloc", "b", "40M", "alloc-pitch", "c", "64K",
+                      "512"], env={"GEMSHARE_DEBUG": "1"})
+    a, b = result.steps("alloc")
+    assert a["result"] == "0" and b["result"] == OUT_OF_MEMORY
+    assert result.one("alloc-pitch")["result"] == OUT_OF_MEMORY
+    why = [line for line in result.gemshare_lines() if "GEMSHARE_ENABLE_SINGLE_OVERSUB" in line]
+    assert why, f"no debug line says why the allocation failed:\n{result.stderr}"
+
+
+def test_single_process_oversubscription_when_enabled(gpu):
+    result = gpu.run(["init", "alloc", "a", "40M", "alloc", "b", "40M", "alloc", "c", "40M",
+                      "write", "c", "3", "check", "c", "3", "mem-info"],
+                     env={"GEMSHARE_ENABLE_SINGLE_OVERSUB": "1"})
+    assert result.returncode == 0, result.describe()
+    assert [a["result"] for a in result.steps("alloc")] == ["0", "0", "0"]
+    assert result.ok("mem-info")["free"] == "0"
+
+
+def test_two_processes_share_a_device_neither_could_share_without_it(gpu):
+    """The point of gemshare: 40 + 40 MiB of device allocations on a 64 MiB device."""
+    def pair(preload):
+        first = gpu.start(["init", "alloc", "a", "40M", "touch-file", gpu.path(f"a{preload}"),
+                           "wait-file", gpu.path(f"b{preload}")], preload=preload)
+        wait_file(gpu.path(f"a{preload}"))
+        second = gpu.run(["init", "alloc", "b", "40M", "write", "b", "1", "check", "b", "1"],
+                         preload=preload)
+        gpu.path(f"b{preload}").touch()
+        assert first.wait().returncode == 0
+        return second.one("alloc")["result"]
+
+    assert pair(preload=False) == OUT_OF_MEMORY
+    assert pair(preload=True) == "0"
+
+
+def test_the_program_s_own_managed_memory_may_exceed_the_device(gpu):
+    result = gpu.run(["init", "alloc-managed", "m", "100M", "attr", "m"])
+    assert result.returncode == 0, result.describe()
+    assert result.ok("attr")["is_managed"] == "1"
+
+
+def test_unified_memory_off_keeps_device_memory_and_the_lock(gpu_with):
+    gpu, scheduler = gpu_with()
+    result = gpu.run(["init", "alloc", "a", "1M", "attr", "a", "launch", "100", "sync",
+                      "alloc", "b", "40M", "alloc", "c", "40M"],
+                     env={"GEMSHARE_UNIFIED_MEMORY": "0"})
+    attr = result.ok("attr")
+    assert attr["is_managed"] == "0" and attr["ipc_capable"] == "1"
+    a, b, c = result.steps("alloc")
+    assert (a["result"], b["result"], c["result"]) == ("0", "0", OUT_OF_MEMORY)
+    kinds = [e.name for e in allocations_of(gpu, result.pid)]
+    assert kinds == ["alloc_device"] * 3
+    assert grants(scheduler.log(), result.pid), "the launch did not go through the GPU lock"
