@@ -221,7 +221,7 @@ class Server:
             log.info("control %s refused: %s", conn, refusal)
             return refusal.reply()
         log.info("control %s: set %s", conn,
-                 ", ".join(f"{k}={body[k]}" for k in control.SET_KEYS if k in body))
+                 ", ".join(f"{k}={body[k]!r}" for k in control.SET_KEYS if k in body))
         self._apply(self.policy.configure(trio.current_time(), tq=tq, mode=mode))
         return {"ok": True, "tq": self.policy.tq, "anti_thrash": self.policy.mode.label}
 

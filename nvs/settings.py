@@ -10,7 +10,6 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .connection import socket_path
 from .protocol import Mode
 
 TQ_MIN, TQ_MAX = 1, 86400
@@ -72,7 +71,3 @@ class Settings:
     # A connection must say what it is (REGISTER or CONTROL) within this time, so that silent
     # connections cannot hold the connection slots.
     first_frame_seconds: float = 10.0
-
-    @classmethod
-    def defaults(cls, socket: str | os.PathLike | None = None) -> "Settings":
-        return cls(socket=socket_path(socket), debug=debug_from_environment())

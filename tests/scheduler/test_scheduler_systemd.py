@@ -1,6 +1,5 @@
 """systemd integration without systemd: READY=1 on NOTIFY_SOCKET, and an inherited socket."""
 
-import os
 import socket
 import sys
 import uuid
