@@ -84,7 +84,6 @@ GS_NO_TSAN void *gs_dlsym_hook(void *handle, const char *name)
     /* Every dlsym of the process comes here: decide on the first bytes for everything else. */
     if (name == NULL || name[0] != 'c' || name[1] != 'u' || name[2] < 'A' || name[2] > 'Z')
         return GS_PASS_THROUGH;
-    gs_client_start(); /* a driver lookup: the program really uses CUDA */
     enum gs_variant variant;
     int id = gs_driver_find_symbol(name, &variant);
     if (id < 0 || gs_entries[id].hook[variant] == NULL)
@@ -99,6 +98,7 @@ GS_NO_TSAN void *gs_dlsym_hook(void *handle, const char *name)
         if (fn == NULL)
             return NULL; /* as without libnvs; dlerror() is set */
     }
+    gs_client_start(); /* found a driver entry point: the program really uses CUDA */
     gs_driver_set_real(id, variant, fn);
     gs_debug("dlsym(%s): wrapped", name);
     return gs_entries[id].hook[variant];
