@@ -364,16 +364,44 @@ CUresult gs_impl_cuMemCreate(enum gs_variant variant, CUmemGenericAllocationHand
     return r;
 }
 
+/* Unlinks the record before the driver frees, so that an address the driver hands out again at
+ * once is never confused with the old one; relinks it if the free failed. */
+static CUresult gs_free_counted(uint64_t key, bool vmm, CUresult (*free_it)(uint64_t key))
+{
+    pthread_mutex_lock(&gs_mem_mu);
+    struct gs_alloc **p = key ? gs_find(key, vmm) : NULL;
+    struct gs_alloc *a = p ? *p : NULL;
+    if (a)
+        *p = a->next;
+    pthread_mutex_unlock(&gs_mem_mu);
+    CUresult r = free_it(key);
+    if (a) {
+        pthread_mutex_lock(&gs_mem_mu);
+        if (r == CUDA_SUCCESS)
+            gs_count(a->device, -(int64_t)a->size);
+        else
+            gs_link(a);
+        pthread_mutex_unlock(&gs_mem_mu);
+        if (r == CUDA_SUCCESS)
+            free(a);
+    }
+    return r;
+}
+
+static CUresult gs_driver_mem_free(uint64_t key)
+{
+    return GS_REAL(cuMemFree_v2, GS_LEGACY)((CUdeviceptr)key);
+}
+
+static CUresult gs_driver_mem_release(uint64_t key)
+{
+    return GS_REAL(cuMemRelease, GS_LEGACY)((CUmemGenericAllocationHandle)key);
+}
+
 CUresult gs_impl_cuMemFree_v2(enum gs_variant variant, CUdeviceptr dptr)
 {
-    CUresult r = GS_REAL(cuMemFree_v2, variant)(dptr);
-    if (r == CUDA_SUCCESS && dptr != 0) {
-        pthread_mutex_lock(&gs_mem_mu);
-        struct gs_alloc **p = gs_find(dptr, false);
-        struct gs_alloc *a = p ? gs_unrecord(p) : NULL;
-        pthread_mutex_unlock(&gs_mem_mu);
-        free(a);
-    }
+    (void)variant; /* no per-thread twin */
+    CUresult r = gs_free_counted(dptr, false, gs_driver_mem_free);
     gs_maybe_reap();
     return r;
 }
@@ -438,15 +466,8 @@ CUresult gs_impl_cuMemFreeAsync(enum gs_variant variant, CUdeviceptr dptr, CUstr
 
 CUresult gs_impl_cuMemRelease(enum gs_variant variant, CUmemGenericAllocationHandle handle)
 {
-    CUresult r = GS_REAL(cuMemRelease, variant)(handle);
-    if (r == CUDA_SUCCESS) {
-        pthread_mutex_lock(&gs_mem_mu);
-        struct gs_alloc **p = gs_find(handle, true);
-        struct gs_alloc *a = p ? gs_unrecord(p) : NULL;
-        pthread_mutex_unlock(&gs_mem_mu);
-        free(a);
-    }
-    return r;
+    (void)variant; /* no per-thread twin */
+    return gs_free_counted(handle, true, gs_driver_mem_release);
 }
 
 CUresult gs_impl_cuMemGetInfo_v2(enum gs_variant variant, size_t *free_bytes, size_t *total)
