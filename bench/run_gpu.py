@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from datetime import date
 from pathlib import Path
 
@@ -24,7 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 HERE = Path(__file__).resolve().parent / "gpu"
 BUILD = Path(os.environ.get("GEMSHARE_BUILD_DIR", REPO / "build"))
 PYTHON = os.environ.get("BENCH_PYTHON", sys.executable)
-ROUNDS = int(os.environ.get("BENCH_ROUNDS", "5"))
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", "7"))
 SWAP_GIB = os.environ.get("SWAP_GIB", "4")
 
 
@@ -45,6 +46,46 @@ def environment() -> dict:
             "torch_cuda": torch[1] if len(torch) > 1 else None, "date": date.today().isoformat()}
 
 
+def start_json(command: list[str], env: dict) -> subprocess.Popen:
+    return subprocess.Popen(command, env={**os.environ, **env}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def finish_json(process: subprocess.Popen) -> dict:
+    out, err = process.communicate(timeout=600)
+    if process.returncode != 0:
+        raise RuntimeError(f"{process.args} exited {process.returncode}:\n{err[-4000:]}")
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def interactive_beside_trainer(env: dict) -> dict:
+    """A trainer for 30 s; 3 s in, an interactive process makes 8 bursts 2 s apart."""
+    trainer = start_json([PYTHON, str(HERE / "train_steps.py"), "--seconds", "30"], env)
+    time.sleep(3)
+    user = finish_json(start_json([PYTHON, str(HERE / "interactive.py"), "8", "2"], env))
+    return {**user, "trainer_steps_per_s": finish_json(trainer)["steps_per_s"]}
+
+
+def two_jobs(env: dict, together: bool) -> float:
+    """Wall seconds for two 1500-step training jobs, run together or one after the other."""
+    command = [PYTHON, str(HERE / "train_steps.py"), "1500"]
+    start = time.perf_counter()
+    if together:
+        jobs = [start_json(command, env), start_json(command, env)]
+        for job in jobs:
+            finish_json(job)
+    else:
+        for _ in range(2):
+            run_json(command, env)
+    return time.perf_counter() - start
+
+
+def sharing(library: Path, directory: Path, tq: int) -> tuple[SchedulerProcess, dict]:
+    directory.mkdir()
+    scheduler = SchedulerProcess(directory, tq=tq, anti_thrash="on")
+    return scheduler, {"LD_PRELOAD": str(library), "GEMSHARE_SOCKET": str(scheduler.socket)}
+
+
 def main() -> int:
     library = BUILD / "libnvs.so"
     if not library.exists():
@@ -53,18 +94,26 @@ def main() -> int:
         print("bench-gpu needs an NVIDIA GPU and nvidia-smi", file=sys.stderr)
         return 2
     results = {"environment": environment()}
+    plain: dict = {}
     with tempfile.TemporaryDirectory(prefix="gs-bench-", dir="/tmp") as directory:
-        scheduler = SchedulerProcess(Path(directory), tq=30, anti_thrash="on")
+        scheduler, shared = sharing(library, Path(directory) / "tq30", 30)
         try:
-            plain = {}
-            shared = {"LD_PRELOAD": str(library), "GEMSHARE_SOCKET": str(scheduler.socket)}
             results["launch_rate"] = interleave([str(build_launch_rate())], "launches_per_s",
-                                                ROUNDS, plain, shared)
+                                                2 * ROUNDS + 1, plain, shared)
             results["train_steps"] = interleave([PYTHON, str(HERE / "train_steps.py")],
                                                 "steps_per_s", ROUNDS, plain, shared)
             swap = [PYTHON, str(HERE / "swapin.py")]
             results["swapin"] = {**run_json(swap + ["managed", SWAP_GIB], shared),
                                  **run_json(swap + ["pinned", SWAP_GIB], plain)}
+        finally:
+            scheduler.stop()
+        scheduler, shared = sharing(library, Path(directory) / "tq5", 5)
+        try:
+            results["interactive"] = {"no_layer": interactive_beside_trainer(plain),
+                                      "libnvs_tq5": interactive_beside_trainer(shared)}
+            results["two_jobs_s"] = {"one_after_another": two_jobs(plain, together=False),
+                                     "together_libnvs_tq5": two_jobs(shared, together=True),
+                                     "together_no_layer": two_jobs(plain, together=True)}
         finally:
             scheduler.stop()
     if os.environ.get("BENCH_JSON"):
@@ -85,6 +134,13 @@ def print_table(results: dict) -> None:
     pinned = swap["pinned_h2d_gbps"]
     for key in ("fault_h2d_gbps", "prefetch_h2d_gbps", "prefetch_d2h_gbps", "pinned_h2d_gbps"):
         print(f"{'swap ' + key:<28}{swap[key]:>14.2f} GB/s  ({swap[key] / pinned:.0%} of pinned)")
+    alone = results["train_steps"]["median_a"]
+    for name, row in results["interactive"].items():
+        print(f"interactive beside trainer, {name}: burst median {row['burst_median_s']:.3f} s, "
+              f"max {row['burst_max_s']:.3f} s; trainer {row['trainer_steps_per_s']:.1f} steps/s "
+              f"({row['trainer_steps_per_s'] / alone:.0%} of alone)")
+    for name, seconds in results["two_jobs_s"].items():
+        print(f"two 1500-step jobs, {name}: {seconds:.1f} s")
 
 
 if __name__ == "__main__":

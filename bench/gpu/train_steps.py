@@ -1,12 +1,19 @@
-"""Training steps per second of a small transformer-style MLP block (fits in well under 8 GiB)."""
+"""Training steps per second of a small transformer-style MLP block (fits in well under 8 GiB).
 
+usage: train_steps.py [STEPS] [--seconds S]   (a fixed number of steps, or as many as fit in S)
+"""
+
+import argparse
 import json
-import sys
 import time
 
 import torch
 
-steps = int(sys.argv[1]) if len(sys.argv) > 1 else 200
+parser = argparse.ArgumentParser()
+parser.add_argument("steps", type=int, nargs="?", default=200)
+parser.add_argument("--seconds", type=float, default=None)
+options = parser.parse_args()
+
 torch.manual_seed(0)
 torch.backends.cuda.matmul.allow_tf32 = True
 width = 2048
@@ -27,7 +34,12 @@ for _ in range(20):  # warm-up: allocator, cuBLAS handles, kernel selection
     step()
 torch.cuda.synchronize()
 start = time.perf_counter()
-for _ in range(steps):
-    step()
-torch.cuda.synchronize()
-print(json.dumps({"steps_per_s": steps / (time.perf_counter() - start)}))
+steps = 0
+while (steps < options.steps if options.seconds is None
+       else time.perf_counter() - start < options.seconds):
+    for _ in range(10):
+        step()
+    torch.cuda.synchronize()
+    steps += 10
+elapsed = time.perf_counter() - start
+print(json.dumps({"steps_per_s": steps / elapsed, "steps": steps, "seconds": elapsed}))

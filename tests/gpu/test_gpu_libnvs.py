@@ -10,16 +10,16 @@ def status(socket) -> dict:
         return connection.request({"op": "status"})["status"]
 
 
-def test_pytorch_training_runs_on_managed_memory(scheduler_factory, gpu_program):
+def test_pytorch_training_on_managed_memory_matches_plain_training(scheduler_factory,
+                                                                    gpu_program):
     scheduler = scheduler_factory(tq=30)
-    result = gpu_program("torch_train.py", 300, socket=scheduler.socket).result()
-    assert result["weight_managed"] and result["input_managed"]
-    assert result["last_loss"] < result["first_loss"] * 0.5
-
-
-def test_without_the_library_pytorch_memory_is_not_managed(gpu_program):
-    result = gpu_program("torch_train.py", 5, preload=False).result()
-    assert not result["weight_managed"]
+    shared = gpu_program("torch_train.py", 200, socket=scheduler.socket).result()
+    plain = gpu_program("torch_train.py", 200, preload=False).result()
+    assert shared["weight_managed"] and shared["input_managed"]
+    assert not plain["weight_managed"]
+    assert shared["last_loss"] < shared["first_loss"]
+    # Same seed, same kernels: where the memory lives must not change what is computed.
+    assert abs(shared["last_loss"] - plain["last_loss"]) <= 1e-3 * plain["last_loss"]
 
 
 def test_cuda_graph_capture_and_replay(scheduler_factory, gpu_program):
