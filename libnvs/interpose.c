@@ -2,6 +2,7 @@
  * (Exported symbols are generated in hooks.c.) */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "client.h"
@@ -123,8 +124,15 @@ static void gs_substitute(const char *symbol, void **pfn, int cuda_version, cuui
          * out the very same function for the version our table knows. */
         void *known = NULL;
         if (lookup_again(symbol, &known, e->since, flags) != CUDA_SUCCESS || known != *pfn) {
-            gs_debug("cuGetProcAddress(%s, %d): a newer signature than %s; not wrapped", symbol,
-                     cuda_version, e->symbol);
+            static atomic_int warned;
+            if (!atomic_exchange(&warned, 1))
+                gs_warn("cuGetProcAddress(%s, %d) returns a function newer than the %s this "
+                        "libnvs knows: left unwrapped, so it bypasses gemshare (a libnvs built "
+                        "for this CUDA version fixes that); GEMSHARE_DEBUG=1 lists the others",
+                        symbol, cuda_version, e->symbol);
+            else
+                gs_debug("cuGetProcAddress(%s, %d): newer than %s; not wrapped", symbol,
+                         cuda_version, e->symbol);
             return;
         }
     }
