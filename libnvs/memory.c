@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 
+#include "capture.h"
 #include "client.h"
 #include "config.h"
 #include "contexts.h"
@@ -147,6 +148,10 @@ static bool gs_current(CUcontext *ctx, int *device)
 /* Frees deferred allocations whose event completed (every one when wait). */
 static void gs_reap_deferred(bool wait)
 {
+    /* Querying events and freeing managed memory may synchronize: never while a graph capture
+     * runs (it would invalidate it); the frees wait until the capture ends. */
+    if (gs_capture_active())
+        return;
     pthread_mutex_lock(&gs_mem_mu);
     struct gs_alloc *list = gs_deferred, *keep = NULL, *done = NULL;
     gs_deferred = NULL;
