@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -30,6 +31,7 @@
 #include "wire.h"
 
 #define GS_REGISTER_TIMEOUT_MS 2000
+#define GS_SEND_TIMEOUT_MS 5000
 #define GS_RETRY_FIRST_MS 100
 #define GS_RETRY_MAX_MS 1000
 #define GS_MEM_REPORT_INTERVAL_MS 100
@@ -384,6 +386,9 @@ static void gs_connect(void)
         gs_disconnect(why);
         return;
     }
+    /* A scheduler that stops reading (or a full listen backlog) must not hang our thread. */
+    struct timeval send_timeout = {GS_SEND_TIMEOUT_MS / 1000, 0};
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &send_timeout, sizeof send_timeout);
     struct sockaddr_un addr = {.sun_family = AF_UNIX};
     memcpy(addr.sun_path, cfg->socket_path, strlen(cfg->socket_path));
     int r;
