@@ -8,7 +8,6 @@
 
 #include "cuda_api.h"
 
-#define GS_EXPORT __attribute__((visibility("default")))
 #define GS_UNPAREN(...) __VA_ARGS__
 /* For code that runs inside every dlsym of the process, even before ThreadSanitizer's runtime
  * (which looks up its own functions with dlsym) is ready. */
