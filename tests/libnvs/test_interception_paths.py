@@ -1,0 +1,103 @@
+"""Every way a program reaches the driver goes through libnvs.so: cuGetProcAddress_v2 (flags 0
+and 2, as the CUDA 13 runtime asks), the older cuGetProcAddress, dlsym on libcuda (PyTorch,
+Triton) and the exported names (programs linked to libcuda).
+
+Proof of interception: while another process holds the GPU lock, each kind of work submission
+through the path under test waits at the gate (its caller shows as waiting at the scheduler and
+nothing reaches the driver) until the holder goes; then it reaches the driver in the variant the
+program called, the per-thread (_ptsz/_ptds) one included."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+import libnvs_fakelog as fakelog
+from libnvs_programs import client_of, scheduler_status, wait_file, wait_for
+
+PATHS = ["procaddr", "procaddr-v1", "dlsym", "linked"]
+
+# step -> (fake log event, driver function) of the legacy variant; per-thread adds the suffix.
+SUBMISSIONS = {
+    "launch": ("launch", "cuLaunchKernel", "_ptsz", ["launch", "100"]),
+    "launch-ex": ("launch", "cuLaunchKernelEx", "_ptsz", ["launch-ex", "100"]),
+    "write": ("memcpy", "cuMemcpyHtoD_v2", "_ptds", ["write", "m", "1"]),
+    "memset": ("memset", "cuMemsetD8_v2", "_ptds", ["memset", "m", "2"]),
+    "memset-async": ("memset", "cuMemsetD32Async", "_ptsz", ["memset-async", "m", "3"]),
+    "prefetch": ("prefetch", "cuMemPrefetchAsync_v2", "_ptsz", ["prefetch", "m"]),
+    "host-func": ("host_func", "cuLaunchHostFunc", "_ptsz", ["host-func"]),
+}
+
+
+def hold_the_lock(gpu, scheduler):
+    """A process that takes the GPU lock and keeps it: no early release, an endless quantum."""
+    holder = gpu.start(["init", "launch", "100", "sync", "touch-file", gpu.path("held"),
+                        "wait-file", gpu.path("never")], env={"GEMSHARE_IDLE_RELEASE_MS": "0"})
+    wait_file(gpu.path("held"))
+    wait_for(lambda: (client_of(scheduler_status(scheduler.socket), holder.pid) or {})
+             .get("state") == "holding", "the holder to hold the lock")
+    return holder
+
+
+@pytest.mark.parametrize("per_thread", [False, True], ids=["legacy", "per-thread"])
+@pytest.mark.parametrize("path", PATHS)
+def test_each_submission_waits_for_the_lock_and_reaches_its_variant(gpu_with, path, per_thread):
+    gpu, scheduler = gpu_with(tq=86400)
+    holder = hold_the_lock(gpu, scheduler)
+    waiting = {}
+    for step, (_, _, _, words) in SUBMISSIONS.items():
+        waiting[step] = gpu.start(["init", "alloc-managed", "m", "1M", *words, "sync"],
+                                  resolve=path, ptsz=per_thread)
+
+    def all_waiting():
+        status = scheduler_status(scheduler.socket)
+        for step, program in waiting.items():
+            if program.process.poll() is not None:
+                raise AssertionError(f"{step} through {path} ran while another process held "
+                                     f"the lock:\n{program.result().describe()}")
+        return all((client_of(status, p.pid) or {}).get("state") == "waiting"
+                   for p in waiting.values())
+
+    wait_for(all_waiting, "every submitting process to wait for the lock")
+    pids = {p.pid for p in waiting.values()}
+    reached = [e for e in gpu.events() if e.pid in pids and "api" in e.fields
+               and e.name.split("_pt")[0] in {"launch", "memcpy", "memset", "prefetch",
+                                              "host_func"}]
+    assert not reached, f"submissions reached the driver without the lock: {reached}"
+
+    holder.process.send_signal(signal.SIGKILL)
+    holder.wait()
+    results = {step: program.wait() for step, program in waiting.items()}
+    events = gpu.events()
+    for step, result in results.items():
+        assert result.returncode == 0, f"{step}: {result.describe()}"
+        event, api, suffix, _ = SUBMISSIONS[step]
+        if per_thread:
+            event, api = event + suffix, api + suffix
+        calls = [e for e in fakelog.named(events, event, pid=result.pid) if e["api"] == api]
+        seen = [(e.name, e.get("api")) for e in events if e.pid == result.pid and "api" in e.fields]
+        assert len(calls) == 1, f"{step} through {path}: expected one {event} via {api}: {seen}"
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_allocations_are_converted_on_every_path(gpu, path):
+    result = gpu.run(["init", "alloc", "a", "1M", "attr", "a", "alloc-async", "b", "1M", "attr",
+                      "b"], resolve=path)
+    assert result.returncode == 0, result.describe()
+    assert [a["is_managed"] for a in result.steps("attr")] == ["1", "1"]
+
+
+def test_lookups_of_hooked_names_get_libnvs_and_others_get_the_driver(gpu):
+    result = gpu.run(["get-proc", "cuLaunchKernel", "13000", "0",
+                      "get-proc", "cuLaunchKernel", "13000", "2",
+                      "get-proc", "cuMemAlloc", "13000", "0",
+                      "get-proc", "cuDeviceGetName", "13000", "0",
+                      "get-proc", "cuNoSuchFunction", "13000", "0",
+                      "get-proc", "cuMemAlloc", "3000", "0"])
+    launch, launch_ptsz, alloc, name, missing, too_old = result.steps("get-proc")
+    for answer in (launch, launch_ptsz, alloc):
+        assert answer["result"] == "0" and answer["object"].endswith("libnvs.so"), answer
+    assert name["result"] == "0" and name["object"].endswith("fakecuda/libcuda.so.1")
+    assert (missing["result"], missing["status"], missing["found"]) == ("500", "1", "0")
+    assert (too_old["result"], too_old["status"], too_old["found"]) == ("500", "2", "0")

@@ -1,0 +1,66 @@
+"""Many threads launching at once through libnvs.so while the GPU lock changes hands, with the
+library built under ThreadSanitizer (`make lib SANITIZE=thread`): no data race, no lost or
+misdirected launch, and still one process on the GPU at a time."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import libnvs_fakelog as fakelog
+import libnvs_programs
+from libnvs_programs import TSAN_LIBNVS
+
+THREADS, LAUNCHES, KERNEL_US = 8, 40, 5000  # 1.6 s of work per process: several 1 s quanta
+
+
+def tsan_runtime() -> Path | None:
+    """The shared ThreadSanitizer runtime of the compiler that builds libnvs."""
+    found = subprocess.run(["cc", "-print-file-name=libtsan.so"], capture_output=True, text=True)
+    path = Path(found.stdout.strip())
+    return path.resolve() if found.returncode == 0 and path.is_absolute() and path.exists() \
+        else None
+
+
+@pytest.fixture(scope="module")
+def tsan_preload(built):
+    runtime = tsan_runtime()
+    if runtime is None:
+        pytest.skip("no ThreadSanitizer runtime (libtsan) for this compiler")
+    libnvs_programs.make("lib", SANITIZE="thread")
+    # The runtime must come first: an uninstrumented program's pthread_create must reach it.
+    return f"{runtime} {TSAN_LIBNVS}"
+
+
+def run_storm(gpu, preload, per_thread: bool):
+    env = {"TSAN_OPTIONS": "halt_on_error=1 exitcode=66 second_deadlock_stack=1"}
+    programs = [gpu.start(["init", "touch-file", gpu.path(f"ready-{i}"), "wait-file",
+                           gpu.path("go"), "threads", THREADS, LAUNCHES, KERNEL_US, "sync"],
+                          preload=preload, env=env, ptsz=per_thread) for i in range(2)]
+    for i in range(2):
+        libnvs_programs.wait_file(gpu.path(f"ready-{i}"))
+    gpu.path("go").touch()
+    return [p.wait(timeout=120) for p in programs]
+
+
+@pytest.mark.parametrize("per_thread", [False, True], ids=["legacy", "per-thread"])
+def test_many_threads_launch_at_once_without_races(gpu_with, tsan_preload, per_thread):
+    gpu, scheduler = gpu_with(tq=1)
+    results = run_storm(gpu, tsan_preload, per_thread)
+    for result in results:
+        assert "ThreadSanitizer" not in result.stderr, result.stderr
+        assert result.returncode == 0, result.describe()
+        assert result.ok("threads")["failed"] == "0"
+    events = gpu.events()
+    a, b = (fakelog.exec_intervals(events, r.pid, {"kernel"}) for r in results)
+    assert len(a) == len(b) == THREADS * LAUNCHES, "launches were lost or duplicated"
+    assert not fakelog.overlapping(a, b), "both processes ran at once in mode on"
+    suffix = "_ptsz" if per_thread else ""
+    for result in results:
+        launches = fakelog.named(events, "launch" + suffix, pid=result.pid)
+        assert len(launches) == THREADS * LAUNCHES
+        assert {e["stream_kind"] for e in launches} == {"per_thread" if per_thread else "legacy"}
+        if per_thread:  # each thread its own default stream
+            assert len({e["stream"] for e in launches}) == THREADS
