@@ -49,6 +49,7 @@ static const char usage[] =
     "  capture-graph N US        capture N launches, instantiate (then graph-launch)\n"
     "  capture-mode global|thread|relaxed   cuThreadExchangeStreamCaptureMode\n"
     "  threads N LAUNCHES US     N threads launching at once, each then synchronizing\n"
+    "  ctx-create | ctx-primary  a new context / the primary one becomes current\n"
     "  fork STEP... end          run the steps in a forked child and wait for it\n"
     "  get-proc NAME VERSION FLAGS   cuGetProcAddress_v2 through dlopen/dlsym\n"
     "  sleep-ms MS | wait-file PATH | touch-file PATH | pid | exit CODE\n";
@@ -665,6 +666,12 @@ static bool run_step(int *i, int argc, char **argv)
         step_capture_graph(n, (unsigned int)parse_size(ARG()));
     } else if (strcmp(step, "graph-launch") == 0)
         report(api.cuGraphLaunch(graph_exec, stream), "graph-launch", NULL);
+    else if (strcmp(step, "ctx-create") == 0) {
+        CUcontext created = NULL;
+        CUresult r = api.cuCtxCreate(&created, 0, device);
+        report(r, "ctx-create", "ctx=%p", (void *)created);
+    } else if (strcmp(step, "ctx-primary") == 0)
+        report(api.cuCtxSetCurrent(context), "ctx-primary", "ctx=%p", (void *)context);
     else if (strcmp(step, "threads") == 0) {
         int n = (int)parse_size(ARG());
         int launches = (int)parse_size(ARG());

@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 import time
 
+from gemshare_nvs.connection import Connection
+
 import libnvs_fakelog as fakelog
 from libnvs_programs import client_of, grants, scheduler_status, wait_file, wait_for
 
@@ -91,3 +93,28 @@ def test_without_early_release_the_waiter_keeps_waiting(gpu_with):
     assert not fakelog.named(gpu.events(), "launch", pid=waiter.pid)
     idle.kill()
     assert waiter.wait().returncode == 0
+
+
+def set_mode(scheduler, mode: str) -> None:
+    with Connection(scheduler.socket) as control:
+        reply = control.request({"op": "set", "anti_thrash": mode})
+    assert reply.get("ok"), reply
+
+
+def test_switching_to_mode_off_frees_a_waiter_and_back_on_restores_the_lock(gpu_with):
+    gpu, scheduler = gpu_with(tq=86400)
+    holder = gpu.start(["init", "launch", 100, "sync", "touch-file", gpu.path("held"),
+                        "wait-file", gpu.path("on-again"), "launch", 100, "sync"],
+                       env={"GEMSHARE_IDLE_RELEASE_MS": "0"})
+    wait_file(gpu.path("held"))
+    waiter = gpu.start(["init", "launch", 100, "sync"])
+    wait_for(lambda: (client_of(scheduler_status(scheduler.socket), waiter.pid) or {})
+             .get("state") == "waiting", "the second process to wait")
+    set_mode(scheduler, "off")
+    assert waiter.wait().returncode == 0
+    assert holder.process.poll() is None
+    set_mode(scheduler, "on")
+    gpu.path("on-again").touch()
+    result = holder.wait()
+    assert result.returncode == 0, result.describe()
+    assert grants(scheduler.log(), holder.pid) == 2, "mode on again did not bring the lock back"
