@@ -41,7 +41,9 @@ static const char usage[] =
     "  fill NAME BYTE            the fake's \"fill\" kernel over the buffer\n"
     "  memset NAME BYTE | memset-async NAME WORD | prefetch NAME\n"
     "  launch US | launch-ex US | launches N US   \"sleep\" kernels of US microseconds\n"
-    "  host-func | sync | stream-new | stream-default | stream-sync | stream-query\n"
+    "  host-func | sync | stream-sync | stream-query\n"
+    "  stream-new | stream-use N | stream-default   create (and use) stream N = 1, 2, ... /\n"
+    "                            use stream N again / use the default stream\n"
     "  block-until PATH          queue a host function that waits for PATH to exist\n"
     "  sync-other-thread         cuCtxSynchronize from a new thread\n"
     "  event-record | event-sync | event-query\n"
@@ -69,6 +71,8 @@ static CUdevice device;
 static CUcontext context;
 static CUfunction sleep_fn, fill_fn;
 static CUstream stream; /* NULL: the default stream of the chosen variant */
+static CUstream streams[16];
+static int stream_count;
 static CUgraphExec graph_exec;
 static CUevent event;
 static CUmemoryPool pool;
@@ -624,8 +628,19 @@ static bool run_step(int *i, int argc, char **argv)
         step_sync_other_thread();
     else if (strcmp(step, "sync") == 0)
         report(api.cuCtxSynchronize(), "sync", "host_func_runs=%d", atomic_load(&host_func_runs));
-    else if (strcmp(step, "stream-new") == 0)
-        report(api.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "stream-new", NULL);
+    else if (strcmp(step, "stream-new") == 0) {
+        if (stream_count == 16)
+            die_usage("at most 16 streams");
+        CUresult r = api.cuStreamCreate(&streams[stream_count], CU_STREAM_NON_BLOCKING);
+        stream = streams[stream_count++];
+        report(r, "stream-new", "index=%d", stream_count);
+    } else if (strcmp(step, "stream-use") == 0) {
+        int n = (int)parse_size(ARG());
+        if (n < 1 || n > stream_count)
+            die_usage("stream-use takes the number of a stream made with stream-new");
+        stream = streams[n - 1];
+        say("stream-use index=%d", n);
+    }
     else if (strcmp(step, "stream-default") == 0) {
         stream = NULL;
         say("stream-default");

@@ -9,12 +9,13 @@ program called, the per-thread (_ptsz/_ptds) one included."""
 
 from __future__ import annotations
 
+import re
 import signal
 
 import pytest
 
 import libnvs_fakelog as fakelog
-from libnvs_programs import client_of, scheduler_status, wait_file, wait_for
+from libnvs_programs import REPO, client_of, scheduler_status, wait_file, wait_for
 
 PATHS = ["procaddr", "procaddr-v1", "dlsym", "linked"]
 
@@ -101,3 +102,28 @@ def test_lookups_of_hooked_names_get_libnvs_and_others_get_the_driver(gpu):
     assert name["result"] == "0" and name["object"].endswith("fakecuda/libcuda.so.1")
     assert (missing["result"], missing["status"], missing["found"]) == ("500", "1", "0")
     assert (too_old["result"], too_old["status"], too_old["found"]) == ("500", "2", "0")
+
+
+def lookups_from_the_fake_table():
+    """Every (name, version) the fake driver knows, with the versions just below each."""
+    text = (REPO / "tests/fakecuda/fake_entry_points.def").read_text()
+    pairs = set()
+    for lookup, since in re.findall(r"^FAKE_ENTRY\((\w+),\s*(\d+),", text, re.M):
+        for version in (int(since) - 10, int(since), 7000, 12000, 13000):
+            pairs.add((lookup, version))
+    return sorted(pairs)
+
+
+def test_lookups_resolve_to_the_functions_the_driver_would_give(gpu):
+    """libnvs may hand out its wrapper, but for the same entry point (version, per-thread form)
+    and with the same answer the driver gives."""
+    steps = [word for lookup, version in lookups_from_the_fake_table() for flags in (0, 2)
+             for word in ("get-proc", lookup, version, flags)]
+    with_library = gpu.run(steps).steps("get-proc")
+    driver = gpu.run(steps, preload=False).steps("get-proc")
+    assert len(with_library) == len(driver) == len(steps) // 4
+    keys = ("symbol", "version", "flags", "result", "status", "function")
+    differ = [(tuple(d[k] for k in keys), tuple(w[k] for k in keys))
+              for w, d in zip(with_library, driver)
+              if tuple(w[k] for k in keys) != tuple(d[k] for k in keys)]
+    assert not differ, "driver answer vs libnvs answer:\n" + "\n".join(map(str, differ))
