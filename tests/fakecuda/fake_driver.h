@@ -88,8 +88,10 @@ void fake_unmap_bytes(void *p, size_t size);
 /* Register/unregister an allocation in the registry (the registry owns no memory). */
 void fake_alloc_insert(const struct fake_alloc *a);
 bool fake_alloc_remove(uintptr_t base, struct fake_alloc *out);
-/* Frees the async allocation at base (stream-ordered free reached on the device). */
-void fake_free_async_now(uintptr_t base);
+/* Gives a removed registry entry's memory back (bytes, device accounting) and logs "free". */
+void fake_release(const struct fake_alloc *a, const char *api);
+/* Frees the pool allocation at base: a stream-ordered free reached on the device, or cuMemFree. */
+void fake_free_async_now(uintptr_t base, const char *api);
 
 /* ---- streams, the simulated device, events ------------------------------------------------- */
 #define FAKE_STREAM_MAGIC 0x5354524du

@@ -101,7 +101,7 @@ void fake_execute(const struct fake_op *op, uint64_t seq, uint64_t stream_id)
             op->u.host.cb(op->u.host.cb_stream, CUDA_SUCCESS, op->u.host.user);
         break;
     case FAKE_OP_EVENT: atomic_store(&op->u.event.event->done_ns, fake_now_ns()); break;
-    case FAKE_OP_FREE_ASYNC: fake_free_async_now(op->u.free_async.ptr); break;
+    case FAKE_OP_FREE_ASYNC: fake_free_async_now(op->u.free_async.ptr, "cuMemFreeAsync"); break;
     case FAKE_OP_PREFETCH:
     case FAKE_OP_NOP: break;
     }
@@ -178,33 +178,41 @@ CUresult fake_submit_ops(const struct fake_call *call, const char *event, struct
                  (int)r);
         return r;
     }
-    struct queued *items[n ? n : 1];
+    /* Made before taking the lock, chained in order. */
+    struct queued *chain = NULL, *chain_end = NULL, **link = &chain;
     for (size_t i = 0; i < n; i++) {
-        items[i] = malloc(sizeof *items[i]);
-        if (!items[i]) {
-            while (i-- > 0)
-                free(items[i]);
+        struct queued *item = malloc(sizeof *item);
+        if (!item) {
+            while (chain) {
+                struct queued *next = chain->next;
+                free(chain);
+                chain = next;
+            }
             return CUDA_ERROR_OUT_OF_MEMORY;
         }
-        items[i]->op = ops[i];
-        items[i]->stream_id = s->id;
-        items[i]->next = NULL;
+        item->op = ops[i];
+        item->stream_id = s->id;
+        item->next = NULL;
+        *link = chain_end = item;
+        link = &item->next;
     }
     pthread_mutex_lock(&q_lock);
-    for (size_t i = 0; i < n; i++) {
-        struct queued *item = items[i];
+    uint64_t first = next_seq + 1;
+    for (struct queued *item = chain; item; item = item->next) {
         item->seq = ++next_seq;
-        if (ops[i].kind == FAKE_OP_EVENT) {
-            atomic_store(&ops[i].u.event.event->done_ns, 0);
-            atomic_store(&ops[i].u.event.event->seq, item->seq);
+        if (item->op.kind == FAKE_OP_EVENT) {
+            atomic_store(&item->op.u.event.event->done_ns, 0);
+            atomic_store(&item->op.u.event.event->seq, item->seq);
         }
-        if (q_tail)
-            q_tail->next = item;
-        else
-            q_head = item;
-        q_tail = item;
     }
-    uint64_t first = n ? items[0]->seq : next_seq, last = next_seq;
+    if (chain) {
+        if (q_tail)
+            q_tail->next = chain;
+        else
+            q_head = chain;
+        q_tail = chain_end;
+    }
+    uint64_t last = next_seq;
     atomic_store(&s->last_seq, last);
     atomic_store(&s->ctx->last_seq, last);
     /* Logged before the worker can see it, so the submission precedes its exec_begin. */

@@ -259,19 +259,22 @@ FAKE_API CUresult cuMemFree_v2(CUdeviceptr dptr)
     }
     /* cuMemFree synchronizes: queued work may still touch the memory. */
     fake_wait_seq(atomic_load(&ctx->last_seq));
-    if (a.kind == FAKE_MEM_ASYNC) {
-        fake_free_async_now(a.base);
-    } else {
-        fake_alloc_remove(a.base, NULL);
-        fake_unmap_bytes((void *)a.base, a.mapped);
-        if (a.kind == FAKE_MEM_MANAGED)
-            atomic_fetch_sub(&usage_of()->managed[a.device], a.size);
-        else
-            fake_device_unreserve(a.device, a.size);
-    }
-    fake_log("free", "api=cuMemFree_v2 ptr=0x%llx size=%zu kind=%s result=0",
-             (unsigned long long)dptr, a.size, kind_name(a.kind));
+    if (a.kind == FAKE_MEM_ASYNC)
+        fake_free_async_now(a.base, "cuMemFree_v2");
+    else if (fake_alloc_remove(a.base, &a))
+        fake_release(&a, "cuMemFree_v2");
     return CUDA_SUCCESS;
+}
+
+void fake_release(const struct fake_alloc *a, const char *api)
+{
+    fake_unmap_bytes((void *)a->base, a->mapped);
+    if (a->kind == FAKE_MEM_MANAGED)
+        atomic_fetch_sub(&usage_of()->managed[a->device], a->size);
+    else
+        fake_device_unreserve(a->device, a->size);
+    fake_log("free", "api=%s ptr=0x%llx size=%zu kind=%s result=0", api,
+             (unsigned long long)a->base, a->size, kind_name(a->kind));
 }
 
 FAKE_API CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes)

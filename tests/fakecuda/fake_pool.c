@@ -229,17 +229,14 @@ FAKE_PTSZ_PAIR(cuMemAllocFromPoolAsync,
                (CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream), dptr,
                bytesize, pool, hStream)
 
-void fake_free_async_now(uintptr_t base)
+void fake_free_async_now(uintptr_t base, const char *api)
 {
     struct fake_alloc a;
     if (!fake_alloc_remove(base, &a))
-        return; /* already freed: the double free was reported when it was queued */
-    fake_unmap_bytes((void *)a.base, a.mapped);
-    fake_device_unreserve(a.device, a.size);
+        return; /* freed twice: the second free was refused when it was made */
     if (a.pool)
         atomic_fetch_sub(&((struct CUmemPoolHandle_st *)a.pool)->used, a.size);
-    fake_log("free", "api=stream_ordered ptr=0x%llx size=%zu kind=async result=0",
-             (unsigned long long)a.base, a.size);
+    fake_release(&a, api);
 }
 
 static CUresult cuMemFreeAsync_impl(const struct fake_call *call, CUdeviceptr dptr,
