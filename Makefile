@@ -93,3 +93,15 @@ uninstall:
 
 clean:
 	rm -rf $(BUILD)
+
+# make bench-cpu   benchmarks on the fake driver, no GPU needed: lock handoff, launch overhead,
+#                  scheduler scale (bench/README.md); BENCH_JSON=path also writes the results
+# make bench-gpu   the same layer on a real GPU; BENCH_PYTHON is the Python with PyTorch
+BENCH_PYTHON ?= python3
+.PHONY: bench-cpu bench-gpu
+bench-cpu: lib fakecuda venv
+	GEMSHARE_BUILD_DIR=$(abspath $(BUILD)) $(VENV)/bin/python bench/run_cpu.py
+
+bench-gpu: lib venv
+	GEMSHARE_BUILD_DIR=$(abspath $(BUILD)) BENCH_PYTHON=$(BENCH_PYTHON) \
+		$(VENV)/bin/python bench/run_gpu.py

@@ -1,0 +1,45 @@
+"""`make bench-cpu` still works: its quick mode runs every measurement for real (tiny samples) and
+writes one JSON object with every published key and sane values. Speed is never asserted."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+HANDOFF_KEYS = [f"{prefix}_{what}" for prefix in ("handoff", "handoff_8", "handoff_64")
+                for what in ("p50_us", "p99_us", "samples")]
+# Differences of two medians: noise may make them negative in a quick run, never infinite.
+DIFFERENCES = ["hook_launch_overhead_ns", "hook_queued_launch_overhead_ns"]
+POSITIVE = HANDOFF_KEYS + ["hook_launch_ns_plain", "hook_launch_ns_libnvs", "scale_grants_per_s",
+                           "scale_rss_mib", "scale_rss_idle_mib"]
+
+
+def test_quick_bench_cpu_writes_every_key(tmp_path):
+    out = tmp_path / "bench.json"
+    env = {**os.environ, "BENCH_QUICK": "1", "BENCH_JSON": str(out)}
+    done = subprocess.run([sys.executable, str(REPO / "bench" / "run_cpu.py")], env=env,
+                          capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stdout + done.stderr
+    results = json.loads(out.read_text())
+    for key in POSITIVE + DIFFERENCES:
+        assert key in results, f"{key} missing from {sorted(results)}"
+        assert isinstance(results[key], (int, float)) and math.isfinite(results[key]), \
+            (key, results[key])
+    for key in POSITIVE:
+        assert results[key] > 0, (key, results[key])
+    assert results["scale_clients"] == 1000
+    assert results["quick"] is True
+    # First come first served over one queue: no client got a second grant before every
+    # client ahead of it got one, so grants per client differ by at most one.
+    scale = results["details"]["scale"]
+    assert scale["grants_per_client_max"] - scale["grants_per_client_min"] <= 1, scale
+    # Handoff latencies are ordered as percentiles must be.
+    for clients in (2, 8, 64):
+        row = results["details"][f"handoff_{clients}"]
+        assert 0 < row["p50_us"] <= row["p90_us"] <= row["p99_us"] <= row["max_us"], row
+    assert "QUICK MODE" in done.stdout and "lock handoff" in done.stdout
