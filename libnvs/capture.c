@@ -93,14 +93,11 @@ CUresult gs_impl_cuStreamEndCapture(enum gs_variant variant, CUstream hStream, C
     return r;
 }
 
-bool gs_capture_owned_by_this_thread(void)
+bool gs_capture_stream_is_capturing(enum gs_variant variant, CUstream stream)
 {
-    bool owned = false;
-    pthread_mutex_lock(&gs_capture_mu);
-    for (int i = 0; i < gs_capture_count && !owned; i++)
-        owned = pthread_equal(gs_captures[i].owner, pthread_self());
-    pthread_mutex_unlock(&gs_capture_mu);
-    return owned;
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    CUresult r = GS_REAL(cuStreamIsCapturing, variant)(stream, &status);
+    return r == CUDA_SUCCESS && status != CU_STREAM_CAPTURE_STATUS_NONE;
 }
 
 bool gs_capture_active(void)

@@ -1,11 +1,15 @@
 /* CUDA graph stream captures in progress: the drop-lock path must never synchronize inside one,
- * and a capturing thread passes the gate (it records work, it does not run it). */
+ * and work for a capturing stream passes the gate (it is recorded, not run). */
 #ifndef GS_CAPTURE_H
 #define GS_CAPTURE_H
 
 #include <stdbool.h>
 
-bool gs_capture_owned_by_this_thread(void);
+#include "driver.h"
+
+/* Whether work for this stream (as the variant called sees it: 0 is the legacy or the per-thread
+ * default stream) would be recorded into a capture rather than run. */
+bool gs_capture_stream_is_capturing(enum gs_variant variant, CUstream stream);
 
 /* Waits up to timeout_ms for no capture to be active, then holds captures off (a new
  * cuStreamBeginCapture waits) until gs_capture_allow(). False on timeout, holding nothing. */

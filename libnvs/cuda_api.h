@@ -288,7 +288,7 @@ typedef struct CUDA_MEMCPY3D_PEER_st {
 #define GS_CUDA_TWIN_NONE(symbol, params)
 #define GS_CUDA_TWIN_PTSZ(symbol, params) CUresult symbol##_ptsz params;
 #define GS_CUDA_TWIN_PTDS(symbol, params) CUresult symbol##_ptds params;
-#define GS_ENTRY(kind, symbol, lookup, since, per_thread, params, args)                          \
+#define GS_ENTRY(kind, symbol, lookup, since, per_thread, stream, params, args)                  \
     CUresult symbol params;                                                                      \
     GS_CUDA_TWIN_##per_thread(symbol, params)
 #include "hooks.def"

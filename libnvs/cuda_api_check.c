@@ -124,7 +124,7 @@ GS_CONSTANTS(GS_CAPTURE_CONSTANT)
     GS_SAME_TYPE(__typeof__(&symbol##_ptsz), CUresult(*) params, #symbol "_ptsz prototype")
 #define GS_TWIN_PTDS(symbol, params)                                                             \
     GS_SAME_TYPE(__typeof__(&symbol##_ptds), CUresult(*) params, #symbol "_ptds prototype")
-#define GS_ENTRY(kind, symbol, lookup, since, per_thread, params, args)                          \
+#define GS_ENTRY(kind, symbol, lookup, since, per_thread, stream, params, args)                  \
     GS_SAME_TYPE(__typeof__(&symbol), CUresult(*) params, #symbol " prototype")                  \
     GS_SAME_TYPE(PFN_##lookup##_v##since, CUresult(*) params,                                    \
                  #symbol ": signature of cuGetProcAddress(\"" #lookup "\", " #since ")")         \
@@ -157,6 +157,7 @@ void gs_cuda_api_check(void)
     _Static_assert(sizeof(((T *)0)->f) == sizeof(((cudah_##T *)0)->f), #T "." #f ": size differs");
 #define GS_CHECK_FIELD(T, f)                                                                     \
     GS_CHECK_FIELD_LAYOUT(T, f)                                                                  \
-    GS_SAME_TYPE(__typeof__(((T *)0)->f), __typeof__(((cudah_##T *)0)->f), #T "." #f ": type differs")
+    GS_SAME_TYPE(__typeof__(((T *)0)->f), __typeof__(((cudah_##T *)0)->f),                      \
+                 #T "." #f ": type differs")
     GS_FIELDS(GS_CHECK_FIELD, GS_CHECK_FIELD_LAYOUT)
 }

@@ -16,6 +16,8 @@
 /* The newest CUDA version whose cuda.h the table was checked against: for a cudaVersion above
  * it, cuGetProcAddress may hand out a signature we do not know, so we verify before wrapping. */
 #define GS_CUDA_VERSION_CHECKED 13000
+/* The cudaVersion from which cuGetProcAddress hands out _ptsz/_ptds functions. */
+#define GS_PER_THREAD_SINCE 7000
 
 enum gs_kind {
     GS_KIND_INIT,
@@ -33,14 +35,14 @@ enum gs_kind {
 enum gs_variant { GS_LEGACY = 0, GS_PER_THREAD = 1, GS_VARIANTS = 2 };
 
 enum gs_entry_id {
-#define GS_ENTRY(kind, symbol, lookup, since, per_thread, params, args) GS_ID_##symbol,
+#define GS_ENTRY(kind, symbol, lookup, since, per_thread, stream, params, args) GS_ID_##symbol,
 #include "hooks.def"
 #undef GS_ENTRY
     GS_ENTRY_COUNT
 };
 
 /* Pointer types of the real functions, gs_pfn_<symbol>. */
-#define GS_ENTRY(kind, symbol, lookup, since, per_thread, params, args)                          \
+#define GS_ENTRY(kind, symbol, lookup, since, per_thread, stream, params, args)                  \
     typedef CUresult(*gs_pfn_##symbol) params;
 #include "hooks.def"
 #undef GS_ENTRY

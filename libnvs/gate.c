@@ -16,11 +16,11 @@ static pthread_cond_t gs_gate_cv = PTHREAD_COND_INITIALIZER;
 static int gs_gate_blocked;           /* under gs_gate_mu */
 static atomic_int gs_gate_requested;  /* a blocked thread wants the lock */
 
-void gs_gate_wait(void)
+void gs_gate_wait(enum gs_variant variant, CUstream stream)
 {
-    /* A thread that is capturing a CUDA graph records work, it does not run it; blocking it would
-     * also keep the capture from ever ending, which a drop waits for. */
-    if (gs_capture_owned_by_this_thread())
+    /* Work for a stream that is being captured is recorded into a graph, not run; holding it
+     * back would also keep the capture from ever ending, which a drop waits for. */
+    if (gs_capture_active() && gs_capture_stream_is_capturing(variant, stream))
         return;
     for (;;) {
         atomic_fetch_sub(&gs_gate_calls, 1);

@@ -7,6 +7,8 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 
+#include "driver.h"
+
 extern atomic_int gs_gate_is_open;
 /* Hooked submissions: the low 32 bits count those between enter and exit, the high 32 bits those
  * done so far (sampled for idle release; only compared, so wrapping is harmless). One word lets
@@ -14,15 +16,16 @@ extern atomic_int gs_gate_is_open;
 extern atomic_ullong gs_gate_calls;
 #define GS_GATE_LEAVE_AND_COUNT ((1ull << 32) - 1)
 
-void gs_gate_wait(void);
-
-static inline void gs_gate_enter(void)
+/* Enters; true if the gate was open. Otherwise the caller must call gs_gate_wait (kept apart so
+ * that the call's stream is worked out on the slow path only). */
+static inline bool gs_gate_enter(void)
 {
     atomic_fetch_add(&gs_gate_calls, 1);
-    if (__builtin_expect(atomic_load(&gs_gate_is_open), 1))
-        return;
-    gs_gate_wait();
+    return __builtin_expect(atomic_load(&gs_gate_is_open), 1);
 }
+
+/* The slow path: returns once the call may go ahead, entered. */
+void gs_gate_wait(enum gs_variant variant, CUstream stream);
 
 static inline void gs_gate_exit(void)
 {

@@ -12,11 +12,12 @@
         __attribute__((alias("gs_hook_" #name), visibility("default")));
 
 /* SUBMIT: pass the gate, forward to the function the lookup handed out, leave the gate. */
-#define GS_SUBMIT_HOOK(entry, name, variant, params, args)                                       \
+#define GS_SUBMIT_HOOK(entry, name, variant, stream, params, args)                               \
     CUresult gs_hook_##name params;                                                              \
     CUresult gs_hook_##name params                                                               \
     {                                                                                            \
-        gs_gate_enter();                                                                         \
+        if (!gs_gate_enter())                                                                    \
+            gs_gate_wait(variant, (CUstream)(stream));                                           \
         CUresult result = GS_REAL(entry, variant) args;                                          \
         gs_gate_exit();                                                                          \
         return result;                                                                           \
@@ -24,7 +25,7 @@
     GS_EXPORT_ALIAS(name)
 
 /* Every other hooked kind: hand over to the hand-written gs_impl_<entry>. */
-#define GS_DELEGATE_HOOK(entry, name, variant, params, args)                                     \
+#define GS_DELEGATE_HOOK(entry, name, variant, stream, params, args)                             \
     CUresult gs_hook_##name params;                                                              \
     CUresult gs_hook_##name params                                                               \
     {                                                                                            \
@@ -32,21 +33,21 @@
     }                                                                                            \
     GS_EXPORT_ALIAS(name)
 
-#define GS_TWIN_NONE(make, symbol, params, args)
-#define GS_TWIN_PTSZ(make, symbol, params, args)                                                 \
-    make(symbol, symbol##_ptsz, GS_PER_THREAD, params, args)
-#define GS_TWIN_PTDS(make, symbol, params, args)                                                 \
-    make(symbol, symbol##_ptds, GS_PER_THREAD, params, args)
+#define GS_TWIN_NONE(make, symbol, stream, params, args)
+#define GS_TWIN_PTSZ(make, symbol, stream, params, args)                                         \
+    make(symbol, symbol##_ptsz, GS_PER_THREAD, stream, params, args)
+#define GS_TWIN_PTDS(make, symbol, stream, params, args)                                         \
+    make(symbol, symbol##_ptds, GS_PER_THREAD, stream, params, args)
 
-#define GS_MAKE(make, symbol, per_thread, params, args)                                          \
-    make(symbol, symbol, GS_LEGACY, params, args)                                                \
-    GS_TWIN_##per_thread(make, symbol, params, args)
+#define GS_MAKE(make, symbol, per_thread, stream, params, args)                                  \
+    make(symbol, symbol, GS_LEGACY, stream, params, args)                                        \
+    GS_TWIN_##per_thread(make, symbol, stream, params, args)
 
-#define GS_DEFINE_SUBMIT(symbol, per_thread, params, args)                                       \
-    GS_MAKE(GS_SUBMIT_HOOK, symbol, per_thread, params, args)
-#define GS_DEFINE_CALLED(symbol, per_thread, params, args)
-#define GS_DEFINE_INIT(symbol, per_thread, params, args)                                         \
-    GS_MAKE(GS_DELEGATE_HOOK, symbol, per_thread, params, args)
+#define GS_DEFINE_SUBMIT(symbol, per_thread, stream, params, args)                               \
+    GS_MAKE(GS_SUBMIT_HOOK, symbol, per_thread, stream, params, args)
+#define GS_DEFINE_CALLED(symbol, per_thread, stream, params, args)
+#define GS_DEFINE_INIT(symbol, per_thread, stream, params, args)                                 \
+    GS_MAKE(GS_DELEGATE_HOOK, symbol, per_thread, stream, params, args)
 #define GS_DEFINE_PROCADDR GS_DEFINE_INIT
 #define GS_DEFINE_ALLOC GS_DEFINE_INIT
 #define GS_DEFINE_FREE GS_DEFINE_INIT
@@ -54,8 +55,8 @@
 #define GS_DEFINE_CONTEXT GS_DEFINE_INIT
 #define GS_DEFINE_CAPTURE GS_DEFINE_INIT
 
-#define GS_ENTRY(kind, symbol, lookup, since, per_thread, params, args)                          \
-    GS_DEFINE_##kind(symbol, per_thread, params, args)
+#define GS_ENTRY(kind, symbol, lookup, since, per_thread, stream, params, args)                  \
+    GS_DEFINE_##kind(symbol, per_thread, stream, params, args)
 #include "hooks.def"
 #undef GS_ENTRY
 
@@ -80,7 +81,7 @@
 #define GS_HOOKS_CAPTURE GS_HOOKS_HOOKED
 
 const struct gs_entry gs_entries[GS_ENTRY_COUNT] = {
-#define GS_ENTRY(kind, symbol, lookup, since, per_thread, params, args)                          \
+#define GS_ENTRY(kind, symbol, lookup, since, per_thread, stream, params, args)                  \
     [GS_ID_##symbol] = {#symbol, GS_TWIN_NAME_##per_thread(symbol), #lookup, since,             \
                         GS_KIND_##kind, GS_HOOKS_##kind(symbol, per_thread)},
 #include "hooks.def"

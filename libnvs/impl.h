@@ -6,7 +6,8 @@
 
 #include "driver.h"
 
-#define GS_IMPL_DECL(symbol, params) CUresult gs_impl_##symbol(enum gs_variant variant, GS_UNPAREN params);
+#define GS_IMPL_DECL(symbol, params)                                                             \
+    CUresult gs_impl_##symbol(enum gs_variant variant, GS_UNPAREN params);
 #define GS_IMPL_INIT(symbol, params) GS_IMPL_DECL(symbol, params)
 #define GS_IMPL_PROCADDR(symbol, params) GS_IMPL_DECL(symbol, params)
 #define GS_IMPL_ALLOC(symbol, params) GS_IMPL_DECL(symbol, params)
@@ -16,7 +17,8 @@
 #define GS_IMPL_CAPTURE(symbol, params) GS_IMPL_DECL(symbol, params)
 #define GS_IMPL_SUBMIT(symbol, params)
 #define GS_IMPL_CALLED(symbol, params)
-#define GS_ENTRY(kind, symbol, lookup, since, per_thread, params, args) GS_IMPL_##kind(symbol, params)
+#define GS_ENTRY(kind, symbol, lookup, since, per_thread, stream, params, args)                  \
+    GS_IMPL_##kind(symbol, params)
 #include "hooks.def"
 #undef GS_ENTRY
 

@@ -114,9 +114,10 @@ static void gs_substitute(const char *symbol, void **pfn, int cuda_version, cuui
     if (id < 0)
         return;
     const struct gs_entry *e = &gs_entries[id];
-    enum gs_variant variant =
-        (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) && e->twin ? GS_PER_THREAD
-                                                                            : GS_LEGACY;
+    /* The row's `since` is at most cuda_version; the twins exist from CUDA 7.0 on. */
+    bool per_thread = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) && e->twin &&
+                      cuda_version >= GS_PER_THREAD_SINCE;
+    enum gs_variant variant = per_thread ? GS_PER_THREAD : GS_LEGACY;
     if (e->hook[variant] == NULL || gs_driver_is_hook(*pfn))
         return;
     if (cuda_version > GS_CUDA_VERSION_CHECKED) {

@@ -273,7 +273,8 @@ static CUresult gs_alloc_converted(const char *api, CUdeviceptr *dptr, size_t si
 static void gs_maybe_reap(void)
 {
     pthread_mutex_lock(&gs_mem_mu);
-    bool due = gs_deferred_count >= GS_DEFERRED_BATCH || gs_deferred_bytes >= GS_DEFERRED_BATCH_BYTES;
+    bool due = gs_deferred_count >= GS_DEFERRED_BATCH ||
+               gs_deferred_bytes >= GS_DEFERRED_BATCH_BYTES;
     pthread_mutex_unlock(&gs_mem_mu);
     if (due)
         gs_reap_deferred(false);
@@ -297,7 +298,8 @@ CUresult gs_impl_cuMemAllocPitch_v2(enum gs_variant variant, CUdeviceptr *dptr, 
     gs_maybe_reap();
     bool valid = dptr && pPitch && WidthInBytes > 0 && Height > 0 &&
                  (ElementSizeBytes == 4 || ElementSizeBytes == 8 || ElementSizeBytes == 16);
-    size_t pitch = (WidthInBytes + GS_PITCH_ALIGNMENT - 1) / GS_PITCH_ALIGNMENT * GS_PITCH_ALIGNMENT;
+    size_t pitch =
+        (WidthInBytes + GS_PITCH_ALIGNMENT - 1) / GS_PITCH_ALIGNMENT * GS_PITCH_ALIGNMENT;
     valid = valid && pitch >= WidthInBytes && Height <= SIZE_MAX / pitch;
     if (!gs_config()->unified_memory || !valid) {
         /* Invalid arguments get the driver's own answer. */
@@ -324,20 +326,13 @@ CUresult gs_impl_cuMemAllocManaged(enum gs_variant variant, CUdeviceptr *dptr, s
     return r;
 }
 
-static bool gs_stream_capturing(enum gs_variant variant, CUstream stream)
-{
-    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-    CUresult r = GS_REAL(cuStreamIsCapturing, variant)(stream, &status);
-    return r == CUDA_SUCCESS && status != CU_STREAM_CAPTURE_STATUS_NONE;
-}
-
 CUresult gs_impl_cuMemAllocAsync(enum gs_variant variant, CUdeviceptr *dptr, size_t bytesize,
                                  CUstream hStream)
 {
     gs_maybe_reap();
     /* Inside a graph capture the allocation becomes a graph memory node: leave it to the
      * driver (and count it like pool memory). */
-    if (gs_config()->unified_memory && !gs_stream_capturing(variant, hStream))
+    if (gs_config()->unified_memory && !gs_capture_stream_is_capturing(variant, hStream))
         return gs_alloc_converted("cuMemAllocAsync", dptr, bytesize);
     CUresult r = GS_REAL(cuMemAllocAsync, variant)(dptr, bytesize, hStream);
     if (r == CUDA_SUCCESS)
@@ -436,7 +431,7 @@ CUresult gs_impl_cuMemFreeAsync(enum gs_variant variant, CUdeviceptr dptr, CUstr
     /* Managed memory has no stream-ordered free: free it once the stream's work so far is done. */
     CUevent event = NULL;
     CUresult r = CUDA_SUCCESS;
-    bool capturing = gs_stream_capturing(variant, hStream);
+    bool capturing = gs_capture_stream_is_capturing(variant, hStream);
     if (!capturing) {
         r = GS_REAL(cuEventCreate, GS_LEGACY)(&event, CU_EVENT_DISABLE_TIMING);
         if (r == CUDA_SUCCESS) {
