@@ -1,6 +1,7 @@
 # Builds $(BUILD)/libnvs.so from libnvs/*.c with gcc alone. Owned by the libnvs work.
 #   make lib                      build/libnvs.so
-#   make lib SANITIZE=thread      build/tsan/libnvs.so (ThreadSanitizer, for the many-threads test)
+#   make lib SANITIZE=thread      build/tsan/libnvs.so (ThreadSanitizer, for the many-threads test;
+#                                 preload libtsan.so first, see libnvs/README.md)
 #   make check-cuda-api           prove libnvs/cuda_api.h and hooks.def against cuda.h, or skip
 CUDA_INCLUDE ?= /usr/local/cuda/include
 
