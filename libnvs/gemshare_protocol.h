@@ -46,6 +46,7 @@ enum gs_error_code {
 #define GS_REG_UNIFIED_MEMORY (1u << 0)
 #define GS_GRANT_AFTER_WAIT (1u << 0)
 #define GS_GRANT_SHARED (1u << 1)
+#define GS_DROP_EVICT (1u << 0)
 
 struct gs_header {
     uint32_t magic;
@@ -82,7 +83,7 @@ struct gs_lock_granted {
 
 struct gs_drop_lock {
     uint32_t device;
-    uint32_t reserved;
+    uint32_t flags;
 };
 
 struct gs_lock_released {

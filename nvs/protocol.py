@@ -69,6 +69,7 @@ class ErrorCode(enum.IntEnum):
 REG_UNIFIED_MEMORY = 1 << 0
 GRANT_AFTER_WAIT = 1 << 0
 GRANT_SHARED = 1 << 1
+DROP_EVICT = 1 << 0
 
 
 class ProtocolError(Exception):
@@ -168,9 +169,9 @@ class LockGranted(Fixed):
 @dataclass(frozen=True)
 class DropLock(Fixed):
     TYPE = MsgType.DROP_LOCK
-    LAYOUT = (("device", "I"), ("reserved", "I"))
+    LAYOUT = (("device", "I"), ("flags", "I"))
     device: int = 0
-    reserved: int = 0
+    flags: int = 0
 
 
 @dataclass(frozen=True)

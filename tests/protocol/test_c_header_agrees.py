@@ -21,7 +21,8 @@ ENUMS = {"GS_MSG_": p.MsgType, "GS_MODE_": p.Mode, "GS_RELEASE_": p.ReleaseReaso
          "GS_ERROR_": p.ErrorCode}
 SCALARS = {"GS_MAGIC": p.MAGIC, "GS_VERSION": p.VERSION, "GS_MAX_PAYLOAD": p.MAX_PAYLOAD,
            "GS_MAX_ERROR_TEXT": p.MAX_ERROR_TEXT, "GS_REG_UNIFIED_MEMORY": p.REG_UNIFIED_MEMORY,
-           "GS_GRANT_AFTER_WAIT": p.GRANT_AFTER_WAIT, "GS_GRANT_SHARED": p.GRANT_SHARED}
+           "GS_GRANT_AFTER_WAIT": p.GRANT_AFTER_WAIT, "GS_GRANT_SHARED": p.GRANT_SHARED,
+           "GS_DROP_EVICT": p.DROP_EVICT}
 
 
 def c_struct_name(cls) -> str:

@@ -17,7 +17,7 @@ messages = st.one_of(
     st.builds(p.Registered, client_id=u64, mode=u32, tq_seconds=u32),
     st.builds(p.RequestLock, device=u32),
     st.builds(p.LockGranted, device=u32, flags=u32, quantum_ms=u64),
-    st.builds(p.DropLock, device=u32),
+    st.builds(p.DropLock, device=u32, flags=u32),
     st.builds(p.LockReleased, device=u32, reason=u32),
     st.builds(p.LockRevoked, device=u32),
     st.builds(p.SchedMode, mode=u32, tq_seconds=u32),
