@@ -107,10 +107,16 @@ def measure(clients: int, seconds: float, directory: Path) -> Handoffs:
         start_ns = time.monotonic_ns()  # CLOCK_MONOTONIC, as in the fake driver's log
         time.sleep(WARMUP_S + seconds)
         end_ns = time.monotonic_ns()
+        scheduler.check_running()
         for program in programs:
             if program.process.poll() is not None:
                 raise RuntimeError(f"a stand-in stopped before the end of the run:\n"
                                    f"{program.result().describe()[-4000:]}")
+            # libnvs only writes to stderr (without GEMSHARE_DEBUG) to warn, e.g. that it lost
+            # the scheduler and ran unscheduled: such a run does not measure handoffs.
+            warnings = program.result().gemshare_lines()
+            if warnings:
+                raise RuntimeError(f"stand-in {program.pid} warned: {warnings[:3]}")
     finally:
         gpu.stop_all()
         scheduler.stop()

@@ -60,6 +60,7 @@ def measure(build_dir: Path, directory: Path, rounds: int, launches: dict[str, i
             result["paired_overhead_ns"] = statistics.median(
                 b - a for a, b in zip(result["samples_a"], result["samples_b"]))
             results[mode] = result
+        scheduler.check_running()
     finally:
         scheduler.stop()
     check_every_run_held_the_lock(scheduler.log_path.read_text(), rounds * len(launches))

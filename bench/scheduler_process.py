@@ -31,6 +31,12 @@ class SchedulerProcess:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
             return probe.connect_ex(str(self.socket)) == 0
 
+    def check_running(self) -> None:
+        """Raises, with the scheduler's log, if it has exited: a run without it measured nothing."""
+        if self.process.poll() is not None:
+            raise RuntimeError(f"the scheduler exited ({self.process.returncode}) during the run:\n"
+                               f"{self.log_path.read_text()[-4000:]}")
+
     def stop(self) -> None:
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)

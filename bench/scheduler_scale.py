@@ -137,6 +137,7 @@ def measure(clients: int, seconds: float, directory: Path) -> dict:
         cpu_before = cpu_seconds(pid)
         grants, elapsed = connections.cycle(seconds)
         scheduler_cpu = cpu_seconds(pid) - cpu_before
+        scheduler.check_running()
         cycling_rss, peak = resident_kib(pid)
         per_client = connections.grants
     finally:
