@@ -7,8 +7,6 @@ simulated GPU bound to it, and `gpu` does so with default scheduler options.
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 
 import libnvs_programs
@@ -65,7 +63,3 @@ def restartable(scheduler_factory):
     for scheduler in started:
         scheduler.stop()
     # scheduler_factory removes the directory after stopping its own schedulers.
-
-
-def needs(tool: str):
-    return pytest.mark.skipif(shutil.which(tool) is None, reason=f"{tool} is not installed")

@@ -197,6 +197,11 @@ def client_of(status: dict, pid: int) -> dict | None:
     return next((c for c in status["clients"] if c["pid"] == pid), None)
 
 
+def state_of(socket: Path, pid: int) -> str | None:
+    """holding, waiting or idle; None when no client has this pid."""
+    return (client_of(scheduler_status(socket), pid) or {}).get("state")
+
+
 def wait_for_client(socket: Path, pid: int, state: str | None = None) -> dict:
     """The scheduler's record of the client with this pid, once it exists (in that state)."""
     def found():
@@ -204,6 +209,19 @@ def wait_for_client(socket: Path, pid: int, state: str | None = None) -> dict:
         return client if client and (state is None or client["state"] == state) else None
     return wait_for(found, f"pid {pid} as a scheduler client" + (f" in state {state}"
                                                                   if state else ""))
+
+
+# Only a drop-lock (or death) may take the lock from a process with this environment.
+NO_EARLY_RELEASE = {"GEMSHARE_IDLE_RELEASE_MS": "0"}
+
+
+def start_holder(gpu: FakeGpu, work: list | None = None) -> Program:
+    """A process that takes the GPU lock with `work` and keeps it until it is killed."""
+    holder = gpu.start(["init", *(work or ["launch", 100, "sync"]), "touch-file",
+                        gpu.path("held"), "wait-file", gpu.path("never")], env=NO_EARLY_RELEASE)
+    wait_file(gpu.path("held"))
+    wait_for_client(gpu.socket, holder.pid, state="holding")
+    return holder
 
 
 def grants(scheduler_log: str, pid: int) -> int:

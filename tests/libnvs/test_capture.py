@@ -5,12 +5,12 @@ real work on other streams still needs the lock."""
 from __future__ import annotations
 
 import re
-import signal
+
+import pytest
 
 import libnvs_fakelog as fakelog
-from libnvs_programs import client_of, scheduler_status, wait_file, wait_for
-
-NO_EARLY_RELEASE = {"GEMSHARE_IDLE_RELEASE_MS": "0"}
+from libnvs_programs import (NO_EARLY_RELEASE, start_holder, state_of, wait_file, wait_for,
+                             wait_for_client)
 
 
 def test_a_drop_lock_during_a_graph_capture_never_synchronizes_inside_it(gpu_with):
@@ -37,46 +37,58 @@ def test_a_drop_lock_during_a_graph_capture_never_synchronizes_inside_it(gpu_wit
     assert len(fakelog.exec_intervals(events, capturer.pid, {"kernel"})) == 3
 
 
-def test_recording_a_graph_needs_no_lock_but_launching_it_does(gpu_with):
+# Captures that only record: on a stream of their own, or on the per-thread default stream.
+RECORDINGS = {
+    "created-stream": (False, ["capture-graph", 2, 100]),
+    "per-thread-default-stream": (True, ["capture-begin", "global", "launch", 100, "launch", 100,
+                                         "capture-end"]),
+}
+
+
+@pytest.mark.parametrize("recording", RECORDINGS)
+def test_recording_a_graph_needs_no_lock_but_launching_it_does(gpu_with, recording):
     """A capture's recorded launches are not GPU work: capturing while another process holds the
     lock must not deadlock, and the graph runs once the lock comes back."""
     gpu, scheduler = gpu_with(tq=86400)
-    holder = gpu.start(["init", "launch", 100, "sync", "touch-file", gpu.path("held"),
-                        "wait-file", gpu.path("release")], env=NO_EARLY_RELEASE)
-    wait_file(gpu.path("held"))
-    capturer = gpu.start(["init", "capture-graph", 2, 100, "touch-file", gpu.path("captured"),
-                          "graph-launch", "sync"])
+    holder = start_holder(gpu)
+    per_thread, steps = RECORDINGS[recording]
+    capturer = gpu.start(["init", *steps, "touch-file", gpu.path("captured"), "graph-launch",
+                          "sync"], ptsz=per_thread)
     wait_for(lambda: gpu.path("captured").exists() or capturer.process.poll() is not None,
              "the capture to finish while another process holds the lock")
     assert gpu.path("captured").exists(), capturer.result().describe()
-    wait_for(lambda: (client_of(scheduler_status(scheduler.socket), capturer.pid) or {})
-             .get("state") == "waiting", "the graph launch to wait for the lock")
-    gpu.path("release").touch()
-    assert holder.wait().returncode == 0
+    wait_for_client(scheduler.socket, capturer.pid, state="waiting")
+    assert not fakelog.exec_intervals(gpu.events(), capturer.pid)
+    holder.kill()
     result = capturer.wait()
     assert result.returncode == 0, result.describe()
+    assert len(fakelog.exec_intervals(gpu.events(), capturer.pid, {"kernel"})) == 2
 
 
-def test_a_capturing_thread_s_work_on_another_stream_still_waits_for_the_lock(gpu_with):
+# Real work the capturing thread submits elsewhere: another created stream, the legacy stream
+# (the capture stream is non-blocking, so the legacy stream may run beside it).
+ELSEWHERE = {"other-stream": ["stream-new"], "legacy-stream": ["stream-default"]}
+
+
+@pytest.mark.parametrize("elsewhere", ELSEWHERE)
+def test_a_capturing_thread_s_work_on_another_stream_still_waits_for_the_lock(gpu_with,
+                                                                             elsewhere):
     """Capture makes work on the capturing stream a recording; the same thread's launch on an
     ordinary stream is GPU work and must not run while another process holds the lock."""
     gpu, scheduler = gpu_with(tq=86400)
-    holder = gpu.start(["init", "launch", 100, "sync", "touch-file", gpu.path("held"),
-                        "wait-file", gpu.path("never")], env=NO_EARLY_RELEASE)
-    wait_file(gpu.path("held"))
+    holder = start_holder(gpu)
     capturer = gpu.start(["init", "stream-new", "capture-begin", "global", "launch", 100,
-                          "stream-new", "launch", 100, "touch-file", gpu.path("launched"),
-                          "stream-use", 1, "capture-end", "sync"])
+                          *ELSEWHERE[elsewhere], "launch", 100, "touch-file",
+                          gpu.path("launched"), "stream-use", 1, "capture-end", "sync"])
 
     def waiting_or_launched():
         if gpu.path("launched").exists():
             return "launched"
-        state = (client_of(scheduler_status(scheduler.socket), capturer.pid) or {}).get("state")
-        return "waiting" if state == "waiting" else None
+        return "waiting" if state_of(scheduler.socket, capturer.pid) == "waiting" else None
 
-    outcome = wait_for(waiting_or_launched, "the side-stream launch to wait or to run")
+    outcome = wait_for(waiting_or_launched, "the other launch to wait or to run")
     ran = fakelog.exec_intervals(gpu.events(), capturer.pid, {"kernel"})
-    holder.process.send_signal(signal.SIGKILL)
+    holder.kill()
     result = capturer.wait()
     assert result.returncode == 0, result.describe()
     assert outcome == "waiting" and not ran, \

@@ -7,9 +7,7 @@ from __future__ import annotations
 import re
 
 import libnvs_fakelog as fakelog
-from libnvs_programs import grants, wait_file
-
-NO_EARLY_RELEASE = {"GEMSHARE_IDLE_RELEASE_MS": "0"}  # only a drop-lock may move the lock
+from libnvs_programs import NO_EARLY_RELEASE, grants, wait_file
 
 
 def test_drop_lock_drains_and_synchronizes_before_the_next_holder_submits(gpu_with):

@@ -15,7 +15,7 @@ import signal
 import pytest
 
 import libnvs_fakelog as fakelog
-from libnvs_programs import REPO, client_of, scheduler_status, wait_file, wait_for
+from libnvs_programs import REPO, client_of, scheduler_status, start_holder, wait_for
 
 PATHS = ["procaddr", "procaddr-v1", "dlsym", "linked"]
 
@@ -31,21 +31,11 @@ SUBMISSIONS = {
 }
 
 
-def hold_the_lock(gpu, scheduler):
-    """A process that takes the GPU lock and keeps it: no early release, an endless quantum."""
-    holder = gpu.start(["init", "launch", "100", "sync", "touch-file", gpu.path("held"),
-                        "wait-file", gpu.path("never")], env={"GEMSHARE_IDLE_RELEASE_MS": "0"})
-    wait_file(gpu.path("held"))
-    wait_for(lambda: (client_of(scheduler_status(scheduler.socket), holder.pid) or {})
-             .get("state") == "holding", "the holder to hold the lock")
-    return holder
-
-
 @pytest.mark.parametrize("per_thread", [False, True], ids=["legacy", "per-thread"])
 @pytest.mark.parametrize("path", PATHS)
 def test_each_submission_waits_for_the_lock_and_reaches_its_variant(gpu_with, path, per_thread):
     gpu, scheduler = gpu_with(tq=86400)
-    holder = hold_the_lock(gpu, scheduler)
+    holder = start_holder(gpu)
     waiting = {}
     for step, (_, _, _, words) in SUBMISSIONS.items():
         waiting[step] = gpu.start(["init", "alloc-managed", "m", "1M", *words, "sync"],

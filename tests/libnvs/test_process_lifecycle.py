@@ -6,15 +6,13 @@ import re
 import signal
 
 import libnvs_fakelog as fakelog
-from libnvs_programs import (client_of, grants, scheduler_status, wait_file, wait_for,
-                             wait_for_client)
+from libnvs_programs import (client_of, grants, scheduler_status, start_holder, wait_file,
+                             wait_for, wait_for_client)
 
 
 def test_when_the_holder_is_killed_the_waiter_proceeds(gpu_with):
     gpu, scheduler = gpu_with(tq=86400)
-    holder = gpu.start(["init", "launches", 5, 100_000, "touch-file", gpu.path("held"),
-                        "wait-file", gpu.path("never")], env={"GEMSHARE_IDLE_RELEASE_MS": "0"})
-    wait_file(gpu.path("held"))
+    holder = start_holder(gpu, ["launches", 5, 100_000])  # killed with work still queued
     waiter = gpu.start(["init", "launch", 100, "sync"])
     wait_for_client(scheduler.socket, waiter.pid, state="waiting")
     assert not fakelog.named(gpu.events(), "launch", pid=waiter.pid)

@@ -12,7 +12,7 @@ import time
 from gemshare_nvs.connection import Connection
 
 import libnvs_fakelog as fakelog
-from libnvs_programs import client_of, grants, scheduler_status, wait_file, wait_for
+from libnvs_programs import client_of, grants, scheduler_status, wait_file, wait_for_client
 
 KERNEL_US = 100_000  # 100 ms kernels
 
@@ -84,8 +84,7 @@ def test_without_early_release_the_waiter_keeps_waiting(gpu_with):
     idle = hold_then_idle(gpu, "0")  # 0 turns early release off
     wait_file(gpu.path("submitted"))
     waiter = gpu.start(["init", "launch", 100, "sync"])
-    wait_for(lambda: (client_of(scheduler_status(scheduler.socket), waiter.pid) or {})
-             .get("state") == "waiting", "the second process to wait")
+    wait_for_client(scheduler.socket, waiter.pid, state="waiting")
     time.sleep(1.0)  # four times the default idle time: a release would have happened
     status = scheduler_status(scheduler.socket)
     assert client_of(status, idle.pid)["state"] == "holding"
@@ -108,8 +107,7 @@ def test_switching_to_mode_off_frees_a_waiter_and_back_on_restores_the_lock(gpu_
                        env={"GEMSHARE_IDLE_RELEASE_MS": "0"})
     wait_file(gpu.path("held"))
     waiter = gpu.start(["init", "launch", 100, "sync"])
-    wait_for(lambda: (client_of(scheduler_status(scheduler.socket), waiter.pid) or {})
-             .get("state") == "waiting", "the second process to wait")
+    wait_for_client(scheduler.socket, waiter.pid, state="waiting")
     set_mode(scheduler, "off")
     assert waiter.wait().returncode == 0
     assert holder.process.poll() is None
