@@ -64,7 +64,9 @@ def environment() -> dict:
     revision = output_of(["git", "-C", str(REPO), "describe", "--always", "--dirty"])
     return {"cpus": len(os.sched_getaffinity(0)), "cpu_model": model,
             "kernel": platform.release(), "python": platform.python_version(),
-            "revision": revision or "unknown", "date": date.today().isoformat()}
+            "revision": revision or "unknown", "date": date.today().isoformat(),
+            # Other work on the machine shows in the tails: keep a record of how busy it was.
+            "loadavg_1min_before": os.getloadavg()[0]}
 
 
 def run(plan: Plan, rounds: int) -> dict:
@@ -95,6 +97,7 @@ def run(plan: Plan, rounds: int) -> dict:
         results["scale_rss_mib"] = scale["rss_connected_mib"]
         results["scale_rss_idle_mib"] = scale["rss_idle_mib"]
     results["details"] = details
+    results["environment"]["loadavg_1min_after"] = os.getloadavg()[0]
     return results
 
 
@@ -109,7 +112,8 @@ def print_table(results: dict) -> None:
     env = results["environment"]
     quick = " | QUICK MODE: not for publishing" if results["quick"] else ""
     print(f"\nbench-cpu | {env['cpus']} CPUs, {env['cpu_model']} | Linux {env['kernel']} | "
-          f"Python {env['python']} | {env['revision']} | {env['date']}{quick}")
+          f"Python {env['python']} | {env['revision']} | {env['date']} | load "
+          f"{env['loadavg_1min_before']:.2f} -> {env['loadavg_1min_after']:.2f}{quick}")
     details = results["details"]
     print(f"{'lock handoff (release -> next launch)':<40}{'p50 us':>10}{'p90 us':>10}"
           f"{'p99 us':>10}{'max us':>10}{'samples':>9}")
