@@ -143,14 +143,17 @@ static void gs_maybe_request(void)
     }
 }
 
-/* Stops submissions, lets what is queued finish, and hands the lock back. Nothing is submitted
- * after the LOCK_RELEASED frame: the gate stays closed until the next grant. */
-static void gs_release(uint32_t reason)
+/* Stops submissions, lets what is queued finish (and with evict, moves the managed memory out
+ * for the next holder), and hands the lock back. Nothing is submitted after the LOCK_RELEASED
+ * frame: the gate stays closed until the next grant. */
+static void gs_release(uint32_t reason, bool evict)
 {
     gs_gate_close();
     gs_gate_wait_drained();
     if (gs_capture_hold_off(GS_CAPTURE_WAIT_MS)) {
         gs_contexts_synchronize();
+        if (evict && gs_config()->unified_memory)
+            gs_memory_migrate(0, true);
         gs_capture_allow();
     } else {
         gs_debug("a CUDA graph capture is still running after %d ms; releasing without "
@@ -264,17 +267,30 @@ static void gs_handle(const struct gs_header *h, const uint8_t *payload)
         gs_debug("granted the GPU lock for %llu ms%s%s", (unsigned long long)m.quantum_ms,
                  m.flags & GS_GRANT_AFTER_WAIT ? ", after waiting" : "",
                  m.flags & GS_GRANT_SHARED ? ", shared" : "");
+        /* Another holder ran meanwhile and may have pushed our memory out: bring it back in bulk
+         * rather than page by page (never into a capture: then faults do it). */
+        if ((m.flags & GS_GRANT_AFTER_WAIT) && gs_config()->unified_memory &&
+            gs_capture_hold_off(0)) {
+            gs_memory_migrate((int)m.device, false);
+            gs_capture_allow();
+        }
         break;
     }
     case GS_MSG_DROP_LOCK:
-    case GS_MSG_LOCK_REVOKED:
+    case GS_MSG_LOCK_REVOKED: {
+        /* DROP_LOCK's second word is its flags; LOCK_REVOKED's is reserved. */
+        struct gs_drop_lock m;
+        memcpy(&m, payload, sizeof m);
+        bool drop = h->type == GS_MSG_DROP_LOCK;
         /* Not holding: it crossed our own release on the wire, and the scheduler has that. */
         if (gs_lock == GS_LOCK_HELD)
-            gs_release(h->type == GS_MSG_DROP_LOCK ? GS_RELEASE_DROPPED : GS_RELEASE_REVOKED);
+            gs_release(drop ? GS_RELEASE_DROPPED : GS_RELEASE_REVOKED,
+                       drop && (m.flags & GS_DROP_EVICT));
         else
             gs_debug("%s while not holding the lock: ignored",
-                     h->type == GS_MSG_DROP_LOCK ? "DROP_LOCK" : "LOCK_REVOKED");
+                     drop ? "DROP_LOCK" : "LOCK_REVOKED");
         break;
+    }
     case GS_MSG_SCHED_MODE: {
         struct gs_sched_mode m;
         memcpy(&m, payload, sizeof m);

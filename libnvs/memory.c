@@ -518,6 +518,78 @@ void gs_memory_forget_context(CUcontext ctx)
     pthread_mutex_unlock(&gs_mem_mu);
 }
 
+struct gs_migration {
+    CUdeviceptr ptr;
+    size_t size;
+    CUcontext ctx;
+};
+
+/* Prefetches one range on the context's legacy stream (the current context's), with the v2 entry
+ * point where the driver has it (CUDA 12.2) and the older one otherwise. */
+static CUresult gs_prefetch(CUdeviceptr ptr, size_t size, int device, bool to_host)
+{
+    static int driver_version;
+    if (driver_version == 0 && GS_REAL(cuDriverGetVersion, GS_LEGACY)(&driver_version) != 0)
+        driver_version = -1;
+    if (driver_version >= 12020) {
+        CUmemLocation where = {to_host ? CU_MEM_LOCATION_TYPE_HOST : CU_MEM_LOCATION_TYPE_DEVICE,
+                               to_host ? 0 : device};
+        return GS_REAL(cuMemPrefetchAsync_v2, GS_LEGACY)(ptr, size, where, 0, NULL);
+    }
+    const CUdevice cpu = -1; /* CU_DEVICE_CPU */
+    return GS_REAL(cuMemPrefetchAsync, GS_LEGACY)(ptr, size, to_host ? cpu : device, NULL);
+}
+
+void gs_memory_migrate(int device, bool to_host)
+{
+    if (device < 0 || device >= GS_MAX_DEVICES)
+        return;
+    uint64_t budget = to_host ? UINT64_MAX : gs_total_of(device) / 16 * 15; /* room to work */
+    pthread_mutex_lock(&gs_mem_mu);
+    size_t n = 0, cap = 64;
+    struct gs_migration *list = malloc(cap * sizeof *list);
+    for (size_t b = 0; b < GS_BUCKETS && list; b++) {
+        for (struct gs_alloc *a = gs_buckets[b]; a && list; a = a->next) {
+            bool wanted = a->kind == GS_ALLOC_CONVERTED || (to_host && a->kind == GS_ALLOC_MANAGED);
+            if (!wanted || a->device != device || a->size > budget)
+                continue;
+            budget -= a->size;
+            if (n == cap) {
+                struct gs_migration *more = realloc(list, 2 * cap * sizeof *list);
+                if (more == NULL)
+                    break; /* move what fits in the list */
+                list = more;
+                cap *= 2;
+            }
+            list[n++] = (struct gs_migration){(CUdeviceptr)a->key, a->size, a->ctx};
+        }
+    }
+    pthread_mutex_unlock(&gs_mem_mu);
+    if (list == NULL)
+        return;
+
+    /* Group by context: push it, prefetch its ranges, wait (evictions only), pop. */
+    uint64_t moved = 0;
+    for (size_t i = 0; i < n; i++) {
+        CUcontext ctx = list[i].ctx, popped = NULL;
+        if (ctx == NULL || GS_REAL(cuCtxPushCurrent_v2, GS_LEGACY)(ctx) != CUDA_SUCCESS)
+            continue;
+        for (size_t j = i; j < n; j++) {
+            if (list[j].ctx != ctx)
+                continue;
+            if (gs_prefetch(list[j].ptr, list[j].size, device, to_host) == CUDA_SUCCESS)
+                moved += list[j].size;
+            list[j].ctx = NULL; /* done */
+        }
+        if (to_host)
+            GS_REAL(cuCtxSynchronize, GS_LEGACY)();
+        GS_REAL(cuCtxPopCurrent_v2, GS_LEGACY)(&popped);
+    }
+    free(list);
+    gs_debug("%s %llu bytes of managed memory %s device %d", to_host ? "moved" : "prefetching",
+             (unsigned long long)moved, to_host ? "to the host from" : "back to", device);
+}
+
 bool gs_memory_has_changes(void)
 {
     return atomic_load(&gs_mem_changed) != 0;

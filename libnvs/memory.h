@@ -21,6 +21,12 @@ bool gs_memory_has_changes(void);
  * used when all is true) and clears their marks; returns how many. */
 int gs_memory_changes(struct gs_mem_usage out[GS_MAX_DEVICES], bool all);
 
+/* Moves this process's managed memory on the device to the host (to_host: every managed
+ * allocation, waiting until it is moved) or back to the device (the converted allocations, up to
+ * the device's size, without waiting), one prefetch per allocation. For the client thread, while
+ * stream captures are held off. */
+void gs_memory_migrate(int device, bool to_host);
+
 /* The context was destroyed or reset: its allocations are gone. */
 void gs_memory_forget_context(CUcontext ctx);
 
