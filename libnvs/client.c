@@ -146,21 +146,21 @@ static void gs_maybe_request(void)
 /* Stops submissions, lets what is queued finish (and with evict, moves the managed memory out
  * for the next holder), and hands the lock back. Nothing is submitted after the LOCK_RELEASED
  * frame: the gate stays closed until the next grant. */
-static void gs_release(uint32_t reason, bool evict)
+static void gs_release(uint32_t device, uint32_t reason, bool evict)
 {
     gs_gate_close();
     gs_gate_wait_drained();
     if (gs_capture_hold_off(GS_CAPTURE_WAIT_MS)) {
         gs_contexts_synchronize();
         if (evict && gs_config()->unified_memory)
-            gs_memory_migrate(0, true);
+            gs_memory_migrate((int)device, true);
         gs_capture_allow();
     } else {
         gs_debug("a CUDA graph capture is still running after %d ms; releasing without "
                  "synchronizing (never inside a capture)",
                  GS_CAPTURE_WAIT_MS);
     }
-    struct gs_lock_released m = {0, reason};
+    struct gs_lock_released m = {device, reason};
     if (gs_send(GS_MSG_LOCK_RELEASED, &m, sizeof m)) {
         gs_lock = GS_LOCK_NONE;
         gs_debug("released the GPU lock (%s)", reason == GS_RELEASE_DROPPED  ? "dropped"
@@ -284,7 +284,7 @@ static void gs_handle(const struct gs_header *h, const uint8_t *payload)
         bool drop = h->type == GS_MSG_DROP_LOCK;
         /* Not holding: it crossed our own release on the wire, and the scheduler has that. */
         if (gs_lock == GS_LOCK_HELD)
-            gs_release(drop ? GS_RELEASE_DROPPED : GS_RELEASE_REVOKED,
+            gs_release(m.device, drop ? GS_RELEASE_DROPPED : GS_RELEASE_REVOKED,
                        drop && (m.flags & GS_DROP_EVICT));
         else
             gs_debug("%s while not holding the lock: ignored",
