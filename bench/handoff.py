@@ -6,9 +6,9 @@ release time (GEMSHARE_IDLE_RELEASE_MS, small here), so that its lock goes back 
 lock moves from program to program many times a second, with no quantum to wait for.
 
 One handoff, read from the fake driver's event log (CLOCK_MONOTONIC, shared by every process):
-  start  the outgoing holder's last `ctx_sync` before the incoming holder's first launch: libnvs
-         synchronizes its contexts as the last driver call of a release (drop or idle) and sends
-         LOCK_RELEASED straight after it;
+  start  the outgoing holder's last `ctx_sync` before the incoming holder's first launch. Every
+         release here is an early (idle) one: libnvs synchronizes its contexts, and sends
+         LOCK_RELEASED straight after that call returns (no quantum runs out, so no drop);
   end    the next holder's first `launch` event: its first submission reaching the driver.
 A handoff counts only if the incoming program had already logged its marker before the release,
 i.e. it was blocked at the gate waiting for the lock (otherwise the gap is its own idle time),
