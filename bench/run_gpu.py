@@ -104,7 +104,9 @@ def main() -> int:
                                                 "steps_per_s", ROUNDS, plain, shared)
             swap = [PYTHON, str(HERE / "swapin.py")]
             results["swapin"] = {**run_json(swap + ["managed", SWAP_GIB], shared),
-                                 **run_json(swap + ["pinned", SWAP_GIB], plain)}
+                                 **run_json(swap + ["pinned", SWAP_GIB], plain),
+                                 **run_json([PYTHON, str(HERE / "swap_on_grant.py"), SWAP_GIB],
+                                            shared)}
         finally:
             scheduler.stop()
         scheduler, shared = sharing(library, Path(directory) / "tq5", 5)
@@ -132,7 +134,8 @@ def print_table(results: dict) -> None:
               f"{row['median_b']:>14.1f}{row['ratio_b_over_a']:>14.4f}")
     swap = results["swapin"]
     pinned = swap["pinned_h2d_gbps"]
-    for key in ("fault_h2d_gbps", "prefetch_h2d_gbps", "prefetch_d2h_gbps", "pinned_h2d_gbps"):
+    for key in ("fault_h2d_gbps", "prefetch_h2d_gbps", "prefetch_d2h_gbps", "on_grant_gbps",
+                "pinned_h2d_gbps"):
         print(f"{'swap ' + key:<28}{swap[key]:>14.2f} GB/s  ({swap[key] / pinned:.0%} of pinned)")
     alone = results["train_steps"]["median_a"]
     for name, row in results["interactive"].items():

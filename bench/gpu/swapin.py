@@ -15,9 +15,6 @@ import time
 
 import torch
 
-mode, gib = sys.argv[1], float(sys.argv[2])
-count = int(gib * (1 << 30)) // 4
-size = count * 4
 REPEATS = 3
 LOCATION_DEVICE, LOCATION_HOST = 1, 2
 
@@ -27,9 +24,11 @@ class MemLocation(ctypes.Structure):
 
 
 def prefetch(tensor, location_type):
+    """Move a tensor's managed memory to the device or the host, and wait for it."""
     driver = ctypes.CDLL("libcuda.so.1")
+    nbytes = tensor.numel() * tensor.element_size()
     status = driver.cuMemPrefetchAsync_v2(ctypes.c_ulonglong(tensor.data_ptr()),
-                                          ctypes.c_size_t(size),
+                                          ctypes.c_size_t(nbytes),
                                           MemLocation(location_type, 0), ctypes.c_uint(0),
                                           ctypes.c_void_p(0))
     if status != 0:
@@ -37,36 +36,42 @@ def prefetch(tensor, location_type):
     torch.cuda.synchronize()
 
 
-def timed(action) -> float:
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    action()
-    torch.cuda.synchronize()
-    return size / (time.perf_counter() - start) / 1e9
-
-
-def median_gbps(prepare, action) -> float:
+def median_gbps(nbytes, prepare, action) -> float:
     samples = []
     for _ in range(REPEATS):
         prepare()
-        samples.append(timed(action))
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        action()
+        torch.cuda.synchronize()
+        samples.append(nbytes / (time.perf_counter() - start) / 1e9)
     return statistics.median(samples)
 
 
-if mode == "managed":
+def managed(count: int) -> dict:
     data = torch.ones(count, device="cuda")
+    size = count * 4
     result = {
-        "fault_h2d_gbps": median_gbps(lambda: prefetch(data, LOCATION_HOST), lambda: data.sum()),
-        "prefetch_h2d_gbps": median_gbps(lambda: prefetch(data, LOCATION_HOST),
+        "fault_h2d_gbps": median_gbps(size, lambda: prefetch(data, LOCATION_HOST),
+                                      lambda: data.sum()),
+        "prefetch_h2d_gbps": median_gbps(size, lambda: prefetch(data, LOCATION_HOST),
                                          lambda: prefetch(data, LOCATION_DEVICE)),
-        "prefetch_d2h_gbps": median_gbps(lambda: prefetch(data, LOCATION_DEVICE),
+        "prefetch_d2h_gbps": median_gbps(size, lambda: prefetch(data, LOCATION_DEVICE),
                                          lambda: prefetch(data, LOCATION_HOST)),
     }
     assert bool((data == 1).all())  # the data survived every round trip
-else:
+    return result
+
+
+def pinned(count: int) -> dict:
     host = torch.ones(count, pin_memory=True)
     device = torch.empty(count, device="cuda")
-    result = {"pinned_h2d_gbps": median_gbps(lambda: None,
-                                             lambda: device.copy_(host, non_blocking=True))}
-result["bytes"] = size
-print(json.dumps(result))
+    return {"pinned_h2d_gbps": median_gbps(count * 4, lambda: None,
+                                           lambda: device.copy_(host, non_blocking=True))}
+
+
+if __name__ == "__main__":
+    mode, gib = sys.argv[1], float(sys.argv[2])
+    count = int(gib * (1 << 30)) // 4
+    result = managed(count) if mode == "managed" else pinned(count)
+    print(json.dumps({**result, "bytes": count * 4}))
