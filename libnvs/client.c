@@ -269,10 +269,14 @@ static void gs_handle(const struct gs_header *h, const uint8_t *payload)
                  m.flags & GS_GRANT_SHARED ? ", shared" : "");
         /* Another holder ran meanwhile and may have pushed our memory out: bring it back in bulk
          * rather than page by page (never into a capture: then faults do it). */
-        if ((m.flags & GS_GRANT_AFTER_WAIT) && gs_config()->unified_memory &&
-            gs_capture_hold_off(0)) {
-            gs_memory_migrate((int)m.device, false);
-            gs_capture_allow();
+        if ((m.flags & GS_GRANT_AFTER_WAIT) && gs_config()->unified_memory) {
+            if (gs_capture_hold_off(0)) {
+                gs_memory_migrate((int)m.device, false);
+                gs_capture_allow();
+            } else {
+                gs_debug("a CUDA graph capture is running: no prefetch, page faults bring the "
+                         "memory back");
+            }
         }
         break;
     }
@@ -360,7 +364,7 @@ static void gs_disconnect(const char *why)
     gs_gate_open();
     if (!gs_outage_reported && !(cfg->require && !gs_ever_registered)) {
         if (gs_ever_registered && was_registered)
-            gs_warn("lost the scheduler at %s (%s); running unscheduled until it is back", 
+            gs_warn("lost the scheduler at %s (%s); running unscheduled until it is back",
                     cfg->socket_path, why);
         else
             gs_warn("no scheduler at %s (%s); running unscheduled and retrying in the background",

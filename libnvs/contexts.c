@@ -1,4 +1,5 @@
-/* Tracks contexts through the primary-context and cuCtxCreate/Destroy hooks. */
+/* Tracks contexts through the primary-context and cuCtxCreate/Destroy hooks, and the stream of
+ * our own that each one's bulk memory moves go on. */
 #include "contexts.h"
 
 #include <pthread.h>
@@ -14,6 +15,9 @@ struct gs_context {
     CUdevice dev;
     int primary_retains; /* retains of a primary context through us; 0 for others */
     bool primary;
+    /* Ours, for prefetches: made on first use, and destroyed by the driver with the context
+     * (destroy, reset or last primary release), after which we only forget it. */
+    CUstream swap_stream;
 };
 
 /* gs_ctx_mu guards the table (held briefly). gs_ctx_life_mu is held across a drain's
@@ -51,7 +55,7 @@ static struct gs_context *gs_ctx_add(CUcontext ctx, CUdevice dev, bool primary)
                 GS_MAX_CONTEXTS);
         return NULL;
     }
-    gs_ctxs[gs_ctx_count] = (struct gs_context){ctx, dev, 0, primary};
+    gs_ctxs[gs_ctx_count] = (struct gs_context){ctx, dev, 0, primary, NULL};
     gs_debug("tracking %s context %p on device %d", primary ? "primary" : "created", (void *)ctx,
              dev);
     return &gs_ctxs[gs_ctx_count++];
@@ -118,6 +122,8 @@ static CUresult gs_primary_reset(CUresult (*reset)(CUdevice), CUdevice dev)
     pthread_mutex_lock(&gs_ctx_mu);
     struct gs_context *c = gs_ctx_find_primary(dev);
     CUcontext ctx = c ? c->ctx : NULL;
+    if (r == CUDA_SUCCESS && c)
+        c->swap_stream = NULL; /* the reset destroyed it */
     pthread_mutex_unlock(&gs_ctx_mu);
     pthread_mutex_unlock(&gs_ctx_life_mu);
     if (r == CUDA_SUCCESS && ctx)
@@ -201,6 +207,49 @@ void gs_contexts_synchronize(void)
             gs_debug("drain: synchronizing context %p failed (error %d)", (void *)ctx, r);
         GS_REAL(cuCtxPopCurrent_v2, GS_LEGACY)(&popped);
     }
+    pthread_mutex_unlock(&gs_ctx_life_mu);
+}
+
+bool gs_contexts_enter(CUcontext ctx, CUstream *swap_stream)
+{
+    pthread_mutex_lock(&gs_ctx_life_mu);
+    pthread_mutex_lock(&gs_ctx_mu);
+    struct gs_context *c = gs_ctx_exiting ? NULL : gs_ctx_find(ctx);
+    CUstream stream = c ? c->swap_stream : NULL;
+    pthread_mutex_unlock(&gs_ctx_mu);
+    if (c == NULL) {
+        pthread_mutex_unlock(&gs_ctx_life_mu); /* gone, or the program is exiting */
+        return false;
+    }
+    CUresult r = GS_REAL(cuCtxPushCurrent_v2, GS_LEGACY)(ctx);
+    if (r == CUDA_SUCCESS && stream == NULL) {
+        /* Non-blocking: the program's legacy-stream work must never queue behind our moves. */
+        r = GS_REAL(cuStreamCreate, GS_LEGACY)(&stream, CU_STREAM_NON_BLOCKING);
+        if (r == CUDA_SUCCESS) {
+            pthread_mutex_lock(&gs_ctx_mu);
+            c->swap_stream = stream; /* c is still ours: entries move only under the life lock */
+            pthread_mutex_unlock(&gs_ctx_mu);
+            gs_debug("created stream %p of context %p for moving memory", (void *)stream,
+                     (void *)ctx);
+        } else {
+            CUcontext popped;
+            GS_REAL(cuCtxPopCurrent_v2, GS_LEGACY)(&popped);
+        }
+    }
+    if (r != CUDA_SUCCESS) {
+        gs_debug("cannot move memory of context %p in bulk (error %d); page faults will",
+                 (void *)ctx, r);
+        pthread_mutex_unlock(&gs_ctx_life_mu);
+        return false;
+    }
+    *swap_stream = stream;
+    return true;
+}
+
+void gs_contexts_leave(void)
+{
+    CUcontext popped;
+    GS_REAL(cuCtxPopCurrent_v2, GS_LEGACY)(&popped);
     pthread_mutex_unlock(&gs_ctx_life_mu);
 }
 

@@ -2,6 +2,8 @@
 #ifndef GS_CONTEXTS_H
 #define GS_CONTEXTS_H
 
+#include <stdbool.h>
+
 #include "cuda_api.h"
 
 /* Remember a context seen in use (e.g. current during an allocation). */
@@ -9,6 +11,13 @@ void gs_contexts_note(CUcontext ctx, CUdevice dev);
 /* Wait for all work of every known context (push, cuCtxSynchronize, pop). Client thread only,
  * and never while a stream capture is active. */
 void gs_contexts_synchronize(void);
+
+/* Makes a known context current on this thread and gives its stream for moving memory (made
+ * on first use, non-blocking), keeping the context from being destroyed until
+ * gs_contexts_leave(). False, holding nothing, when the context is unknown or gone, or the
+ * stream cannot be made. Client thread only, never while a stream capture is active. */
+bool gs_contexts_enter(CUcontext ctx, CUstream *swap_stream);
+void gs_contexts_leave(void);
 
 /* At exit, before the driver tears itself down: no synchronization from our thread after this. */
 void gs_contexts_stop(void);

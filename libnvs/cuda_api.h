@@ -93,6 +93,12 @@ typedef enum CUevent_flags_enum {
     CU_EVENT_INTERPROCESS = 0x4
 } CUevent_flags;
 
+/* cuStreamCreate flags. */
+typedef enum CUstream_flags_enum {
+    CU_STREAM_DEFAULT = 0x0,
+    CU_STREAM_NON_BLOCKING = 0x1
+} CUstream_flags;
+
 typedef enum CUstreamCaptureStatus_enum {
     CU_STREAM_CAPTURE_STATUS_NONE = 0,
     CU_STREAM_CAPTURE_STATUS_ACTIVE = 1,

@@ -26,9 +26,9 @@
 /* Enumerations: same size and signedness (their constants are checked one by one). */
 #define GS_ENUMS(X)                                                                              \
     X(CUresult) X(CUdriverProcAddress_flags) X(CUdriverProcAddressQueryResult)                   \
-    X(CUmemAttach_flags) X(CUevent_flags) X(CUstreamCaptureStatus) X(CUstreamCaptureMode)        \
-    X(CUpointer_attribute) X(CUmemorytype) X(CUmemLocationType) X(CUmemAllocationType)           \
-    X(CUmemAllocationHandleType) X(CUmemAccess_flags)
+    X(CUmemAttach_flags) X(CUevent_flags) X(CUstream_flags) X(CUstreamCaptureStatus)             \
+    X(CUstreamCaptureMode) X(CUpointer_attribute) X(CUmemorytype) X(CUmemLocationType)           \
+    X(CUmemAllocationType) X(CUmemAllocationHandleType) X(CUmemAccess_flags)
 
 #define GS_CONSTANTS(X)                                                                          \
     X(CUDA_SUCCESS) X(CUDA_ERROR_INVALID_VALUE) X(CUDA_ERROR_OUT_OF_MEMORY)                      \
@@ -44,7 +44,8 @@
     X(CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND) X(CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT)        \
     X(CU_MEM_ATTACH_GLOBAL) X(CU_MEM_ATTACH_HOST) X(CU_MEM_ATTACH_SINGLE)                        \
     X(CU_EVENT_DEFAULT) X(CU_EVENT_BLOCKING_SYNC) X(CU_EVENT_DISABLE_TIMING)                     \
-    X(CU_EVENT_INTERPROCESS) X(CU_STREAM_CAPTURE_STATUS_NONE) X(CU_STREAM_CAPTURE_STATUS_ACTIVE) \
+    X(CU_EVENT_INTERPROCESS) X(CU_STREAM_DEFAULT) X(CU_STREAM_NON_BLOCKING)                      \
+    X(CU_STREAM_CAPTURE_STATUS_NONE) X(CU_STREAM_CAPTURE_STATUS_ACTIVE)                          \
     X(CU_STREAM_CAPTURE_STATUS_INVALIDATED) X(CU_STREAM_CAPTURE_MODE_GLOBAL)                     \
     X(CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) X(CU_STREAM_CAPTURE_MODE_RELAXED)                     \
     X(CU_POINTER_ATTRIBUTE_CONTEXT) X(CU_POINTER_ATTRIBUTE_MEMORY_TYPE)                          \

@@ -33,6 +33,7 @@ struct gs_alloc {
     int device;
     enum gs_alloc_kind kind;
     CUevent free_after; /* cuMemFreeAsync of converted memory: free once this event completes */
+    uint64_t stamp;     /* when it was allocated, by gs_alloc_clock: the order of bulk moves */
 };
 
 #define GS_BUCKETS 4096
@@ -51,6 +52,9 @@ static int gs_deferred_count;
 static uint64_t gs_deferred_bytes;
 static _Atomic uint64_t gs_device_total[GS_MAX_DEVICES];
 static atomic_int gs_mem_changed;
+/* Counts allocations. "Recently used" is approximated by "recently allocated" (README.md): the
+ * only use libnvs sees without a lookup on the submission fast path. */
+static uint64_t gs_alloc_clock;
 
 static size_t gs_bucket(uint64_t key, enum gs_alloc_kind kind)
 {
@@ -100,7 +104,8 @@ static void gs_record(uint64_t key, size_t size, CUcontext ctx, int device,
             gs_count(device, -(int64_t)size);
         return;
     }
-    *a = (struct gs_alloc){.key = key, .size = size, .ctx = ctx, .device = device, .kind = kind};
+    *a = (struct gs_alloc){.key = key, .size = size, .ctx = ctx, .device = device, .kind = kind,
+                           .stamp = ++gs_alloc_clock};
     gs_link(a);
     if (count)
         gs_count(device, (int64_t)size);
@@ -522,72 +527,119 @@ struct gs_migration {
     CUdeviceptr ptr;
     size_t size;
     CUcontext ctx;
+    uint64_t stamp;
 };
 
-/* Prefetches one range on the context's legacy stream (the current context's), with the v2 entry
- * point where the driver has it (CUDA 12.2) and the older one otherwise. */
-static CUresult gs_prefetch(CUdeviceptr ptr, size_t size, int device, bool to_host)
+static int gs_newest_first(const void *x, const void *y)
 {
-    static int driver_version;
+    uint64_t a = ((const struct gs_migration *)x)->stamp;
+    uint64_t b = ((const struct gs_migration *)y)->stamp;
+    return a < b ? 1 : a > b ? -1 : 0;
+}
+
+/* The managed allocations of the device worth moving, most recently allocated first: to the
+ * host every managed one, back to the device the converted ones (the program's own managed
+ * memory may be meant for the host). NULL when there are none or no memory for the list. */
+static struct gs_migration *gs_collect(int device, bool to_host, size_t *count)
+{
+    size_t n = 0, cap = 64;
+    struct gs_migration *list = malloc(cap * sizeof *list);
+    pthread_mutex_lock(&gs_mem_mu);
+    for (size_t b = 0; b < GS_BUCKETS && list; b++) {
+        for (struct gs_alloc *a = gs_buckets[b]; a && list; a = a->next) {
+            bool wanted = a->kind == GS_ALLOC_CONVERTED || (to_host && a->kind == GS_ALLOC_MANAGED);
+            if (!wanted || a->device != device)
+                continue;
+            if (n == cap) {
+                struct gs_migration *more = realloc(list, 2 * cap * sizeof *list);
+                if (more == NULL)
+                    break; /* move what the list holds */
+                list = more;
+                cap *= 2;
+            }
+            list[n++] = (struct gs_migration){(CUdeviceptr)a->key, a->size, a->ctx, a->stamp};
+        }
+    }
+    pthread_mutex_unlock(&gs_mem_mu);
+    if (list)
+        qsort(list, n, sizeof *list, gs_newest_first);
+    *count = list ? n : 0;
+    return list;
+}
+
+/* Prefetches one range on our stream of the current context, with the v2 entry point where the
+ * driver has it (CUDA 12.2) and the older one otherwise. */
+static CUresult gs_prefetch(CUdeviceptr ptr, size_t size, int device, bool to_host,
+                            CUstream stream)
+{
+    static int driver_version; /* the client thread's own */
     if (driver_version == 0 && GS_REAL(cuDriverGetVersion, GS_LEGACY)(&driver_version) != 0)
         driver_version = -1;
     if (driver_version >= 12020) {
         CUmemLocation where = {to_host ? CU_MEM_LOCATION_TYPE_HOST : CU_MEM_LOCATION_TYPE_DEVICE,
                                to_host ? 0 : device};
-        return GS_REAL(cuMemPrefetchAsync_v2, GS_LEGACY)(ptr, size, where, 0, NULL);
+        return GS_REAL(cuMemPrefetchAsync_v2, GS_LEGACY)(ptr, size, where, 0, stream);
     }
     const CUdevice cpu = -1; /* CU_DEVICE_CPU */
-    return GS_REAL(cuMemPrefetchAsync, GS_LEGACY)(ptr, size, to_host ? cpu : device, NULL);
+    return GS_REAL(cuMemPrefetchAsync, GS_LEGACY)(ptr, size, to_host ? cpu : device, stream);
 }
 
 void gs_memory_migrate(int device, bool to_host)
 {
     if (device < 0 || device >= GS_MAX_DEVICES)
         return;
-    uint64_t budget = to_host ? UINT64_MAX : gs_total_of(device) / 16 * 15; /* room to work */
-    pthread_mutex_lock(&gs_mem_mu);
-    size_t n = 0, cap = 64;
-    struct gs_migration *list = malloc(cap * sizeof *list);
-    for (size_t b = 0; b < GS_BUCKETS && list; b++) {
-        for (struct gs_alloc *a = gs_buckets[b]; a && list; a = a->next) {
-            bool wanted = a->kind == GS_ALLOC_CONVERTED || (to_host && a->kind == GS_ALLOC_MANAGED);
-            if (!wanted || a->device != device || a->size > budget)
-                continue;
-            budget -= a->size;
-            if (n == cap) {
-                struct gs_migration *more = realloc(list, 2 * cap * sizeof *list);
-                if (more == NULL)
-                    break; /* move what fits in the list */
-                list = more;
-                cap *= 2;
-            }
-            list[n++] = (struct gs_migration){(CUdeviceptr)a->key, a->size, a->ctx};
-        }
-    }
-    pthread_mutex_unlock(&gs_mem_mu);
+    size_t n;
+    struct gs_migration *list = gs_collect(device, to_host, &n);
     if (list == NULL)
         return;
 
-    /* Group by context: push it, prefetch its ranges, wait (evictions only), pop. */
-    uint64_t moved = 0;
+    /* Back to the device: what fits in 15/16 of it (room to work), most recent first. */
+    uint64_t budget = to_host ? UINT64_MAX : gs_total_of(device) / 16 * 15;
+    uint64_t left_bytes = 0;
+    size_t kept = 0;
     for (size_t i = 0; i < n; i++) {
-        CUcontext ctx = list[i].ctx, popped = NULL;
-        if (ctx == NULL || GS_REAL(cuCtxPushCurrent_v2, GS_LEGACY)(ctx) != CUDA_SUCCESS)
-            continue;
-        for (size_t j = i; j < n; j++) {
-            if (list[j].ctx != ctx)
-                continue;
-            if (gs_prefetch(list[j].ptr, list[j].size, device, to_host) == CUDA_SUCCESS)
-                moved += list[j].size;
-            list[j].ctx = NULL; /* done */
+        if (list[i].size <= budget) {
+            budget -= list[i].size;
+            list[kept++] = list[i];
+        } else {
+            left_bytes += list[i].size;
         }
-        if (to_host)
-            GS_REAL(cuCtxSynchronize, GS_LEGACY)();
-        GS_REAL(cuCtxPopCurrent_v2, GS_LEGACY)(&popped);
+    }
+
+    /* In that order, a run of ranges per context: enter it, prefetch on our stream, and for an
+     * eviction wait until they are on the host. */
+    uint64_t moved = 0;
+    size_t moved_count = 0;
+    for (size_t i = 0; i < kept;) {
+        CUcontext ctx = list[i].ctx;
+        size_t end = i;
+        while (end < kept && list[end].ctx == ctx)
+            end++;
+        CUstream stream;
+        if (ctx != NULL && gs_contexts_enter(ctx, &stream)) {
+            for (size_t j = i; j < end; j++) {
+                if (gs_prefetch(list[j].ptr, list[j].size, device, to_host, stream) ==
+                    CUDA_SUCCESS) {
+                    moved += list[j].size;
+                    moved_count++;
+                }
+            }
+            if (to_host)
+                GS_REAL(cuStreamSynchronize, GS_LEGACY)(stream);
+            gs_contexts_leave();
+        }
+        i = end;
     }
     free(list);
-    gs_debug("%s %llu bytes of managed memory %s device %d", to_host ? "moved" : "prefetching",
-             (unsigned long long)moved, to_host ? "to the host from" : "back to", device);
+    if (to_host)
+        gs_debug("moved %llu bytes (%zu allocations) of managed memory to the host from device "
+                 "%d",
+                 (unsigned long long)moved, moved_count, device);
+    else
+        gs_debug("prefetching %llu bytes (%zu allocations, newest first) back to device %d; "
+                 "%llu bytes over 15/16 of the device left to page faults",
+                 (unsigned long long)moved, moved_count, device,
+                 (unsigned long long)left_bytes);
 }
 
 bool gs_memory_has_changes(void)

@@ -21,9 +21,10 @@ bool gs_memory_has_changes(void);
  * used when all is true) and clears their marks; returns how many. */
 int gs_memory_changes(struct gs_mem_usage out[GS_MAX_DEVICES], bool all);
 
-/* Moves this process's managed memory on the device to the host (to_host: every managed
- * allocation, waiting until it is moved) or back to the device (the converted allocations, up to
- * the device's size, without waiting), one prefetch per allocation. For the client thread, while
+/* Moves this process's managed memory on the device in bulk, one prefetch per allocation, most
+ * recently allocated first, on each context's own non-blocking stream: to the host every managed
+ * allocation, waiting until it is there (DROP_EVICT), or back to the device the converted ones
+ * that fit in 15/16 of it, without waiting (a grant after a wait). For the client thread, while
  * stream captures are held off. */
 void gs_memory_migrate(int device, bool to_host);
 
