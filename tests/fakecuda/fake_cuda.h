@@ -19,8 +19,6 @@
 
 #define CU_STREAM_LEGACY ((CUstream)0x1)
 #define CU_STREAM_PER_THREAD ((CUstream)0x2)
-#define CU_STREAM_DEFAULT 0x0
-#define CU_STREAM_NON_BLOCKING 0x1
 
 typedef struct CUlib_st *CUlibrary;
 typedef struct CUkern_st *CUkernel;

@@ -23,9 +23,12 @@ struct fake_config {
     int device_count;        /* FAKECUDA_DEVICE_COUNT */
     uint64_t kernel_us;      /* FAKECUDA_KERNEL_US: simulated time of an ordinary kernel */
     CUresult init_error;     /* FAKECUDA_INIT_ERROR: make cuInit fail with this code */
+    const char *prefetch_hold; /* FAKECUDA_PREFETCH_HOLD: prefetches last until this file
+                                  exists (at most FAKE_PREFETCH_HOLD_S seconds) */
     const char *config_error;/* set when an environment value could not be parsed */
 };
 const struct fake_config *fake_config(void);
+#define FAKE_PREFETCH_HOLD_S 60
 
 /* ---- the event log (FAKECUDA_LOG) ---------------------------------------------------------- */
 /* One line per event: "<monotonic ns> <pid> <tid> <event> key=value ...", one write(2) each. */
@@ -47,6 +50,9 @@ struct CUctx_st {
     uint64_t id;
     _Atomic uint64_t last_seq;     /* seq of the newest op submitted in this context */
     struct CUstream_st *legacy;    /* the NULL/legacy stream of this context */
+    /* Counts the times the driver destroyed the context's streams (destroy, reset, last primary
+     * release): a created stream of an older generation is a dead handle. */
+    _Atomic uint32_t generation;
 };
 /* The calling thread's current context, or NULL. */
 CUcontext fake_current_ctx(void);
@@ -104,6 +110,7 @@ struct CUstream_st {
     int priority;
     bool legacy;                  /* the context's NULL stream */
     bool per_thread;              /* a thread's per-thread default stream */
+    uint32_t ctx_generation;      /* created streams: the context's generation at creation */
     _Atomic uint64_t last_seq;    /* seq of the newest op submitted to it */
     struct fake_capture *capture; /* non-NULL while capturing; only under the capture lock */
 };

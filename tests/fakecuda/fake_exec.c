@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "fake_driver.h"
@@ -83,6 +84,15 @@ static void run_set(const struct fake_op *op)
     }
 }
 
+/* FAKECUDA_PREFETCH_HOLD: a migration that takes as long as a test wants. */
+static void hold_prefetch(void)
+{
+    const char *path = fake_config()->prefetch_hold;
+    struct stat st;
+    for (int ms = 0; path && ms < FAKE_PREFETCH_HOLD_S * 1000 && stat(path, &st) != 0; ms++)
+        fake_sleep_us(1000);
+}
+
 void fake_execute(const struct fake_op *op, uint64_t seq, uint64_t stream_id)
 {
     fake_log("exec_begin", "seq=%llu op=%s stream=%llu", (unsigned long long)seq, op_name(op),
@@ -102,7 +112,7 @@ void fake_execute(const struct fake_op *op, uint64_t seq, uint64_t stream_id)
         break;
     case FAKE_OP_EVENT: atomic_store(&op->u.event.event->done_ns, fake_now_ns()); break;
     case FAKE_OP_FREE_ASYNC: fake_free_async_now(op->u.free_async.ptr, "cuMemFreeAsync"); break;
-    case FAKE_OP_PREFETCH:
+    case FAKE_OP_PREFETCH: hold_prefetch(); break;
     case FAKE_OP_NOP: break;
     }
     if (op->duration_us)
@@ -273,6 +283,15 @@ static struct CUstream_st *per_thread_stream(CUcontext ctx)
     return ptds_stream;
 }
 
+/* A created stream whose context was destroyed or reset since: the driver destroyed it too. */
+static bool stream_is_dead(const struct CUstream_st *s)
+{
+    if (s->legacy || s->per_thread || s->ctx_generation == atomic_load(&s->ctx->generation))
+        return false;
+    fake_log("stream_dead", "stream=%llu", (unsigned long long)s->id);
+    return true;
+}
+
 CUresult fake_stream_resolve(CUstream h, bool per_thread, struct CUstream_st **out)
 {
     CUcontext ctx;
@@ -285,7 +304,7 @@ CUresult fake_stream_resolve(CUstream h, bool per_thread, struct CUstream_st **o
         *out = ctx->legacy;
     else if (h == CU_STREAM_PER_THREAD)
         *out = per_thread_stream(ctx);
-    else if (h->magic == FAKE_STREAM_MAGIC)
+    else if (h->magic == FAKE_STREAM_MAGIC && !stream_is_dead(h))
         *out = h;
     else
         return CUDA_ERROR_INVALID_HANDLE;
@@ -308,6 +327,7 @@ FAKE_API CUresult cuStreamCreateWithPriority(CUstream *phStream, unsigned int fl
     s->ctx = ctx;
     s->flags = flags;
     s->priority = priority < -5 ? -5 : priority > 0 ? 0 : priority;
+    s->ctx_generation = atomic_load(&ctx->generation);
     *phStream = s;
     fake_log("stream_create", "stream=%llu flags=%u", (unsigned long long)s->id, flags);
     return CUDA_SUCCESS;
@@ -336,7 +356,8 @@ FAKE_API CUresult cuStreamDestroy_v2(CUstream hStream)
     if (r != CUDA_SUCCESS)
         return r;
     if (!hStream || hStream == CU_STREAM_LEGACY || hStream == CU_STREAM_PER_THREAD ||
-        hStream->magic != FAKE_STREAM_MAGIC || hStream->legacy || hStream->per_thread)
+        hStream->magic != FAKE_STREAM_MAGIC || hStream->legacy || hStream->per_thread ||
+        stream_is_dead(hStream))
         return CUDA_ERROR_INVALID_HANDLE;
     /* Queued work still completes; the struct is kept so stale handles stay detectable. */
     hStream->magic = 0;

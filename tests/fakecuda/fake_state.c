@@ -77,6 +77,8 @@ static void config_load(void)
         else
             config.config_error = "FAKECUDA_KERNEL_US must be a whole number of microseconds";
     }
+    if ((v = getenv("FAKECUDA_PREFETCH_HOLD")) && *v)
+        config.prefetch_hold = v;
     if ((v = getenv("FAKECUDA_INIT_ERROR")) && *v) {
         if (parse_uint(v, &n) && n > 0)
             config.init_error = (CUresult)n;
@@ -388,8 +390,8 @@ FAKE_API CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
     struct primary *p = &primaries[dev];
     if (p->retain <= 0)
         r = CUDA_ERROR_INVALID_CONTEXT;
-    else
-        p->retain--;
+    else if (--p->retain == 0 && p->ctx)
+        atomic_fetch_add(&p->ctx->generation, 1); /* the driver destroys the context */
     int retain = p->retain;
     pthread_mutex_unlock(&ctx_lock);
     fake_log("primary_release", "dev=%d refs=%d result=%d", dev, retain, (int)r);
@@ -435,6 +437,8 @@ FAKE_API CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
         return r;
     pthread_mutex_lock(&ctx_lock);
     primaries[dev].retain = 0;
+    if (primaries[dev].ctx)
+        atomic_fetch_add(&primaries[dev].ctx->generation, 1);
     pthread_mutex_unlock(&ctx_lock);
     fake_log("primary_reset", "dev=%d", dev);
     return CUDA_SUCCESS;
@@ -498,6 +502,7 @@ FAKE_API CUresult cuCtxDestroy_v2(CUcontext ctx)
     /* Outstanding work finishes before the context goes away. */
     fake_wait_seq(atomic_load(&ctx->last_seq));
     ctx->magic = 0;
+    atomic_fetch_add(&ctx->generation, 1);
     for (int i = 0; i < ctx_depth; i++)
         if (ctx_stack[i] == ctx)
             ctx_stack[i] = NULL;

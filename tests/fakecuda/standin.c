@@ -52,6 +52,7 @@ static const char usage[] =
     "  capture-mode global|thread|relaxed   cuThreadExchangeStreamCaptureMode\n"
     "  threads N LAUNCHES US     N threads launching at once, each then synchronizing\n"
     "  ctx-create | ctx-primary  a new context / the primary one becomes current\n"
+    "  primary-reset             reset the primary context, then retain it and make it current\n"
     "  fork STEP... end          run the steps in a forked child and wait for it\n"
     "  get-proc NAME VERSION FLAGS   cuGetProcAddress_v2 through dlopen/dlsym\n"
     "  sleep-ms MS | wait-file PATH | touch-file PATH | pid | exit CODE\n";
@@ -547,6 +548,18 @@ static void touch_file(const char *path)
     say("touch-file path=%s ok=%d", path, f != NULL);
 }
 
+/* As a program does around cudaDeviceReset: the primary context's state goes (buffers made
+ * before must not be used after), and the next use retains it again. */
+static void step_primary_reset(void)
+{
+    CUresult r = api.cuDevicePrimaryCtxReset(device);
+    if (r == CUDA_SUCCESS)
+        r = api.cuDevicePrimaryCtxRetain(&context, device);
+    if (r == CUDA_SUCCESS)
+        r = api.cuCtxSetCurrent(context);
+    report(r, "primary-reset", "ctx=%p", (void *)context);
+}
+
 /* ---- the step interpreter ------------------------------------------------------------------ */
 
 static int run_steps(int i, int argc, char **argv, bool in_child);
@@ -687,6 +700,8 @@ static bool run_step(int *i, int argc, char **argv)
         report(r, "ctx-create", "ctx=%p", (void *)created);
     } else if (strcmp(step, "ctx-primary") == 0)
         report(api.cuCtxSetCurrent(context), "ctx-primary", "ctx=%p", (void *)context);
+    else if (strcmp(step, "primary-reset") == 0)
+        step_primary_reset();
     else if (strcmp(step, "threads") == 0) {
         int n = (int)parse_size(ARG());
         int launches = (int)parse_size(ARG());

@@ -28,6 +28,7 @@
     X(cuDeviceTotalMem, cuDeviceTotalMem_v2, NONE, 12000)                                          \
     X(cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRetain, NONE, 12000)                             \
     X(cuDevicePrimaryCtxRelease, cuDevicePrimaryCtxRelease_v2, NONE, 12000)                        \
+    X(cuDevicePrimaryCtxReset, cuDevicePrimaryCtxReset_v2, NONE, 12000)                            \
     X(cuCtxCreate, cuCtxCreate_v2, NONE, 11000)                                                    \
     X(cuCtxSetCurrent, cuCtxSetCurrent, NONE, 12000)                                               \
     X(cuCtxGetCurrent, cuCtxGetCurrent, NONE, 12000)                                               \

@@ -2,15 +2,21 @@
 
 `fake_gpu` is a simulated GPU for the test with no scheduler on its socket; `gpu_with` starts a
 real gemshare-scheduler (through `scheduler_factory` of tests/conftest.py) and returns the
-simulated GPU bound to it, and `gpu` does so with default scheduler options.
+simulated GPU bound to it, and `gpu` does so with default scheduler options. `scripted` binds the
+simulated GPU to a scheduler stand-in the test drives message by message (scripted_scheduler.py).
 """
 
 from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
 
 import pytest
 
 import libnvs_programs
 from libnvs_programs import FakeGpu
+from scripted_scheduler import ScriptedScheduler
 
 
 @pytest.fixture(scope="session")
@@ -47,6 +53,18 @@ def gpu_with(built, tmp_path, scheduler_factory):
 @pytest.fixture
 def gpu(gpu_with):
     return gpu_with()[0]
+
+
+@pytest.fixture
+def scripted(built, tmp_path):
+    """(FakeGpu, ScriptedScheduler) sharing a socket in a short directory of its own."""
+    directory = Path(tempfile.mkdtemp(prefix="gs-", dir="/tmp"))
+    scheduler = ScriptedScheduler(directory)
+    gpu = FakeGpu(tmp_path, scheduler.socket)
+    yield gpu, scheduler
+    gpu.stop_all()
+    scheduler.close()
+    shutil.rmtree(directory, ignore_errors=True)
 
 
 @pytest.fixture

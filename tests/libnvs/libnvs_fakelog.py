@@ -76,3 +76,14 @@ def switches(events: list[Event], pids: set[int]) -> int:
     owners = [e.pid for e in events if e.name == "exec_begin" and e.pid in pids
               and e.get("op") in WORK_OPS]
     return sum(1 for x, y in zip(owners, owners[1:]) if x != y)
+
+
+def prefetches(events: list[Event], pid: int, to_host: bool) -> list[Event]:
+    """Submitted (not captured) prefetches of `pid` to the host (dst=-1) or to a device."""
+    return [e for e in events if e.pid == pid and e.name.split("_pt")[0] == "prefetch"
+            and "captured" not in e.fields and (e["dst"] == "-1") == to_host]
+
+
+def exec_ends(events: list[Event], pid: int) -> dict[str, int]:
+    """When the simulated device finished each op of `pid`, by the seq its submission logged."""
+    return {e["seq"]: e.ns for e in events if e.pid == pid and e.name == "exec_end"}

@@ -231,3 +231,17 @@ def grants(scheduler_log: str, pid: int) -> int:
 
 def wait_file(path: Path, timeout: float = WAIT_TIMEOUT) -> None:
     wait_for(path.exists, f"{path.name} to be created", timeout)
+
+
+def run_together(gpu: FakeGpu, steps: list, count: int = 2, env: dict | None = None) -> list:
+    """`count` stand-ins that initialize, then run `steps` from the same moment; their results,
+    each of which must have succeeded."""
+    programs = [gpu.start(["init", "touch-file", gpu.path(f"ready-{i}"), "wait-file",
+                           gpu.path("go"), *steps], env=env) for i in range(count)]
+    for i in range(count):
+        wait_file(gpu.path(f"ready-{i}"))
+    gpu.path("go").touch()
+    results = [program.wait() for program in programs]
+    for result in results:
+        assert result.returncode == 0, result.describe()
+    return results

@@ -3,6 +3,8 @@ the libnvs tests rely on, or those tests would prove nothing."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 import libnvs_fakelog as fakelog
@@ -190,3 +192,27 @@ def test_a_bad_device_size_is_named(fake_gpu):
     result = fake_gpu.run(["init"], preload=False, env={"FAKECUDA_DEVICE_MEM": "lots"})
     assert result.one("init")["result"] == CUDA_ERROR_INVALID_VALUE
     assert "FAKECUDA_DEVICE_MEM" in result.stderr
+
+
+def test_a_stream_dies_with_its_context_when_the_primary_context_is_reset(fake_gpu):
+    result = run(fake_gpu, ["init", "stream-new", "launch", 100, "primary-reset", "launch", 100,
+                            "stream-new", "launch", 100, "sync"])
+    assert result.ok("primary-reset")
+    before, stale, fresh = result.steps("launch")
+    assert before["result"] == CUDA_SUCCESS and fresh["result"] == CUDA_SUCCESS
+    assert stale["result"] == "400"  # CUDA_ERROR_INVALID_HANDLE
+    assert len(fakelog.named(fake_gpu.events(), "stream_dead")) == 1
+
+
+def test_prefetches_last_until_the_hold_file_exists(fake_gpu):
+    hold = fake_gpu.path("hold")
+    program = fake_gpu.start(["init", "alloc-managed", "m", "1M", "prefetch", "m", "touch-file",
+                              fake_gpu.path("submitted"), "sync"], preload=False,
+                             env={"FAKECUDA_PREFETCH_HOLD": str(hold)})
+    wait_file(fake_gpu.path("submitted"))
+    released = time.monotonic_ns()
+    hold.touch()
+    result = program.wait()
+    assert result.returncode == 0, result.describe()
+    (prefetch,) = fakelog.named(fake_gpu.events(), "prefetch")
+    assert fakelog.exec_ends(fake_gpu.events(), result.pid)[prefetch["seq"]] > released

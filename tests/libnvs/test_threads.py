@@ -1,6 +1,7 @@
 """Many threads launching at once through libnvs.so while the GPU lock changes hands, with the
 library built under ThreadSanitizer (`make lib SANITIZE=thread`): no data race, no lost or
-misdirected launch, and still one process on the GPU at a time."""
+misdirected launch, and still one process on the GPU at a time. Each process has memory to
+prefetch, so the client thread's bulk swap on each grant runs beside the launching threads."""
 
 from __future__ import annotations
 
@@ -36,8 +37,9 @@ def tsan_preload(built):
 
 def run_storm(gpu, preload, per_thread: bool):
     env = {"TSAN_OPTIONS": "halt_on_error=1 exitcode=66 second_deadlock_stack=1"}
-    programs = [gpu.start(["init", "touch-file", gpu.path(f"ready-{i}"), "wait-file",
-                           gpu.path("go"), "threads", THREADS, LAUNCHES, KERNEL_US, "sync"],
+    programs = [gpu.start(["init", "alloc", "buf", "4M", "touch-file", gpu.path(f"ready-{i}"),
+                           "wait-file", gpu.path("go"), "threads", THREADS, LAUNCHES, KERNEL_US,
+                           "sync"],
                           preload=preload, env=env, ptsz=per_thread) for i in range(2)]
     for i in range(2):
         libnvs_programs.wait_file(gpu.path(f"ready-{i}"))
@@ -57,6 +59,8 @@ def test_many_threads_launch_at_once_without_races(gpu_with, tsan_preload, per_t
     a, b = (fakelog.exec_intervals(events, r.pid, {"kernel"}) for r in results)
     assert len(a) == len(b) == THREADS * LAUNCHES, "launches were lost or duplicated"
     assert not fakelog.overlapping(a, b), "both processes ran at once in mode on"
+    assert any(fakelog.prefetches(events, r.pid, to_host=False) for r in results), \
+        "no grant after a wait prefetched: the swap path did not run beside the threads"
     suffix = "_ptsz" if per_thread else ""
     for result in results:
         launches = fakelog.named(events, "launch" + suffix, pid=result.pid)

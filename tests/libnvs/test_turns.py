@@ -12,30 +12,16 @@ import time
 from gemshare_nvs.connection import Connection
 
 import libnvs_fakelog as fakelog
-from libnvs_programs import client_of, grants, scheduler_status, wait_file, wait_for_client
+from libnvs_programs import (client_of, grants, run_together, scheduler_status, wait_file,
+                             wait_for_client)
 
 KERNEL_US = 100_000  # 100 ms kernels
-
-
-def start_pair(gpu, steps):
-    """Two stand-ins that initialize, then start `steps` together."""
-    programs = []
-    for label in ("a", "b"):
-        programs.append(gpu.start(["init", "touch-file", gpu.path(f"ready-{label}"),
-                                   "wait-file", gpu.path("go"), *steps]))
-    for label in ("a", "b"):
-        wait_file(gpu.path(f"ready-{label}"))
-    gpu.path("go").touch()
-    results = [p.wait() for p in programs]
-    for result in results:
-        assert result.returncode == 0, result.describe()
-    return results
 
 
 def test_mode_on_takes_turns_that_never_overlap(gpu_with):
     gpu, scheduler = gpu_with(tq=1)
     # 2 s of synchronized steps each: more than one 1 s quantum, so turns must happen.
-    a, b = start_pair(gpu, ["launch", KERNEL_US, "stream-sync"] * 20)
+    a, b = run_together(gpu, ["launch", KERNEL_US, "stream-sync"] * 20)
     events = gpu.events()
     runs_a = fakelog.exec_intervals(events, a.pid)
     runs_b = fakelog.exec_intervals(events, b.pid)
@@ -49,7 +35,7 @@ def test_mode_on_takes_turns_that_never_overlap(gpu_with):
 
 def test_mode_off_lets_both_run_at_once(gpu_with):
     gpu, scheduler = gpu_with(anti_thrash="off")
-    a, b = start_pair(gpu, ["launches", 8, KERNEL_US, "sync"])
+    a, b = run_together(gpu, ["launches", 8, KERNEL_US, "sync"])
     events = gpu.events()
     overlap = fakelog.overlapping(fakelog.exec_intervals(events, a.pid),
                                   fakelog.exec_intervals(events, b.pid))
