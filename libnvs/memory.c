@@ -244,6 +244,7 @@ static void gs_note_alloc(uint64_t key, size_t size, enum gs_alloc_kind kind, in
     gs_current(&ctx, &device);
     if (device_hint >= 0)
         device = device_hint;
+    gs_total_of(device); /* the scheduler's capacity where it has no NVML: in every report */
     pthread_mutex_lock(&gs_mem_mu);
     gs_record(key, size, ctx, device, kind, true);
     pthread_mutex_unlock(&gs_mem_mu);

@@ -7,6 +7,9 @@ memory is counted, never limited."""
 
 from __future__ import annotations
 
+import pytest
+from gemshare_nvs import protocol as p
+
 import libnvs_fakelog as fakelog
 from libnvs_programs import client_of, grants, scheduler_status, wait_file, wait_for
 
@@ -170,3 +173,31 @@ def test_unified_memory_off_keeps_device_memory_and_the_lock(gpu_with):
     kinds = [e.name for e in allocations_of(gpu, result.pid)]
     assert kinds == ["alloc_device"] * 3
     assert grants(scheduler.log(), result.pid), "the launch did not go through the GPU lock"
+
+
+# One of each kind of allocation libnvs counts, and how many bytes it takes.
+REPORTED_KINDS = {
+    "converted": (["alloc", "a", "3M"], {}, 3 * MIB),
+    "device (unified memory off)": (["alloc", "a", "3M"], {"GEMSHARE_UNIFIED_MEMORY": "0"},
+                                    3 * MIB),
+    "program's managed": (["alloc-managed", "m", "3M"], {}, 3 * MIB),
+    "pool": (["alloc-pool", "q", "3M"], {}, 3 * MIB),
+    "virtual memory": (["vmm-alloc", "v", "4M"], {}, 4 * MIB),  # 2 MiB granularity
+}
+
+
+@pytest.mark.parametrize("kind", REPORTED_KINDS)
+def test_memory_reports_carry_the_device_size_whatever_was_allocated(scripted, kind):
+    """Without NVML, mode auto's capacity is the device size the clients report."""
+    gpu, scheduler = scripted
+    steps, env, size = REPORTED_KINDS[kind]
+    program = gpu.start(["init", *steps, "wait-file", gpu.path("end")], env=env)
+
+    def report_of_the_allocation():
+        reports = [m for _, m in scheduler.received(program.pid, p.MemReport)]
+        return next((m for m in reports if m.allocated_bytes == size), None)
+
+    report = wait_for(report_of_the_allocation, f"a MEM_REPORT of {size} bytes")
+    gpu.path("end").touch()
+    assert program.wait().returncode == 0
+    assert (report.device, report.device_total_bytes) == (0, DEVICE)
