@@ -122,8 +122,9 @@ def top_level(
     anti_thrash: Optional[str] = typer.Option(
         None, "--anti-thrash", metavar="|".join(MODE_LABELS), callback=_parse_mode,
         help="Set the anti-thrash mode: 'on' gives each device to one program at a time "
-             "(first come, first served); 'off' lets every program submit freely; 'auto' is "
-             "the memory-aware mode (for now it acts like 'on')."),
+             "(first come, first served); 'off' lets every program submit freely; 'auto' lets "
+             "programs whose memory fits on the device together run together, and the rest "
+             "take turns as with 'on'."),
     socket: Optional[Path] = typer.Option(
         None, "--socket", metavar="PATH", envvar="GEMSHARE_SOCKET", show_envvar=True,
         help=f"Scheduler socket. Default: {DEFAULT_SOCKET}."),
@@ -160,7 +161,9 @@ def status(
         False, "--json", help="Print the scheduler's status object as one JSON object instead "
                               "of tables (tq, anti_thrash, grace_ms, devices, clients)."),
 ) -> None:
-    """Show the time quantum, mode, each device's holder and waiters, and every client.
+    """Show the time quantum, mode, each device's holders and waiters, and every client.
+
+    In mode auto each device also shows what the scheduler decides with: the holders' memory, the context reserve per holder, and the capacity (from NVML or from what the clients' drivers report).
 
     Client columns: id, pid, uid, process name, device, state (holding / waiting / idle), time spent holding, number of waits and time spent waiting, bytes allocated, when it connected, and how many times its lock was revoked. Anyone may read the status.
     """

@@ -78,7 +78,23 @@ def _summary(status: dict, socket: str) -> Text:
 
 def _holder_label(device: dict, client_id, clients_by_id: dict) -> str:
     label = _client_label(client_id, clients_by_id)
-    return f"{label}, asked to drop" if device.get("drop_pending") else label
+    # `dropping` names each holder asked to drop; older schedulers only say whether one was.
+    dropping = device.get("dropping")
+    asked = client_id in dropping if isinstance(dropping, list) else device.get("drop_pending")
+    return f"{label}, asked to drop" if asked else label
+
+
+def auto_budget(device: dict) -> str:
+    """What mode auto decides with: the holders' memory, a reserve each, and the capacity."""
+    capacity = device.get("capacity_bytes")
+    if not isinstance(capacity, int):
+        return "capacity unknown: one holder"
+    holders = len(device.get("holders") or [])
+    reserve = device.get("context_reserve_bytes")
+    source = device.get("capacity_source")
+    return (f"{human_bytes(device.get('holders_allocated_bytes'))} + {holders} x "
+            f"{human_bytes(reserve)} / {human_bytes(capacity)}"
+            + (f" ({source})" if source else ""))
 
 
 def devices_table(status: dict) -> Table | None:
@@ -86,8 +102,10 @@ def devices_table(status: dict) -> Table | None:
     if not devices:
         return None
     clients_by_id = {c.get("id"): c for c in status.get("clients") or []}
+    auto = status.get("anti_thrash") == "auto"
     table = Table(title="Devices", title_justify="left")
-    for column in ("Device", "Name", "Memory used / total", "Allocated by clients", "Holder",
+    for column in ("Device", "Name", "Memory used / total", "Allocated by clients",
+                   *(("Held + reserves / capacity",) if auto else ()), "Holders",
                    "Waiting, in order"):
         table.add_column(column)
     for device in devices:
@@ -97,6 +115,7 @@ def devices_table(status: dict) -> Table | None:
         waiters = [_client_label(i, clients_by_id) for i in device.get("waiters") or []]
         table.add_row(str(device.get("index", MISSING)), device.get("name") or MISSING, memory,
                       human_bytes(device.get("allocated_bytes")),
+                      *((auto_budget(device),) if auto else ()),
                       "\n".join(holders) or "none", "\n".join(waiters) or "none")
     return table
 

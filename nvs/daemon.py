@@ -19,8 +19,9 @@ from .gpus import Gpus
 from .listener import ListenerError, Listening, open_listener
 from .protocol import Mode
 from .server import Server
-from .settings import (DEFAULT_CONTROL_GROUP, DEFAULT_GRACE_MS, DEFAULT_MAX_CLIENTS, DEFAULT_TQ,
-                       MODE_LABELS, Settings, check_grace_ms, check_max_clients, check_tq,
+from .settings import (DEFAULT_CONTEXT_RESERVE_MIB, DEFAULT_CONTROL_GROUP, DEFAULT_GRACE_MS,
+                       DEFAULT_MAX_CLIENTS, DEFAULT_TQ, MODE_LABELS, Settings,
+                       check_context_reserve_mib, check_grace_ms, check_max_clients, check_tq,
                        debug_from_environment)
 
 log = logging.getLogger("gemshare.scheduler")
@@ -53,11 +54,18 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"time quantum in whole seconds, 1-86400 (default {DEFAULT_TQ})")
     parser.add_argument("--anti-thrash", choices=MODE_LABELS, default="on",
                         help="on: one lock holder per GPU; off: no lock, everyone runs freely; "
-                             "auto: memory-aware (for now the same as on) (default on)")
+                             "auto: programs whose memory fits on the GPU together hold it "
+                             "together, the rest take turns as with on (default on)")
     parser.add_argument("--grace-ms", type=_checked(check_grace_ms, "--grace-ms"),
                         default=DEFAULT_GRACE_MS, metavar="MS",
                         help="how long a holder told to drop the lock may take before it is "
                              f"revoked (default {DEFAULT_GRACE_MS})")
+    parser.add_argument("--context-reserve-mib",
+                        type=_checked(check_context_reserve_mib, "--context-reserve-mib"),
+                        default=DEFAULT_CONTEXT_RESERVE_MIB, metavar="MIB",
+                        help="in auto, GPU memory set aside for each holder's CUDA context "
+                             "besides what it allocated, whole MiB from 0 (default "
+                             f"{DEFAULT_CONTEXT_RESERVE_MIB})")
     parser.add_argument("--max-clients", type=_checked(check_max_clients, "--max-clients"),
                         default=DEFAULT_MAX_CLIENTS, metavar="N",
                         help=f"most registered clients at once (default {DEFAULT_MAX_CLIENTS})")
@@ -77,6 +85,7 @@ def parse_args(argv=None) -> Settings:
     return Settings(socket=socket_path(args.socket), tq=args.tq,
                     mode=Mode.from_label(args.anti_thrash), grace_ms=args.grace_ms,
                     max_clients=args.max_clients, control_group=args.control_group,
+                    context_reserve_mib=args.context_reserve_mib,
                     debug=args.debug or debug_from_environment())
 
 
@@ -112,11 +121,11 @@ async def run(settings: Settings) -> None:
 
 
 def _announce(settings: Settings, listening: Listening) -> None:
-    log.info("listening on %s%s: tq %d s, anti-thrash %s, grace %d ms, max %d clients, "
-             "control group %s", listening.path,
+    log.info("listening on %s%s: tq %d s, anti-thrash %s, grace %d ms, context reserve %d MiB, "
+             "max %d clients, control group %s", listening.path,
              " (socket from systemd)" if listening.inherited else "", settings.tq,
-             settings.mode.label, settings.grace_ms, settings.max_clients,
-             settings.control_group)
+             settings.mode.label, settings.grace_ms, settings.context_reserve_mib,
+             settings.max_clients, settings.control_group)
     _notify("READY=1\nSTATUS=listening on " + str(listening.path))
 
 

@@ -1,7 +1,8 @@
 """Device names and memory from NVML, when pynvml is importable and a driver answers.
 
 Without either (CI, containers without a GPU) `Gpus.available` is False and the scheduler runs
-exactly as before, only its status lacks names and memory figures.
+exactly as before: its status lacks names and memory figures, and mode auto takes each device's
+capacity from what the clients' drivers report instead.
 """
 
 from __future__ import annotations

@@ -9,6 +9,30 @@ Rules (docs/protocol.md, issue 2): one lock per device, granted first come first
 time quantum (TQ). When the quantum is over and someone waits, the holder gets DROP_LOCK; if it
 does not answer with LOCK_RELEASED within the grace period it is revoked and the next waiter is
 granted. Nobody waiting means no drop. In mode `off` no lock exists at all.
+
+Mode `auto` (issue 5) lets several clients hold one device's lock while their memory fits
+(admission.py does the arithmetic):
+
+- Capacity: NVML's total for the device when the shell gave one, else the largest total that a
+  connected client's driver reported for it; unknown capacity means one holder, as in `on`.
+  Holders fit when their allocated bytes (MEM_REPORT; none yet counts as 0) plus the context
+  reserve once per holder stay within the capacity. A single holder always fits.
+- Admission: waiters are considered first come first served; each is granted at once if it fits
+  beside all current holders (those asked to drop included, as they still use the device).
+  Grants to a set of two or more holders carry GRANT_SHARED.
+- Bounded overtaking: a waiter that does not fit may be passed by later ones that do, but only
+  while it has waited less than one TQ. Once it has waited a TQ nobody behind it is granted
+  until it is; the holders' quanta then run out (each was granted before that moment, so within
+  one more TQ), they are dropped as in `on`, and it is granted at the latest when the last of
+  them releases or is revoked: within TQ + grace of reaching the head with a TQ of waiting.
+- Shrinking: when the holders not yet asked to drop no longer fit (a holder's allocations
+  grew, the capacity fell, or the mode became `on`), the scheduler keeps them oldest grant
+  first, each one that still fits beside those kept, and sends DROP_LOCK (with the usual grace
+  and revocation) to the rest. A dropped holder asks again like any other client and queues at
+  the back: putting it at the front would need a grant it did not ask for, and a holder
+  displaced again and again could then keep a long waiter waiting without end.
+- Switching modes: `auto` -> `on` shrinks to the oldest holder; `on` -> `auto` admits waiters
+  that fit; `off` clears every lock as before.
 """
 
 from __future__ import annotations
@@ -17,6 +41,7 @@ from dataclasses import dataclass, field
 
 from . import protocol as p
 from .actions import Close, Log, Send
+from .admission import Budget, Waiting, admitted, kept
 
 # Device indices are u32 on the wire; a bound keeps one client from creating millions of queues.
 MAX_DEVICES = 1024
@@ -83,11 +108,14 @@ class Device:
 
 
 class Policy:
-    def __init__(self, tq: int, mode: p.Mode, grace_s: float, max_clients: int):
+    def __init__(self, tq: int, mode: p.Mode, grace_s: float, max_clients: int,
+                 reserve_bytes: int = 512 << 20, nvml_capacity: dict[int, int] | None = None):
         self.tq = tq
         self.mode = mode
         self.grace_s = grace_s
         self.max_clients = max_clients
+        self.reserve = reserve_bytes  # per holder, for its CUDA context (mode auto)
+        self.nvml_capacity = dict(nvml_capacity or {})  # device -> bytes, read once by the shell
         self.clients: dict[int, Client] = {}
         self.devices: dict[int, Device] = {}  # only devices with a holder or a waiter
         self.revocations = 0
@@ -127,12 +155,14 @@ class Policy:
         dev = self.devices.setdefault(device, Device(device))
         if cid in dev.holders or cid in dev.waiters:
             return [Log(f"repeated request from {client} for device {device}", debug=True)]
-        queued = bool(dev.holders or dev.waiters)
-        dev.waiters[cid] = Wait(now, queued)
-        if queued:
+        dev.waiters[cid] = Wait(now, queued=False)
+        log = Log(f"request {client}: device {device}")
+        actions = self._settle(dev, now)
+        if cid in dev.waiters:  # not granted at once: it waits behind someone
+            dev.waiters[cid].queued = True
             client.waits += 1
-        return [Log(f"request {client}: device {device}"
-                    + (f", {len(dev.waiters)} waiting" if queued else ""))] + self._settle(dev, now)
+            log = Log(f"{log.text}, {len(dev.waiters)} waiting")
+        return [log] + actions
 
     def lock_released(self, cid: int, device: int, reason: int, now: float) -> list:
         client = self.clients.get(cid)
@@ -157,26 +187,32 @@ class Policy:
         client.allocated[device] = allocated
         if total:
             client.device_total[device] = total
-        return [Log(f"memory {client}: device {device} {allocated} bytes allocated", debug=True)]
+        actions = [Log(f"memory {client}: device {device} {allocated} bytes allocated",
+                       debug=True)]
+        dev = self.devices.get(device)
+        if dev is not None:  # a holder grew or shrank, or the capacity is known now
+            actions += self._settle(dev, now)
+        return actions
 
     def disconnect(self, cid: int, now: float) -> list:
         client = self.clients.pop(cid, None)
         if client is None:
             return []
-        actions, held, waited = [], [], []
-        for dev in list(self.devices.values()):
+        held, waited = [], []
+        for dev in self.devices.values():
             if cid in dev.holders:
                 self._end_hold(dev, cid, now, client)
                 held.append(dev.index)
             elif cid in dev.waiters:
                 self._end_wait(dev, cid, now, client)
                 waited.append(dev.index)
-            else:
-                continue
-            actions += self._settle(dev, now)
         what = "".join([f", held device {_listed(held)}" if held else "",
                         f", was waiting for device {_listed(waited)}" if waited else ""])
-        return [Log(f"disconnect {client}{what}")] + actions
+        actions = [Log(f"disconnect {client}{what}")]
+        # Every device: its reported capacity may have left with this client.
+        for dev in list(self.devices.values()):
+            actions += self._settle(dev, now)
+        return actions
 
     def configure(self, now: float, tq: int | None = None, mode: p.Mode | None = None) -> list:
         """Apply validated settings at once; the caller has checked both values already."""
@@ -246,40 +282,81 @@ class Policy:
                    for dev in self.devices.values()
                    if cid in dev.waiters and dev.waiters[cid].queued)
 
+    def capacity(self, device: int) -> tuple[int | None, str | None]:
+        """The device's capacity in bytes as `auto` decides with it, and where it came from."""
+        if device in self.nvml_capacity:
+            return self.nvml_capacity[device], "nvml"
+        reported = max((c.device_total.get(device, 0) for c in self.clients.values()), default=0)
+        return (reported, "reported") if reported else (None, None)
+
+    def memory_of(self, cid: int, device: int) -> int:
+        return self.clients[cid].allocated.get(device, 0)
+
+    def holders_memory(self, device: int) -> int:
+        dev = self.devices.get(device)
+        return sum(self.memory_of(cid, device) for cid in dev.holders) if dev else 0
+
     # ----- rules ----------------------------------------------------------------------------
 
-    def _may_hold_now(self, dev: Device) -> list[int]:
-        """Waiters to grant now. The seam for a memory-aware `auto` that lets several share."""
-        if self.mode is p.Mode.OFF or dev.holders or not dev.waiters:
-            return []
-        return [next(iter(dev.waiters))]
+    def _budget(self, dev: Device) -> Budget:
+        """What fits on the device now: memory in `auto`, a single holder in `on`."""
+        capacity = self.capacity(dev.index)[0] if self.mode is p.Mode.AUTO else None
+        return Budget(capacity, self.reserve)
 
     def _settle(self, dev: Device, now: float) -> list:
-        """Grant whoever may hold now, and drop a holder whose quantum is over while others wait."""
+        """Bring the device in line with the rules: shrink the holders to a set that fits, grant
+        whoever may hold now, and drop holders whose quantum is over while others wait."""
+        if self.mode is p.Mode.OFF:
+            return []
+        budget = self._budget(dev)
+        active = [(cid, self.memory_of(cid, dev.index))
+                  for cid, hold in dev.holders.items() if hold.dropped_at is None]
+        keep = set(kept(budget, active))
         actions = []
-        for cid in self._may_hold_now(dev):
-            actions += self._grant(dev, cid, now)
+        for cid, _ in active:
+            if cid not in keep:
+                actions += self._drop(dev, cid, now, self._why_shrunk(dev, budget))
+        waiting = [Waiting(cid, self.memory_of(cid, dev.index), now - wait.since)
+                   for cid, wait in dev.waiters.items()]
+        holding = [self.memory_of(cid, dev.index) for cid in dev.holders]
+        chosen = admitted(budget, holding, waiting, patience=self.tq)
+        shared = len(dev.holders) + len(chosen) > 1
+        for cid in chosen:
+            actions += self._grant(dev, cid, now, shared)
         if dev.waiters:
             for cid, hold in dev.holders.items():
                 if hold.dropped_at is None and now >= hold.quantum_end:
-                    hold.dropped_at = now
-                    actions += [Send(cid, p.DropLock(dev.index)),
-                                Log(f"drop {self.clients[cid]}: device {dev.index} quantum over, "
-                                    f"{len(dev.waiters)} waiting")]
+                    actions += self._drop(dev, cid, now,
+                                          f"quantum over, {len(dev.waiters)} waiting")
         if dev.idle:
             del self.devices[dev.index]
         return actions
 
-    def _grant(self, dev: Device, cid: int, now: float) -> list:
+    def _why_shrunk(self, dev: Device, budget: Budget) -> str:
+        if self.mode is p.Mode.ON:
+            return "mode on allows one holder"
+        if budget.capacity is None:
+            return "capacity unknown, so one holder"
+        return (f"holders no longer fit in {budget.capacity} bytes (allocated "
+                f"{self.holders_memory(dev.index)}, reserve {self.reserve} per holder)")
+
+    def _drop(self, dev: Device, cid: int, now: float, why: str) -> list:
+        dev.holders[cid].dropped_at = now
+        return [Send(cid, p.DropLock(dev.index)),
+                Log(f"drop {self.clients[cid]}: device {dev.index} {why}")]
+
+    def _grant(self, dev: Device, cid: int, now: float, shared: bool) -> list:
         client = self.clients[cid]
         wait = dev.waiters[cid]
         waited = self._end_wait(dev, cid, now)
         dev.holders[cid] = Hold(granted_at=now, quantum_end=now + self.tq)
         client.revoked = False
-        flags = p.GRANT_AFTER_WAIT if wait.queued else 0
+        flags = (p.GRANT_AFTER_WAIT if wait.queued else 0) | (p.GRANT_SHARED if shared else 0)
         after = f" after waiting {waited:.3f} s" if wait.queued else ""
+        beside = (f", shared ({self.memory_of(cid, dev.index)} bytes allocated)"
+                  if shared else "")
         return [Send(cid, p.LockGranted(dev.index, flags, self.tq * 1000)),
-                Log(f"grant {client}: device {dev.index}{after}")]
+                Log(f"grant {client}: device {dev.index}{after}{beside}")]
 
     def _revoke(self, dev: Device, cid: int, now: float) -> list:
         client = self.clients[cid]

@@ -68,9 +68,10 @@ class Conn:
 class Server:
     def __init__(self, settings: Settings, listener: socket.socket, gpus: Gpus | None = None):
         self.settings = settings
-        self.policy = Policy(settings.tq, settings.mode, settings.grace_ms / 1000,
-                             settings.max_clients)
         self.gpus = gpus
+        self.policy = Policy(settings.tq, settings.mode, settings.grace_ms / 1000,
+                             settings.max_clients, reserve_bytes=settings.context_reserve_mib << 20,
+                             nvml_capacity=nvml_capacity(gpus))
         self._listener = trio.socket.from_stdlib_socket(listener)
         self.conns: dict[int, Conn] = {}
         self._ids = itertools.count(1)
@@ -298,6 +299,12 @@ class Server:
             with self._timer_scope:
                 await trio.sleep_forever()
             self._apply(self.policy.tick(trio.current_time()))
+
+
+def nvml_capacity(gpus: Gpus | None) -> dict[int, int]:
+    """Each GPU's memory by index, read once at start (it does not change while we run)."""
+    described = gpus.describe() if gpus is not None else None
+    return {gpu["index"]: gpu["memory_total_bytes"] for gpu in described or []}
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,10 @@ GRACE_MS_MAX = 3_600_000
 DEFAULT_MAX_CLIENTS = 1024
 MAX_CLIENTS_LIMIT = 65536
 DEFAULT_CONTROL_GROUP = "gemshare"
+# Room set aside per lock holder for its CUDA context in mode auto; a context with the runtime's
+# kernels loaded takes a few hundred MiB on recent GPUs.
+DEFAULT_CONTEXT_RESERVE_MIB = 512
+CONTEXT_RESERVE_MIB_MAX = 1 << 20  # 1 TiB: past any GPU's memory
 MODE_LABELS = ("on", "off", "auto")
 
 
@@ -53,6 +57,14 @@ def check_max_clients(value: int) -> int:
     return value
 
 
+def check_context_reserve_mib(value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or \
+            not 0 <= value <= CONTEXT_RESERVE_MIB_MAX:
+        raise ValueError(f"context reserve must be a whole number of MiB from 0 to "
+                         f"{CONTEXT_RESERVE_MIB_MAX}, not {value!r}")
+    return value
+
+
 def debug_from_environment() -> bool:
     return os.environ.get("GEMSHARE_DEBUG", "") not in ("", "0")
 
@@ -65,6 +77,7 @@ class Settings:
     grace_ms: int = DEFAULT_GRACE_MS
     max_clients: int = DEFAULT_MAX_CLIENTS
     control_group: str = DEFAULT_CONTROL_GROUP
+    context_reserve_mib: int = DEFAULT_CONTEXT_RESERVE_MIB
     debug: bool = False
     # Frames waiting to be written to one connection; a peer that lets this fill is dropped.
     outgoing_queue: int = 256

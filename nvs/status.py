@@ -23,13 +23,19 @@ def build_status(policy: Policy, now: float, wall: float, *, grace_ms: int,
                  "holders": list(dev.holders) if dev else [],
                  "waiters": list(dev.waiters) if dev else []}
         entry.update({k: v for k, v in by_index.get(index, {}).items() if k != "index"})
-        entry["drop_pending"] = bool(dev) and any(
-            hold.dropped_at is not None for hold in dev.holders.values())
+        entry["dropping"] = [cid for cid, hold in dev.holders.items()
+                             if hold.dropped_at is not None] if dev else []
+        entry["drop_pending"] = bool(entry["dropping"])
         entry["allocated_bytes"] = sum(c.allocated.get(index, 0)
                                        for c in policy.clients.values())
         # What the clients' drivers say the device holds; useful where NVML is missing.
         entry["reported_total_bytes"] = max((c.device_total.get(index, 0)
                                              for c in policy.clients.values()), default=0)
+        # What mode auto decides with: capacity (None when unknown), reserve per holder, and
+        # the memory of those holding now.
+        entry["capacity_bytes"], entry["capacity_source"] = policy.capacity(index)
+        entry["context_reserve_bytes"] = policy.reserve
+        entry["holders_allocated_bytes"] = policy.holders_memory(index)
         devices.append(entry)
 
     clients = []

@@ -242,8 +242,8 @@ def test_mode_back_on_takes_requests_again():
     assert driver.take_sent() == [(1, p.LockGranted(0, 0, 30_000))]
 
 
-def test_auto_mode_keeps_one_holder_per_device_for_now():
-    driver = Driver(mode=AUTO)
+def test_auto_mode_without_a_known_capacity_keeps_one_holder_per_device():
+    driver = Driver(mode=AUTO)  # no NVML, no reported device total
     clients(driver, 1, 2)
     driver.request(1)
     driver.request(2)

@@ -25,9 +25,11 @@ def test_status_has_every_required_key():
     status = status_of(driver)
     assert (status["tq"], status["anti_thrash"], status["grace_ms"]) == (17, "on", 2500)
     assert CLIENT_KEYS <= set(status["clients"][0])
-    assert status["devices"] == [{"index": 0, "holders": [], "waiters": [],
+    assert status["devices"] == [{"index": 0, "holders": [], "waiters": [], "dropping": [],
                                   "drop_pending": False, "allocated_bytes": 0,
-                                  "reported_total_bytes": 0}]
+                                  "reported_total_bytes": 0, "capacity_bytes": None,
+                                  "capacity_source": None, "context_reserve_bytes": 512 << 20,
+                                  "holders_allocated_bytes": 0}]
 
 
 def test_states_hold_and_wait_times_follow_the_clock():

@@ -2,6 +2,8 @@
 
 import pytest
 
+from gemshare_nvs import protocol as p
+
 
 @pytest.mark.parametrize("args, words", [
     (["--tq", "0"], "from 1 to 86400"),
@@ -12,6 +14,9 @@ import pytest
     (["--anti-thrash", "maybe"], "invalid choice: 'maybe'"),
     (["--grace-ms", "0"], "grace must be"),
     (["--max-clients", "0"], "max clients must be"),
+    (["--context-reserve-mib", "-1"], "context reserve must be a whole number of MiB from 0"),
+    (["--context-reserve-mib", "1048577"], "from 0 to 1048576"),
+    (["--context-reserve-mib", "0.5"], "--context-reserve-mib must be a whole number"),
     (["--control-group", " "], "--control-group must name a group"),
     (["--bogus"], "unrecognized arguments: --bogus"),
 ])
@@ -27,17 +32,20 @@ def test_help_documents_every_option(run_scheduler):
     result = run_scheduler("--help")
     assert result.returncode == 0
     for option in ("--socket", "--tq", "--anti-thrash", "--grace-ms", "--max-clients",
-                   "--control-group", "--debug", "GEMSHARE_SOCKET"):
+                   "--context-reserve-mib", "--control-group", "--debug", "GEMSHARE_SOCKET"):
         assert option in result.stdout
 
 
 def test_options_reach_the_running_scheduler(scheduler_factory):
     running = scheduler_factory(tq=86400, anti_thrash="auto", grace_ms=1, max_clients=3,
-                                control_group="wheel", debug=True)
-    with running.connect() as control:
+                                context_reserve_mib=64, control_group="wheel", debug=True)
+    with running.connect() as client, running.connect() as control:
+        client.send(p.Register(0, 0, "client"))
+        assert isinstance(client.recv()[0], p.Registered)  # now device 0 shows in status
         status = control.request({"op": "status"})["status"]
     assert (status["tq"], status["anti_thrash"], status["grace_ms"], status["max_clients"],
             status["control_group"]) == (86400, "auto", 1, 3, "wheel")
+    assert status["devices"][0]["context_reserve_bytes"] == 64 << 20
     assert "DEBUG" in running.log()  # --debug logs connections opening
 
 

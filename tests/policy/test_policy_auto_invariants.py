@@ -1,0 +1,301 @@
+"""Property tests of mode `auto`: random memory reports, requests, releases, disconnects, TQ and
+mode changes on a fake clock, checked against the rules of policy.py's docstring.
+
+A model keeps each device's FCFS queue (with request times), its holders in grant order (with
+grant and drop times), each client's reported memory and the device capacities. Every message
+the core sends is checked as it goes out, and the state after every step:
+
+- memory: the holders not asked to drop fit (their bytes plus one reserve each within the
+  capacity) or are a single client; every grant leaves all holders, dropping ones included,
+  fitting; with mode `on` or no known capacity that means one holder;
+- drops: only for a quantum that is over while someone waits, or for holders that no longer
+  fit, and then never the oldest holder not asked to drop;
+- FCFS with bounded overtaking: a grant passes only waiters that do not fit and have waited
+  less than one TQ; no waiter the rule would admit is left waiting; a waiter at the head that
+  has waited a TQ is granted within TQ + grace (counted from when the test first sees it so,
+  and again after a TQ change);
+- GRANT_AFTER_WAIT exactly when the grant did not answer the request at once, GRANT_SHARED
+  exactly when the device then has more than one holder;
+- nothing to disconnected clients; revocation exactly `grace` after the drop; the core's timer
+  is the model's.
+"""
+
+from __future__ import annotations
+
+from hypothesis import settings, strategies as st
+from hypothesis.stateful import (RuleBasedStateMachine, initialize, invariant, precondition,
+                                 rule)
+
+from gemshare_nvs import protocol as p
+from gemshare_nvs.actions import Send
+from gemshare_nvs.policy import Policy
+
+G = 1 << 30
+RESERVE = 1 * G
+GRACE = 1.5  # long beside the quanta, so that heads often wait a full one
+NVML = {1: 12 * G}  # device 1's capacity comes from NVML; device 0's from the clients
+DEVICES = (0, 1)
+CLIENT_IDS = st.integers(1, 10)
+SIZES = st.sampled_from([0, 1, 2, 3, 5, 8, 13]).map(lambda gib: gib * G)
+TOTALS = st.sampled_from([0, 8, 16]).map(lambda gib: gib * G)
+
+
+class Hold:
+    def __init__(self, granted_at: float):
+        self.granted_at = granted_at
+        self.dropped_at: float | None = None
+
+
+class AutoMachine(RuleBasedStateMachine):
+    def __init__(self):
+        super().__init__()
+        self.policy = Policy(tq=3, mode=p.Mode.AUTO, grace_s=GRACE, max_clients=16,
+                             reserve_bytes=RESERVE, nvml_capacity=NVML)
+        self.now = 0.0
+        self.connected: set[int] = set()
+        self.gone: set[int] = set()
+        self.memory: dict[tuple[int, int], int] = {}  # (client, device) -> bytes
+        self.totals: dict[tuple[int, int], int] = {}  # (client, device) -> reported total
+        self.queues: dict[int, list[list]] = {d: [] for d in DEVICES}  # [client, since, fresh]
+        self.holders: dict[int, dict[int, Hold]] = {d: {} for d in DEVICES}  # grant order
+        self.stuck: dict[int, tuple[int, float]] = {}  # device -> (head, first seen stuck)
+
+    # ----- the rules as the model sees them -------------------------------------------------
+
+    @property
+    def tq(self) -> int:
+        return self.policy.tq
+
+    def capacity(self, device: int) -> int | None:
+        if device in NVML:
+            return NVML[device]
+        reported = max((self.totals.get((c, device), 0) for c in self.connected), default=0)
+        return reported or None
+
+    def size(self, cid: int, device: int) -> int:
+        return self.memory.get((cid, device), 0)
+
+    def fits(self, device: int, members) -> bool:
+        members = list(members)
+        if len(members) <= 1:
+            return True
+        capacity = self.capacity(device) if self.policy.mode is p.Mode.AUTO else None
+        return capacity is not None and \
+            sum(self.size(c, device) for c in members) + RESERVE * len(members) <= capacity
+
+    def active(self, device: int) -> list[int]:
+        return [c for c, h in self.holders[device].items() if h.dropped_at is None]
+
+    # ----- checking what the core sends -----------------------------------------------------
+
+    def apply(self, actions: list) -> None:
+        granted = []
+        for action in actions:
+            if not isinstance(action, Send):
+                continue
+            cid, message = action.client, action.message
+            assert cid in self.connected and cid not in self.gone, \
+                f"{message} sent to client {cid}, which is not connected"
+            if isinstance(message, p.LockGranted):
+                self.check_grant(cid, message)
+                granted.append((cid, message))
+            elif isinstance(message, p.DropLock):
+                self.check_drop(cid, message.device)
+            elif isinstance(message, p.LockRevoked):
+                self.check_revoke(cid, message.device)
+        for cid, message in granted:
+            shared = len(self.holders[message.device]) > 1
+            assert bool(message.flags & p.GRANT_SHARED) == shared, (cid, message)
+        for queue in self.queues.values():
+            for entry in queue:
+                entry[2] = False  # a later grant comes after a wait
+
+    def check_grant(self, cid: int, message: p.LockGranted) -> None:
+        device = message.device
+        assert self.policy.mode is not p.Mode.OFF
+        queue = self.queues[device]
+        position = next((i for i, entry in enumerate(queue) if entry[0] == cid), None)
+        assert position is not None, f"grant to {cid}, which is not waiting"
+        holding = list(self.holders[device])
+        for ahead, since, _ in queue[:position]:
+            assert not self.fits(device, holding + [ahead]), \
+                f"grant to {cid} before {ahead}, which fits and asked first"
+            assert self.now - since < self.tq, \
+                f"grant to {cid} passes {ahead}, which has waited a quantum"
+        assert self.fits(device, holding + [cid]), f"grant to {cid} overcommits device {device}"
+        _, _, fresh = queue.pop(position)
+        assert bool(message.flags & p.GRANT_AFTER_WAIT) == (not fresh)
+        assert message.quantum_ms == self.tq * 1000
+        self.holders[device][cid] = Hold(self.now)
+
+    def check_drop(self, cid: int, device: int) -> None:
+        hold = self.holders[device].get(cid)
+        assert hold is not None and hold.dropped_at is None, "drop to a client not holding"
+        quantum_over = bool(self.queues[device]) and self.now >= hold.granted_at + self.tq
+        if not quantum_over:
+            active = self.active(device)
+            assert not self.fits(device, active), "needless drop: the holders fit"
+            assert cid != active[0], "the oldest holder was dropped for memory"
+        hold.dropped_at = self.now
+
+    def check_revoke(self, cid: int, device: int) -> None:
+        hold = self.holders[device].get(cid)
+        assert hold is not None and hold.dropped_at is not None
+        assert self.now == hold.dropped_at + GRACE, "revocation not exactly at grace"
+        del self.holders[device][cid]
+
+    def model_deadline(self) -> float | None:
+        due = []
+        for device in DEVICES:
+            for hold in self.holders[device].values():
+                if hold.dropped_at is not None:
+                    due.append(hold.dropped_at + GRACE)
+                elif self.queues[device]:
+                    due.append(hold.granted_at + self.tq)
+        return min(due, default=None)
+
+    # ----- events ---------------------------------------------------------------------------
+
+    @initialize(sizes=st.lists(SIZES, min_size=3, max_size=3))
+    def some_clients(self, sizes):
+        for cid, size in zip((1, 2, 3), sizes):  # known capacity and contention from the start
+            self.register(cid)
+            self.report(cid, 0, size, 16 * G)
+            self.report(cid, 1, size, 0)
+
+    @rule(cid=CLIENT_IDS)
+    def register(self, cid):
+        if cid in self.connected or cid in self.gone:
+            return
+        self.connected.add(cid)
+        self.apply(self.policy.register(cid, 1000 + cid, 1000, 1000, p.Register(0, 0, "x"),
+                                        self.now, 0.0))
+
+    @precondition(lambda self: self.connected)
+    @rule(data=st.data(), device=st.sampled_from(DEVICES), size=SIZES, total=TOTALS)
+    def mem_report(self, data, device, size, total):
+        self.report(data.draw(st.sampled_from(sorted(self.connected))), device, size, total)
+
+    def report(self, cid: int, device: int, size: int, total: int) -> None:
+        self.memory[(cid, device)] = size
+        if total:
+            self.totals[(cid, device)] = total
+        self.apply(self.policy.mem_report(cid, device, size, total, self.now))
+
+    @precondition(lambda self: self.connected)
+    @rule(data=st.data(), device=st.sampled_from(DEVICES))
+    def request(self, data, device):
+        queue = self.queues[device]
+        idle = self.connected - set(self.holders[device]) - {entry[0] for entry in queue}
+        cid = data.draw(st.sampled_from(sorted(idle or self.connected)))  # repeats now and then
+        if self.policy.mode is not p.Mode.OFF and cid not in self.holders[device] \
+                and all(entry[0] != cid for entry in queue):
+            queue.append([cid, self.now, True])
+        self.apply(self.policy.request_lock(cid, device, self.now))
+
+    @precondition(lambda self: self.connected)
+    @rule(data=st.data(), device=st.sampled_from(DEVICES),
+          reason=st.sampled_from(list(p.ReleaseReason)))
+    def release(self, data, device, reason):
+        stray = data.draw(st.booleans()) or not self.holders[device]
+        cid = data.draw(st.sampled_from(sorted(self.connected if stray else self.holders[device])))
+        holds = self.holders[device].pop(cid, None) is not None
+        actions = self.policy.lock_released(cid, device, reason, self.now)
+        if not holds:
+            assert not [a for a in actions if isinstance(a, Send)], "a stray release acted"
+        self.apply(actions)
+
+    @precondition(lambda self: len(self.connected) > 3)  # keep some contention
+    @rule(data=st.data())
+    def disconnect(self, data):
+        cid = data.draw(st.sampled_from(sorted(self.connected)))
+        self.connected.discard(cid)
+        self.gone.add(cid)
+        for device in DEVICES:
+            self.queues[device][:] = [e for e in self.queues[device] if e[0] != cid]
+            self.holders[device].pop(cid, None)
+        self.apply(self.policy.disconnect(cid, self.now))
+
+    @rule(tq=st.integers(1, 4))
+    def set_tq(self, tq):
+        self.stuck.clear()  # the bound on waiting holds for an unchanged TQ
+        self.apply(self.policy.configure(self.now, tq=tq))
+
+    @rule(mode=st.sampled_from(list(p.Mode)))
+    def set_mode(self, mode):
+        if mode is p.Mode.OFF:
+            for device in DEVICES:
+                self.queues[device].clear()
+                self.holders[device].clear()
+        self.apply(self.policy.configure(self.now, mode=mode))
+
+    @rule(step=st.integers(1, 5000), to_deadline=st.booleans())
+    def advance(self, step, to_deadline):
+        deadline = self.policy.next_deadline()
+        assert deadline == self.model_deadline(), "the core's timer disagrees with the rules"
+        if deadline is not None and (to_deadline or self.now + step / 1000 >= deadline):
+            self.now = deadline
+        else:
+            self.now += step / 1000
+        self.apply(self.policy.tick(self.now))
+
+    # ----- invariants -----------------------------------------------------------------------
+
+    @invariant()
+    def matches_the_model(self):
+        for device in DEVICES:
+            dev = self.policy.devices.get(device)
+            assert (list(dev.holders) if dev else []) == list(self.holders[device])
+            assert (list(dev.waiters) if dev else []) == [e[0] for e in self.queues[device]]
+            dropping = [c for c, h in dev.holders.items() if h.dropped_at is not None] \
+                if dev else []
+            assert dropping == [c for c, h in self.holders[device].items()
+                                if h.dropped_at is not None]
+
+    @invariant()
+    def holders_not_asked_to_drop_fit(self):
+        for device in DEVICES:
+            assert self.fits(device, self.active(device)), \
+                f"device {device}: holders {self.active(device)} do not fit"
+
+    @invariant()
+    def nobody_is_left_waiting_whom_the_rule_admits(self):
+        if self.policy.mode is p.Mode.OFF:
+            return
+        for device in DEVICES:
+            holding = list(self.holders[device])
+            assert holding or not self.queues[device], "waiters behind a free lock"
+            for cid, since, _ in self.queues[device]:
+                assert not self.fits(device, holding + [cid]), f"{cid} fits but waits"
+                if self.now - since >= self.tq:
+                    break
+
+    @invariant()
+    def a_head_that_has_waited_a_quantum_is_served_within_another_and_grace(self):
+        for device in DEVICES:
+            queue = self.queues[device]
+            if not queue or self.now - queue[0][1] < self.tq:
+                self.stuck.pop(device, None)
+                continue
+            if self.stuck.get(device, (None,))[0] != queue[0][0]:
+                self.stuck[device] = (queue[0][0], self.now)
+            head, seen = self.stuck[device]
+            assert self.now <= seen + self.tq + GRACE, f"client {head} waits without end"
+
+    @invariant()
+    def nothing_overdue(self):
+        for device in DEVICES:
+            for hold in self.holders[device].values():
+                if hold.dropped_at is not None:
+                    assert self.now < hold.dropped_at + GRACE, "revocation overdue"
+                elif self.queues[device]:
+                    assert self.now < hold.granted_at + self.tq, "drop overdue"
+
+    @invariant()
+    def only_connected_clients_are_known(self):
+        assert set(self.policy.clients) == self.connected
+
+
+AutoMachine.TestCase.settings = settings(max_examples=100, stateful_step_count=200,
+                                         deadline=None)
+TestAutoInvariants = AutoMachine.TestCase
