@@ -1,0 +1,59 @@
+"""Mode `auto` on the fake driver: the scheduler learns each process's allocated bytes and the
+device's size from libnvs's MEM_REPORTs (no NVML here), lets processes whose memory fits on the
+64 MiB device together hold the GPU at once, and makes the others take turns, prefetching each
+one's memory back when its turn comes after a wait."""
+
+from __future__ import annotations
+
+import re
+
+import libnvs_fakelog as fakelog
+from libnvs_programs import client_of, scheduler_status, wait_file, wait_for
+
+KERNEL_US = 100_000
+DEVICE_BYTES = 64 << 20
+
+
+def run_pair_in_auto(gpu_with, allocation: str):
+    """Two processes that each allocate `allocation`, and once the scheduler knows both sizes,
+    run 1.5 s of kernels each with a 1 s quantum."""
+    gpu, scheduler = gpu_with(tq=1, anti_thrash="auto", context_reserve_mib=1)
+    programs = [gpu.start(["init", "alloc", "buf", allocation, "touch-file",
+                           gpu.path(f"allocated-{i}"), "wait-file", gpu.path("go"),
+                           *["launch", KERNEL_US, "stream-sync"] * 15]) for i in range(2)]
+    for i in range(2):
+        wait_file(gpu.path(f"allocated-{i}"))
+
+    def both_reported():
+        status = scheduler_status(scheduler.socket)
+        return all((client_of(status, p.pid) or {}).get("allocated_bytes", 0) > 0
+                   for p in programs)
+
+    wait_for(both_reported, "both processes' allocations to reach the scheduler")
+    gpu.path("go").touch()
+    results = [program.wait() for program in programs]
+    for result in results:
+        assert result.returncode == 0, result.describe()
+    return gpu, scheduler, results
+
+
+def test_two_programs_whose_memory_fits_run_together(gpu_with):
+    gpu, scheduler, (a, b) = run_pair_in_auto(gpu_with, "16M")
+    events = gpu.events()
+    runs_a = fakelog.exec_intervals(events, a.pid, {"kernel"})
+    runs_b = fakelog.exec_intervals(events, b.pid, {"kernel"})
+    assert len(runs_a) == len(runs_b) == 15
+    assert fakelog.overlapping(runs_a, runs_b), "processes that fit together never ran at once"
+    assert re.search(r"\bgrant client \d+ \(pid \d+,[^\n]*, shared", scheduler.log()), \
+        scheduler.log()
+
+
+def test_two_programs_whose_memory_does_not_fit_take_turns(gpu_with):
+    gpu, scheduler, (a, b) = run_pair_in_auto(gpu_with, "40M")  # 80 MiB on a 64 MiB device
+    events = gpu.events()
+    runs_a = fakelog.exec_intervals(events, a.pid, {"kernel"})
+    runs_b = fakelog.exec_intervals(events, b.pid, {"kernel"})
+    assert not fakelog.overlapping(runs_a, runs_b), "processes that do not fit ran at once"
+    assert fakelog.switches(events, {a.pid, b.pid}) >= 2, "no turns: one process ran to the end"
+    # Whoever waited got its memory prefetched back as its turn began.
+    assert any(fakelog.prefetches(events, r.pid, to_host=False) for r in (a, b))
