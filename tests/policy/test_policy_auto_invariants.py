@@ -9,7 +9,8 @@ the core sends is checked as it goes out, and the state after every step:
   capacity) or are a single client; every grant leaves all holders, dropping ones included,
   fitting; with mode `on` or no known capacity that means one holder;
 - drops: only for a quantum that is over while someone waits, or for holders that no longer
-  fit, and then never the oldest holder not asked to drop;
+  fit, and then never the oldest holder not asked to drop, and only holders that do not fit
+  beside the older ones that stay;
 - FCFS with bounded overtaking: a grant passes only waiters that do not fit and have waited
   less than one TQ; no waiter the rule would admit is left waiting; a waiter at the head that
   has waited a TQ is granted within TQ + grace (counted from when the test first sees it so,
@@ -59,6 +60,7 @@ class AutoMachine(RuleBasedStateMachine):
         self.queues: dict[int, list[list]] = {d: [] for d in DEVICES}  # [client, since, fresh]
         self.holders: dict[int, dict[int, Hold]] = {d: {} for d in DEVICES}  # grant order
         self.stuck: dict[int, tuple[int, float]] = {}  # device -> (head, first seen stuck)
+        self.displaced: list[tuple[int, int]] = []  # (device, client) dropped for memory, per step
 
     # ----- the rules as the model sees them -------------------------------------------------
 
@@ -90,6 +92,7 @@ class AutoMachine(RuleBasedStateMachine):
 
     def apply(self, actions: list) -> None:
         granted = []
+        self.displaced = []
         for action in actions:
             if not isinstance(action, Send):
                 continue
@@ -103,6 +106,11 @@ class AutoMachine(RuleBasedStateMachine):
                 self.check_drop(cid, message.device)
             elif isinstance(message, p.LockRevoked):
                 self.check_revoke(cid, message.device)
+        for device, cid in self.displaced:  # dropped for memory; it holds until it answers
+            order = list(self.holders[device])
+            older = [c for c in order[:order.index(cid)] if c in self.active(device)]
+            assert not self.fits(device, older + [cid]), \
+                f"client {cid} was dropped but fits beside the older holders {older}"
         for cid, message in granted:
             shared = len(self.holders[message.device]) > 1
             assert bool(message.flags & p.GRANT_SHARED) == shared, (cid, message)
@@ -136,6 +144,7 @@ class AutoMachine(RuleBasedStateMachine):
             active = self.active(device)
             assert not self.fits(device, active), "needless drop: the holders fit"
             assert cid != active[0], "the oldest holder was dropped for memory"
+            self.displaced.append((device, cid))
         hold.dropped_at = self.now
 
     def check_revoke(self, cid: int, device: int) -> None:
