@@ -59,6 +59,10 @@ def _listed(indices: list[int]) -> str:
     return ", ".join(map(str, indices))
 
 
+def _mib(count: int) -> str:
+    return f"{count / (1 << 20):.0f} MiB"
+
+
 @dataclass
 class Client:
     id: int
@@ -337,8 +341,8 @@ class Policy:
             return "mode on allows one holder"
         if budget.capacity is None:
             return "capacity unknown, so one holder"
-        return (f"holders no longer fit in {budget.capacity} bytes (allocated "
-                f"{self.holders_memory(dev.index)}, reserve {self.reserve} per holder)")
+        return (f"holders no longer fit in {_mib(budget.capacity)} (allocated "
+                f"{_mib(self.holders_memory(dev.index))}, {_mib(self.reserve)} reserve each)")
 
     def _drop(self, dev: Device, cid: int, now: float, why: str) -> list:
         dev.holders[cid].dropped_at = now
@@ -353,8 +357,7 @@ class Policy:
         client.revoked = False
         flags = (p.GRANT_AFTER_WAIT if wait.queued else 0) | (p.GRANT_SHARED if shared else 0)
         after = f" after waiting {waited:.3f} s" if wait.queued else ""
-        beside = (f", shared ({self.memory_of(cid, dev.index)} bytes allocated)"
-                  if shared else "")
+        beside = f", shared ({_mib(self.memory_of(cid, dev.index))} allocated)" if shared else ""
         return [Send(cid, p.LockGranted(dev.index, flags, self.tq * 1000)),
                 Log(f"grant {client}: device {dev.index}{after}{beside}")]
 
