@@ -12,6 +12,7 @@ capacity: one holder at a time.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 
@@ -48,7 +49,7 @@ def kept(budget: Budget, holders: list[tuple[int, int]]) -> list[int]:
     return keep
 
 
-def admitted(budget: Budget, holding: list[int], waiters: list[Waiting],
+def admitted(budget: Budget, holding: list[int], waiters: Iterable[Waiting],
              patience: float) -> list[int]:
     """Ids of the waiters (first come first) to grant now beside holders of sizes `holding`.
 
@@ -58,6 +59,8 @@ def admitted(budget: Budget, holding: list[int], waiters: list[Waiting],
     """
     chosen, total, count = [], sum(holding), len(holding)
     for waiter in waiters:
+        if not budget.fits(total, count + 1):
+            break  # not even an empty client fits: stop before walking a long queue
         if budget.fits(total + waiter.size, count + 1):
             chosen.append(waiter.id)
             total += waiter.size

@@ -320,10 +320,11 @@ class Policy:
         for cid, _ in active:
             if cid not in keep:
                 actions += self._drop(dev, cid, now, self._why_shrunk(dev, budget))
-        waiting = [Waiting(cid, self.memory_of(cid, dev.index), now - wait.since)
-                   for cid, wait in dev.waiters.items()]
+        # A generator: admission usually stops at the head, so a long queue is not walked.
+        waiting = (Waiting(cid, self.memory_of(cid, dev.index), now - wait.since)
+                   for cid, wait in dev.waiters.items())
         holding = [self.memory_of(cid, dev.index) for cid in dev.holders]
-        chosen = admitted(budget, holding, waiting, patience=self.tq)
+        chosen = admitted(budget, holding, waiting, patience=self.tq)  # before dev.waiters changes
         shared = len(dev.holders) + len(chosen) > 1
         for cid in chosen:
             actions += self._grant(dev, cid, now, shared)
@@ -346,8 +347,23 @@ class Policy:
 
     def _drop(self, dev: Device, cid: int, now: float, why: str) -> list:
         dev.holders[cid].dropped_at = now
-        return [Send(cid, p.DropLock(dev.index)),
-                Log(f"drop {self.clients[cid]}: device {dev.index} {why}")]
+        evict = self._needs_room(dev, cid)
+        return [Send(cid, p.DropLock(dev.index, p.DROP_EVICT if evict else 0)),
+                Log(f"drop {self.clients[cid]}: device {dev.index} {why}"
+                    f"{', evict to host' if evict else ''}")]
+
+    def _needs_room(self, dev: Device, cid: int) -> bool:
+        """Whether a holder being dropped should move its memory to the host as it releases:
+        it, the holders that stay and the head waiter do not fit on the device together. With
+        the capacity unknown, page faults move the memory as needed instead."""
+        capacity = self.capacity(dev.index)[0]
+        if capacity is None:
+            return False
+        staying = [h for h, hold in dev.holders.items() if hold.dropped_at is None]
+        incoming = list(dev.waiters)[:1]
+        together = staying + incoming + [cid]
+        total = sum(self.memory_of(c, dev.index) for c in together)
+        return not Budget(capacity, self.reserve).fits(total, len(together))
 
     def _grant(self, dev: Device, cid: int, now: float, shared: bool) -> list:
         client = self.clients[cid]

@@ -57,3 +57,12 @@ def test_two_programs_whose_memory_does_not_fit_take_turns(gpu_with):
     assert fakelog.switches(events, {a.pid, b.pid}) >= 2, "no turns: one process ran to the end"
     # Whoever waited got its memory prefetched back as its turn began.
     assert any(fakelog.prefetches(events, r.pid, to_host=False) for r in (a, b))
+    # The scheduler knew they do not fit together, so each drop asked for eviction: the outgoing
+    # holder moved its memory to the host before the other one's next kernel ran.
+    assert "evict to host" in scheduler.log()
+    for outgoing, incoming in ((a, b), (b, a)):
+        evicted = fakelog.prefetches(events, outgoing.pid, to_host=True)
+        assert evicted, f"pid {outgoing.pid} was dropped but never moved its memory out"
+        first_eviction = min(e.ns for e in evicted)
+        assert any(start > first_eviction
+                   for start, _ in fakelog.exec_intervals(events, incoming.pid, {"kernel"}))

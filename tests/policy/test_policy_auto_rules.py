@@ -12,6 +12,8 @@ from gemshare_nvs.status import build_status
 from policy_driver import Driver
 
 G = 1 << 30
+# These clients do not fit together on the device, so a drop also asks for eviction.
+EVICT_DROP = p.DropLock(0, p.DROP_EVICT)
 ON, OFF, AUTO = p.Mode.ON, p.Mode.OFF, p.Mode.AUTO
 WAITED, SHARED = p.GRANT_AFTER_WAIT, p.GRANT_SHARED
 
@@ -106,7 +108,7 @@ def test_the_largest_reported_total_counts_and_leaves_with_its_client():
     driver.mem(1, 9 * G)  # 9 + 3 + 2 = 14 fits 20, not 10
     assert driver.take_sent() == [] and driver.holders() == [1, 2]
     driver.disconnect(3)  # the 20 GiB figure goes with it: back to 10
-    assert driver.take_sent() == [(2, p.DropLock(0))]
+    assert driver.take_sent() == [(2, EVICT_DROP)]
     assert driver.policy.capacity(0) == (10 * G, "reported")
 
 
@@ -130,7 +132,7 @@ def test_once_the_head_has_waited_a_quantum_nobody_passes_it():
     driver.take_sent()
     driver.now += 0.5  # the head has waited exactly one quantum
     driver.request(3)
-    assert driver.take_sent() == [(1, p.DropLock(0))]  # client 1's quantum is over too
+    assert driver.take_sent() == [(1, EVICT_DROP)]  # client 1's quantum is over too
     assert driver.waiters() == [2, 3]
     driver.release(1)
     assert grants(driver) == {2: WAITED | SHARED, 3: WAITED | SHARED}  # in order, both fit
@@ -180,9 +182,9 @@ def test_holders_whose_quantum_is_over_are_dropped_when_someone_waits():
     driver.request(3)
     driver.take_sent()
     driver.advance_to_deadline()
-    assert driver.take_sent() == [(1, p.DropLock(0))]
+    assert driver.take_sent() == [(1, EVICT_DROP)]
     driver.advance_to_deadline()  # client 2's quantum
-    assert driver.take_sent() == [(2, p.DropLock(0))]
+    assert driver.take_sent() == [(2, EVICT_DROP)]
 
 
 def test_no_drop_while_nobody_waits_even_with_several_holders():
@@ -203,7 +205,7 @@ def test_a_holder_that_grows_past_the_room_makes_the_youngest_drop_and_oldest_st
         driver.request(cid)
     driver.take_sent()
     driver.mem(1, 5 * G)  # 5 + 2 + 2 + 3 reserves = 12 > 10; without client 3: 9
-    assert driver.take_sent() == [(3, p.DropLock(0))]
+    assert driver.take_sent() == [(3, EVICT_DROP)]
     assert any("no longer fit" in log.text for log in driver.logs)
     driver.advance_to_deadline()  # client 3 stays silent: revoked after the grace
     assert driver.take_sent() == [(3, p.LockRevoked(0))]
@@ -217,9 +219,9 @@ def test_the_oldest_holder_stays_even_when_it_is_the_one_that_grew():
         driver.request(cid)
     driver.take_sent()
     driver.mem(2, 8 * G)  # 1 + 8 + 2 = 11: client 2 cannot stay beside 1; client 3 can
-    assert driver.take_sent() == [(2, p.DropLock(0))]
+    assert driver.take_sent() == [(2, EVICT_DROP)]
     driver.mem(1, 30 * G)  # now client 1 alone is past the capacity: it stays, alone
-    assert driver.take_sent() == [(3, p.DropLock(0))]
+    assert driver.take_sent() == [(3, EVICT_DROP)]
 
 
 def test_a_dropped_holder_keeps_counting_until_it_releases_and_asks_again_at_the_back():
@@ -231,7 +233,7 @@ def test_a_dropped_holder_keeps_counting_until_it_releases_and_asks_again_at_the
     driver.request(3)  # 5 + 2 + 3 + 3 > 10: waits
     driver.take_sent()
     driver.mem(2, 4 * G)  # 5 + 4 + 2 = 11: client 2 must go
-    assert driver.take_sent() == [(2, p.DropLock(0))]
+    assert driver.take_sent() == [(2, EVICT_DROP)]
     driver.mem(2, 2 * G)  # shrank again, but it was told to drop; client 3 still waits for it
     assert driver.take_sent() == [] and driver.waiters() == [3]
     driver.release(2)

@@ -330,3 +330,34 @@ def test_control_characters_in_names_are_not_logged_raw():
     driver.register(1, name="evil\nINFO grant client 99")
     assert driver.policy.clients[1].name == "evil?INFO grant client 99"
     assert all("\n" not in log.text for log in driver.logs)
+
+
+GIB = 1 << 30
+
+
+@pytest.mark.parametrize("mode", [ON, AUTO])
+def test_drop_asks_for_eviction_when_the_next_holder_needs_the_room(mode):
+    driver = Driver(tq=10, mode=mode)
+    clients(driver, 1, 2)
+    driver.mem(1, 6 * GIB, total=10 * GIB)
+    driver.mem(2, 6 * GIB, total=10 * GIB)
+    driver.request(1)
+    driver.request(2)
+    driver.take_sent()
+    driver.advance_to_deadline()
+    assert driver.take_sent() == [(1, p.DropLock(0, p.DROP_EVICT))]
+    assert any("evict to host" in log.text for log in driver.logs)
+
+
+@pytest.mark.parametrize("sizes, total", [((2 * GIB, 2 * GIB), 10 * GIB),  # both fit
+                                          ((6 * GIB, 6 * GIB), 0)])  # capacity unknown
+def test_drop_without_eviction_when_both_fit_or_capacity_is_unknown(sizes, total):
+    driver = Driver(tq=10)
+    clients(driver, 1, 2)
+    for cid, size in zip((1, 2), sizes):
+        driver.mem(cid, size, total=total)
+    driver.request(1)
+    driver.request(2)
+    driver.take_sent()
+    driver.advance_to_deadline()
+    assert driver.take_sent() == [(1, p.DropLock(0))]

@@ -55,7 +55,7 @@ async def test_two_clients_that_do_not_fit_take_turns_by_quantum(inprocess_sched
     await waiter.send(p.RequestLock(0))
     for _ in range(3):  # each turn: the quantum ends, the holder hands over and asks again
         with trio.fail_after(DEADLINE):
-            assert await holder.recv() == p.DropLock(0)
+            assert await holder.recv() == p.DropLock(0, p.DROP_EVICT)  # they do not fit together
             device = await device_status(running)
             assert len(device["holders"]) == 1 and len(device["waiters"]) == 1
             await holder.send(p.LockReleased(0, p.ReleaseReason.DROPPED))
@@ -73,7 +73,7 @@ async def test_a_holder_that_grows_sends_the_younger_one_to_the_back(inprocess_s
     await grant_to(older)
     assert (await grant_to(younger)).flags == p.GRANT_SHARED
     await older.send(p.MemReport(0, 0, 7 * G, 8 * G))  # 7 + 2 > 8
-    assert await younger.recv() == p.DropLock(0)
+    assert await younger.recv() == p.DropLock(0, p.DROP_EVICT)
     await younger.send(p.LockReleased(0, p.ReleaseReason.DROPPED))
     await younger.send(p.RequestLock(0))
     with trio.fail_after(DEADLINE):
