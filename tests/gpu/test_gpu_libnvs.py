@@ -65,3 +65,19 @@ def test_idle_holder_releases_early(scheduler_factory, gpu_program):
     # The quantum is 60 s; the worker can only finish before the idler exits if the idler gave
     # the lock back once it stopped submitting.
     assert done["work_done"] < idled["exit"], scheduler.log()
+
+
+def test_auto_mode_lets_processes_that_fit_hold_the_gpu_together(scheduler_factory,
+                                                                  gpu_program):
+    scheduler = scheduler_factory(tq=30, anti_thrash="auto")
+    first = gpu_program("gpu_work.py", 4, socket=scheduler.socket)
+    second = gpu_program("gpu_work.py", 4, socket=scheduler.socket)
+    most_holding = 0
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and (first.poll() is None or second.poll() is None):
+        clients = status(scheduler.socket)["clients"]
+        most_holding = max(most_holding, sum(c["state"] == "holding" for c in clients))
+        time.sleep(0.1)
+    first.result(), second.result()
+    # A few hundred MiB each on a card of 80 GiB or more: both fit, so both hold at once.
+    assert most_holding == 2, scheduler.log()
