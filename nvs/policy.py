@@ -55,6 +55,11 @@ def printable(text: str, limit: int = 256) -> str:
     return "".join(ch if ch.isprintable() else "?" for ch in text[:limit])
 
 
+def _device_out_of_range(cid: int, device: int) -> Close:
+    return Close(cid, f"device index {device} is out of range (below {MAX_DEVICES})",
+                 p.ErrorCode.PROTOCOL)
+
+
 def _listed(indices: list[int]) -> str:
     return ", ".join(map(str, indices))
 
@@ -151,8 +156,7 @@ class Policy:
         if client is None:
             return []
         if device >= MAX_DEVICES:
-            return [Close(cid, f"device index {device} is out of range (below {MAX_DEVICES})",
-                          p.ErrorCode.PROTOCOL)]
+            return [_device_out_of_range(cid, device)]
         if self.mode is p.Mode.OFF:
             return [Log(f"request from {client} for device {device} ignored: mode off needs "
                         "no lock", debug=True)]
@@ -186,8 +190,7 @@ class Policy:
         if client is None:
             return []
         if device >= MAX_DEVICES:
-            return [Close(cid, f"device index {device} is out of range (below {MAX_DEVICES})",
-                          p.ErrorCode.PROTOCOL)]
+            return [_device_out_of_range(cid, device)]
         client.allocated[device] = allocated
         if total:
             client.device_total[device] = total

@@ -24,12 +24,13 @@ the core sends is checked as it goes out, and the state after every step:
 from __future__ import annotations
 
 from hypothesis import settings, strategies as st
-from hypothesis.stateful import (RuleBasedStateMachine, initialize, invariant, precondition,
-                                 rule)
+from hypothesis.stateful import initialize, invariant, precondition, rule
 
 from gemshare_nvs import protocol as p
 from gemshare_nvs.actions import Send
 from gemshare_nvs.policy import Policy
+
+from clock_machine import ClockMachine
 
 G = 1 << 30
 RESERVE = 1 * G
@@ -47,7 +48,7 @@ class Hold:
         self.dropped_at: float | None = None
 
 
-class AutoMachine(RuleBasedStateMachine):
+class AutoMachine(ClockMachine):
     def __init__(self):
         super().__init__()
         self.policy = Policy(tq=3, mode=p.Mode.AUTO, grace_s=GRACE, max_clients=16,
@@ -237,16 +238,6 @@ class AutoMachine(RuleBasedStateMachine):
                 self.queues[device].clear()
                 self.holders[device].clear()
         self.apply(self.policy.configure(self.now, mode=mode))
-
-    @rule(step=st.integers(1, 5000), to_deadline=st.booleans())
-    def advance(self, step, to_deadline):
-        deadline = self.policy.next_deadline()
-        assert deadline == self.model_deadline(), "the core's timer disagrees with the rules"
-        if deadline is not None and (to_deadline or self.now + step / 1000 >= deadline):
-            self.now = deadline
-        else:
-            self.now += step / 1000
-        self.apply(self.policy.tick(self.now))
 
     # ----- invariants -----------------------------------------------------------------------
 

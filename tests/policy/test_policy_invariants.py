@@ -17,19 +17,20 @@ own deadline must equal `next_deadline()` before every step of the clock.
 from __future__ import annotations
 
 from hypothesis import settings, strategies as st
-from hypothesis.stateful import (RuleBasedStateMachine, initialize, invariant, precondition,
-                                 rule)
+from hypothesis.stateful import initialize, invariant, precondition, rule
 
 from gemshare_nvs import protocol as p
 from gemshare_nvs.actions import Send
 from gemshare_nvs.policy import Policy
+
+from clock_machine import ClockMachine
 
 DEVICES = st.integers(0, 1)
 CLIENT_IDS = st.integers(1, 6)
 GRACE = 0.75
 
 
-class PolicyMachine(RuleBasedStateMachine):
+class PolicyMachine(ClockMachine):
     def __init__(self):
         super().__init__()
         self.policy = Policy(tq=3, mode=p.Mode.ON, grace_s=GRACE, max_clients=16)
@@ -155,16 +156,6 @@ class PolicyMachine(RuleBasedStateMachine):
             for device in list(self.holder):
                 self.end_hold(device)
         self.apply(self.policy.configure(self.now, mode=mode))
-
-    @rule(step=st.integers(1, 5000), to_deadline=st.booleans())
-    def advance(self, step, to_deadline):
-        deadline = self.policy.next_deadline()
-        assert deadline == self.model_deadline(), "the core's timer disagrees with the rules"
-        if deadline is not None and (to_deadline or self.now + step / 1000 >= deadline):
-            self.now = deadline
-        else:
-            self.now += step / 1000
-        self.apply(self.policy.tick(self.now))
 
     # ----- invariants ----------------------------------------------------------------------
 
