@@ -304,9 +304,7 @@ static CUresult capture_info(const struct fake_call *call, CUstream hStream,
                              const CUgraphNode **deps, size_t *ndeps)
 {
     struct CUstream_st *s;
-    CUresult r = fake_stream_resolve(hStream, call->per_thread, &s);
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_stream_resolve(hStream, call->per_thread, &s));
     if (!status)
         return CUDA_ERROR_INVALID_VALUE;
     if (s->legacy && fake_capture_blocks_legacy(s->ctx))
@@ -377,9 +375,7 @@ FAKE_PTSZ_PAIR(cuStreamGetCaptureInfo_v3,
 
 FAKE_API CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
 {
-    CUresult r = fake_check_init();
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_check_init());
     if (!mode || (*mode != CU_STREAM_CAPTURE_MODE_GLOBAL &&
                   *mode != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
                   *mode != CU_STREAM_CAPTURE_MODE_RELAXED))
@@ -394,9 +390,7 @@ FAKE_API CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
 
 FAKE_API CUresult cuGraphCreate(CUgraph *phGraph, unsigned int flags)
 {
-    CUresult r = fake_check_init();
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_check_init());
     if (!phGraph || flags != 0)
         return CUDA_ERROR_INVALID_VALUE;
     return (*phGraph = graph_new()) ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
@@ -404,9 +398,7 @@ FAKE_API CUresult cuGraphCreate(CUgraph *phGraph, unsigned int flags)
 
 FAKE_API CUresult cuGraphDestroy(CUgraph hGraph)
 {
-    CUresult r = fake_check_init();
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_check_init());
     if (!hGraph || hGraph->magic != FAKE_GRAPH_MAGIC)
         return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&capture_lock);
@@ -421,9 +413,7 @@ FAKE_API CUresult cuGraphDestroy(CUgraph hGraph)
 /* Node handles are addresses of the graph's nodes: valid until the graph changes. */
 FAKE_API CUresult cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes)
 {
-    CUresult r = fake_check_init();
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_check_init());
     if (!hGraph || hGraph->magic != FAKE_GRAPH_MAGIC || !numNodes)
         return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&capture_lock);
@@ -442,9 +432,7 @@ FAKE_API CUresult cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t *nu
 
 static CUresult instantiate(CUgraphExec *phGraphExec, CUgraph hGraph, const char *api)
 {
-    CUresult r = fake_check_init();
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_check_init());
     if (!phGraphExec || !hGraph || hGraph->magic != FAKE_GRAPH_MAGIC)
         return CUDA_ERROR_INVALID_VALUE;
     struct CUgraphExec_st *x = calloc(1, sizeof *x);
@@ -509,9 +497,7 @@ FAKE_PTSZ_PAIR(cuGraphInstantiateWithParams,
 
 FAKE_API CUresult cuGraphExecDestroy(CUgraphExec hGraphExec)
 {
-    CUresult r = fake_check_init();
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_check_init());
     if (!hGraphExec || hGraphExec->magic != FAKE_EXEC_MAGIC)
         return CUDA_ERROR_INVALID_VALUE;
     /* Queued copies of its nodes are independent of it, so it can go at once. */
@@ -525,9 +511,7 @@ static CUresult cuGraphLaunch_impl(const struct fake_call *call, CUgraphExec hGr
                                    CUstream hStream)
 {
     struct CUstream_st *s;
-    CUresult r = fake_stream_resolve(hStream, call->per_thread, &s);
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_stream_resolve(hStream, call->per_thread, &s));
     if (!hGraphExec || hGraphExec->magic != FAKE_EXEC_MAGIC)
         return CUDA_ERROR_INVALID_VALUE;
     char details[48];
@@ -541,9 +525,7 @@ static CUresult cuGraphUpload_impl(const struct fake_call *call, CUgraphExec hGr
                                    CUstream hStream)
 {
     struct CUstream_st *s;
-    CUresult r = fake_stream_resolve(hStream, call->per_thread, &s);
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_stream_resolve(hStream, call->per_thread, &s));
     if (!hGraphExec || hGraphExec->magic != FAKE_EXEC_MAGIC)
         return CUDA_ERROR_INVALID_VALUE;
     struct fake_op op = {.kind = FAKE_OP_NOP, .what = "graph_upload"};

@@ -40,9 +40,7 @@ static size_t format_bytes(CUarray_format f)
 FAKE_API CUresult cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *desc)
 {
     CUcontext ctx;
-    CUresult r = fake_require_ctx(&ctx);
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_require_ctx(&ctx));
     size_t elem = desc ? format_bytes(desc->Format) : 0;
     if (!pHandle || !elem || !desc->Width || !desc->NumChannels ||
         (desc->NumChannels != 1 && desc->NumChannels != 2 && desc->NumChannels != 4))
@@ -73,9 +71,7 @@ FAKE_API CUresult cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR
 
 FAKE_API CUresult cuArrayDestroy(CUarray hArray)
 {
-    CUresult r = fake_check_init();
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_check_init());
     if (!hArray || hArray->magic != FAKE_ARRAY_MAGIC)
         return CUDA_ERROR_INVALID_HANDLE;
     CUcontext ctx = fake_current_ctx();
@@ -129,9 +125,7 @@ static CUresult copy_linear(const struct fake_call *call, uintptr_t dst, enum si
                             const char *dir)
 {
     struct CUstream_st *s;
-    CUresult r = fake_stream_resolve(hStream, call->per_thread, &s);
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_stream_resolve(hStream, call->per_thread, &s));
     if (!side_ok(dk, dst, n) || !side_ok(sk, src, n))
         return CUDA_ERROR_INVALID_VALUE;
     struct fake_op op = {.kind = FAKE_OP_COPY, .what = "copy",
@@ -595,9 +589,7 @@ static CUresult memset_2d(const struct fake_call *call, CUdeviceptr dst, size_t 
                           CUstream hStream, bool sync)
 {
     struct CUstream_st *s;
-    CUresult r = fake_stream_resolve(hStream, call->per_thread, &s);
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_stream_resolve(hStream, call->per_thread, &s));
     if (width == 0 || height == 0)
         return CUDA_SUCCESS;
     size_t row = width * (size_t)elem;
@@ -671,9 +663,7 @@ static CUresult prefetch(const struct fake_call *call, CUdeviceptr ptr, size_t c
                          CUstream hStream)
 {
     struct CUstream_st *s;
-    CUresult r = fake_stream_resolve(hStream, call->per_thread, &s);
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_stream_resolve(hStream, call->per_thread, &s));
     struct fake_alloc a;
     if (!fake_alloc_lookup(U(ptr), &a) || a.kind != FAKE_MEM_MANAGED ||
         U(ptr) + count > a.base + a.size || count == 0 ||

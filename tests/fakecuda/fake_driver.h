@@ -36,6 +36,14 @@ void fake_log(const char *event, const char *fmt, ...) __attribute__((format(pri
 /* The event name for a call: base plus "_ptsz"/"_ptds" when the called variant has that suffix. */
 const char *fake_event_name(const char *base, const char *api, char *buf, size_t len);
 
+/* Returns from the calling entry point with the check's error when it failed. */
+#define FAKE_TRY(check)                                                                          \
+    do {                                                                                         \
+        CUresult fake_try_result = (check);                                                      \
+        if (fake_try_result != CUDA_SUCCESS)                                                     \
+            return fake_try_result;                                                              \
+    } while (0)
+
 /* ---- state, devices, contexts -------------------------------------------------------------- */
 /* CUDA_SUCCESS once cuInit succeeded in this process (not in a child forked after that). */
 CUresult fake_check_init(void);

@@ -295,9 +295,7 @@ static bool stream_is_dead(const struct CUstream_st *s)
 CUresult fake_stream_resolve(CUstream h, bool per_thread, struct CUstream_st **out)
 {
     CUcontext ctx;
-    CUresult r = fake_require_ctx(&ctx);
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_require_ctx(&ctx));
     if (h == NULL)
         *out = per_thread ? per_thread_stream(ctx) : ctx->legacy;
     else if (h == CU_STREAM_LEGACY)
@@ -314,9 +312,7 @@ CUresult fake_stream_resolve(CUstream h, bool per_thread, struct CUstream_st **o
 FAKE_API CUresult cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags, int priority)
 {
     CUcontext ctx;
-    CUresult r = fake_require_ctx(&ctx);
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_require_ctx(&ctx));
     if (!phStream || (flags & ~(unsigned int)CU_STREAM_NON_BLOCKING))
         return CUDA_ERROR_INVALID_VALUE;
     struct CUstream_st *s = calloc(1, sizeof *s);
@@ -340,9 +336,7 @@ FAKE_API CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
 
 FAKE_API CUresult cuCtxGetStreamPriorityRange(int *leastPriority, int *greatestPriority)
 {
-    CUresult r = fake_check_init();
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_check_init());
     if (leastPriority)
         *leastPriority = 0;
     if (greatestPriority)
@@ -352,9 +346,7 @@ FAKE_API CUresult cuCtxGetStreamPriorityRange(int *leastPriority, int *greatestP
 
 FAKE_API CUresult cuStreamDestroy_v2(CUstream hStream)
 {
-    CUresult r = fake_check_init();
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_check_init());
     if (!hStream || hStream == CU_STREAM_LEGACY || hStream == CU_STREAM_PER_THREAD ||
         hStream->magic != FAKE_STREAM_MAGIC || hStream->legacy || hStream->per_thread ||
         stream_is_dead(hStream))
@@ -485,17 +477,13 @@ static CUresult ctx_synchronize(CUcontext c, const char *api)
 FAKE_API CUresult cuCtxSynchronize(void)
 {
     CUcontext c;
-    CUresult r = fake_require_ctx(&c);
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_require_ctx(&c));
     return ctx_synchronize(c, "cuCtxSynchronize");
 }
 
 FAKE_API CUresult cuCtxSynchronize_v2(CUcontext ctx)
 {
-    CUresult r = fake_check_init();
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_check_init());
     if (!ctx)
         ctx = fake_current_ctx();
     if (!fake_ctx_valid(ctx))
@@ -513,9 +501,7 @@ static bool event_valid(CUevent e)
 FAKE_API CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
 {
     CUcontext ctx;
-    CUresult r = fake_require_ctx(&ctx);
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_require_ctx(&ctx));
     if (!phEvent || (Flags & ~0x7u))
         return CUDA_ERROR_INVALID_VALUE;
     struct CUevent_st *e = calloc(1, sizeof *e);
@@ -530,9 +516,7 @@ FAKE_API CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
 
 FAKE_API CUresult cuEventDestroy_v2(CUevent hEvent)
 {
-    CUresult r = fake_check_init();
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_check_init());
     if (!event_valid(hEvent))
         return CUDA_ERROR_INVALID_HANDLE;
     hEvent->magic = 0; /* a pending record still completes; the struct stays for it */
@@ -542,9 +526,7 @@ FAKE_API CUresult cuEventDestroy_v2(CUevent hEvent)
 static CUresult event_record(const struct fake_call *call, CUevent hEvent, CUstream hStream)
 {
     struct CUstream_st *s;
-    CUresult r = fake_stream_resolve(hStream, call->per_thread, &s);
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_stream_resolve(hStream, call->per_thread, &s));
     if (!event_valid(hEvent))
         return CUDA_ERROR_INVALID_HANDLE;
     /* Recorded inside a capture it marks a point of the graph, not of the device. */
@@ -573,9 +555,7 @@ FAKE_PTSZ_PAIR(cuEventRecordWithFlags, (CUevent hEvent, CUstream hStream, unsign
 
 static CUresult event_state(CUevent hEvent)
 {
-    CUresult r = fake_check_init();
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_check_init());
     if (!event_valid(hEvent))
         return CUDA_ERROR_INVALID_HANDLE;
     if (fake_capture_event_captured(hEvent))
@@ -629,9 +609,7 @@ static CUresult cuStreamWaitEvent_impl(const struct fake_call *call, CUstream hS
                                        CUevent hEvent, unsigned int Flags)
 {
     struct CUstream_st *s;
-    CUresult r = fake_stream_resolve(hStream, call->per_thread, &s);
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_stream_resolve(hStream, call->per_thread, &s));
     if (!event_valid(hEvent) || Flags > 1)
         return CUDA_ERROR_INVALID_HANDLE;
     /* Device order already puts the recorded work first; a captured event joins the capture. */

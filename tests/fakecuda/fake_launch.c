@@ -22,9 +22,7 @@ struct CUmod_st {
 static CUresult module_new(CUmodule *module, const void *image)
 {
     CUcontext ctx;
-    CUresult r = fake_require_ctx(&ctx);
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_require_ctx(&ctx));
     if (!module || !image)
         return CUDA_ERROR_INVALID_VALUE;
     struct CUmod_st *m = calloc(1, sizeof *m);
@@ -58,9 +56,7 @@ FAKE_API CUresult cuModuleLoad(CUmodule *module, const char *fname)
 
 FAKE_API CUresult cuModuleUnload(CUmodule hmod)
 {
-    CUresult r = fake_check_init();
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_check_init());
     if (!hmod || hmod->magic != FAKE_MODULE_MAGIC)
         return CUDA_ERROR_INVALID_HANDLE;
     hmod->magic = 0;
@@ -82,9 +78,7 @@ static CUresult function_new(CUfunction *hfunc, const char *name)
 
 FAKE_API CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)
 {
-    CUresult r = fake_check_init();
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_check_init());
     if (!hmod || hmod->magic != FAKE_MODULE_MAGIC)
         return CUDA_ERROR_INVALID_HANDLE;
     return function_new(hfunc, name);
@@ -102,9 +96,7 @@ FAKE_API CUresult cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_
     (void)libraryOptions;
     (void)libraryOptionValues;
     (void)numLibraryOptions;
-    CUresult r = fake_check_init();
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_check_init());
     if (!library || !code)
         return CUDA_ERROR_INVALID_VALUE;
     struct CUmod_st *m = calloc(1, sizeof *m);
@@ -131,9 +123,7 @@ FAKE_API CUresult cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, const
 
 FAKE_API CUresult cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
 {
-    CUresult r = fake_check_init();
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_check_init());
     struct CUfunc_st *f = (struct CUfunc_st *)(void *)kernel;
     if (!pFunc || !f || f->magic != FAKE_FUNC_MAGIC)
         return CUDA_ERROR_INVALID_HANDLE;
@@ -143,9 +133,7 @@ FAKE_API CUresult cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
 
 FAKE_API CUresult cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction hfunc)
 {
-    CUresult r = fake_check_init();
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_check_init());
     if (!pi || !hfunc || hfunc->magic != FAKE_FUNC_MAGIC)
         return CUDA_ERROR_INVALID_HANDLE;
     *pi = attrib == 0 ? 1024 : 0; /* MAX_THREADS_PER_BLOCK; the rest (sizes, regs) are 0 */
@@ -156,9 +144,7 @@ FAKE_API CUresult cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attr
 {
     (void)attrib;
     (void)value;
-    CUresult r = fake_check_init();
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_check_init());
     return hfunc && hfunc->magic == FAKE_FUNC_MAGIC ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
 }
 
@@ -175,9 +161,7 @@ struct launch {
 static CUresult launch(const struct fake_call *call, const char *event, const struct launch *l)
 {
     struct CUstream_st *s;
-    CUresult r = fake_stream_resolve(l->stream, call->per_thread, &s);
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_stream_resolve(l->stream, call->per_thread, &s));
     if (!l->f || l->f->magic != FAKE_FUNC_MAGIC)
         return CUDA_ERROR_INVALID_HANDLE;
     if (!l->grid[0] || !l->grid[1] || !l->grid[2] || !l->block[0] || !l->block[1] ||
@@ -290,9 +274,7 @@ static CUresult cuLaunchHostFunc_impl(const struct fake_call *call, CUstream hSt
                                       void *userData)
 {
     struct CUstream_st *s;
-    CUresult r = fake_stream_resolve(hStream, call->per_thread, &s);
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_stream_resolve(hStream, call->per_thread, &s));
     if (!fn)
         return CUDA_ERROR_INVALID_VALUE;
     struct fake_op op = {.kind = FAKE_OP_HOST_FN, .u.host = {.fn = fn, .user = userData}};
@@ -306,9 +288,7 @@ static CUresult cuStreamAddCallback_impl(const struct fake_call *call, CUstream 
                                          unsigned int flags)
 {
     struct CUstream_st *s;
-    CUresult r = fake_stream_resolve(hStream, call->per_thread, &s);
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_stream_resolve(hStream, call->per_thread, &s));
     if (!callback || flags != 0)
         return CUDA_ERROR_INVALID_VALUE;
     struct fake_op op = {.kind = FAKE_OP_HOST_FN,

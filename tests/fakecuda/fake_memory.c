@@ -280,9 +280,7 @@ void fake_release(const struct fake_alloc *a, const char *api)
 FAKE_API CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes)
 {
     CUcontext ctx;
-    CUresult r = fake_require_ctx(&ctx);
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_require_ctx(&ctx));
     if (!free_bytes || !total_bytes)
         return CUDA_ERROR_INVALID_VALUE;
     uint64_t total = fake_config()->device_mem, dev_bytes, managed;
@@ -297,9 +295,7 @@ FAKE_API CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes)
 
 FAKE_API CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
 {
-    CUresult r = fake_check_init();
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_check_init());
     struct fake_alloc a;
     if (!fake_alloc_lookup((uintptr_t)dptr, &a) || a.kind == FAKE_MEM_HOST)
         return CUDA_ERROR_NOT_FOUND;
@@ -390,9 +386,7 @@ FAKE_API CUresult cuPointerGetAttributes(unsigned int numAttributes,
                                          CUpointer_attribute *attributes, void **data,
                                          CUdeviceptr ptr)
 {
-    CUresult r = fake_check_init();
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_check_init());
     if (!attributes || !data)
         return CUDA_ERROR_INVALID_VALUE;
     struct fake_alloc a;
@@ -419,9 +413,7 @@ FAKE_API CUresult cuPointerGetAttributes(unsigned int numAttributes,
 FAKE_API CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
 {
     CUcontext ctx;
-    CUresult r = fake_require_ctx(&ctx);
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_require_ctx(&ctx));
     if (!pp || bytesize == 0)
         return CUDA_ERROR_INVALID_VALUE;
     void *p = fake_map_bytes(bytesize);
@@ -442,9 +434,7 @@ FAKE_API CUresult cuMemAllocHost_v2(void **pp, size_t bytesize)
 
 FAKE_API CUresult cuMemFreeHost(void *p)
 {
-    CUresult r = fake_check_init();
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_check_init());
     struct fake_alloc a;
     if (!fake_alloc_lookup((uintptr_t)p, &a) || a.base != (uintptr_t)p || a.kind != FAKE_MEM_HOST)
         return CUDA_ERROR_INVALID_VALUE;
@@ -457,9 +447,7 @@ FAKE_API CUresult cuMemFreeHost(void *p)
 FAKE_API CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags)
 {
     CUcontext ctx;
-    CUresult r = fake_require_ctx(&ctx);
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_require_ctx(&ctx));
     struct fake_alloc a;
     if (!p || bytesize == 0)
         return CUDA_ERROR_INVALID_VALUE;
@@ -475,9 +463,7 @@ FAKE_API CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Fl
 
 FAKE_API CUresult cuMemHostUnregister(void *p)
 {
-    CUresult r = fake_check_init();
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_check_init());
     struct fake_alloc a;
     if (!fake_alloc_lookup((uintptr_t)p, &a) || a.base != (uintptr_t)p || a.kind != FAKE_MEM_HOST ||
         a.mapped != 0)
@@ -488,9 +474,7 @@ FAKE_API CUresult cuMemHostUnregister(void *p)
 
 FAKE_API CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsigned int Flags)
 {
-    CUresult r = fake_check_init();
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_check_init());
     struct fake_alloc a;
     if (!pdptr || Flags != 0 || !fake_alloc_lookup((uintptr_t)p, &a) || a.kind != FAKE_MEM_HOST)
         return CUDA_ERROR_INVALID_VALUE;

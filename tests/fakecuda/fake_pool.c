@@ -54,9 +54,7 @@ static bool pool_valid(CUmemoryPool p)
 
 FAKE_API CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdevice dev)
 {
-    CUresult r = fake_check_device(dev);
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_check_device(dev));
     if (!pool_out)
         return CUDA_ERROR_INVALID_VALUE;
     *pool_out = default_pool(dev);
@@ -65,9 +63,7 @@ FAKE_API CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdevice dev
 
 FAKE_API CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev)
 {
-    CUresult r = fake_check_device(dev);
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_check_device(dev));
     if (!pool)
         return CUDA_ERROR_INVALID_VALUE;
     *pool = current_pool(dev);
@@ -76,9 +72,7 @@ FAKE_API CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev)
 
 FAKE_API CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool)
 {
-    CUresult r = fake_check_device(dev);
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_check_device(dev));
     if (!pool_valid(pool) || pool->device != dev)
         return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&pool_lock);
@@ -89,9 +83,7 @@ FAKE_API CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool)
 
 FAKE_API CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poolProps)
 {
-    CUresult r = fake_check_init();
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_check_init());
     if (!pool || !poolProps || poolProps->allocType != CU_MEM_ALLOCATION_TYPE_PINNED ||
         poolProps->location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
         fake_check_device(poolProps->location.id) != CUDA_SUCCESS)
@@ -108,9 +100,7 @@ FAKE_API CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *pool
 
 FAKE_API CUresult cuMemPoolDestroy(CUmemoryPool pool)
 {
-    CUresult r = fake_check_init();
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_check_init());
     if (!pool_valid(pool) || pool == &default_pools[pool->device])
         return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&pool_lock);
@@ -124,17 +114,13 @@ FAKE_API CUresult cuMemPoolDestroy(CUmemoryPool pool)
 FAKE_API CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
 {
     (void)minBytesToKeep; /* nothing is cached, so nothing to trim */
-    CUresult r = fake_check_init();
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_check_init());
     return pool_valid(pool) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
 FAKE_API CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
 {
-    CUresult r = fake_check_init();
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_check_init());
     if (!pool_valid(pool) || !value)
         return CUDA_ERROR_INVALID_VALUE;
     switch (attr) {
@@ -153,9 +139,7 @@ FAKE_API CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute a
 
 FAKE_API CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
 {
-    CUresult r = fake_check_init();
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_check_init());
     if (!pool_valid(pool) || !value)
         return CUDA_ERROR_INVALID_VALUE;
     switch (attr) {
@@ -243,9 +227,7 @@ static CUresult cuMemFreeAsync_impl(const struct fake_call *call, CUdeviceptr dp
                                     CUstream hStream)
 {
     struct CUstream_st *s;
-    CUresult r = fake_stream_resolve(hStream, call->per_thread, &s);
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_stream_resolve(hStream, call->per_thread, &s));
     struct fake_alloc a;
     char details[64];
     snprintf(details, sizeof details, "ptr=0x%llx", (unsigned long long)dptr);

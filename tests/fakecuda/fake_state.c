@@ -154,9 +154,7 @@ FAKE_API CUresult cuDriverGetVersion(int *version)
 
 CUresult fake_check_device(CUdevice dev)
 {
-    CUresult r = fake_check_init();
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_check_init());
     if (dev < 0 || dev >= fake_config()->device_count)
         return CUDA_ERROR_INVALID_DEVICE;
     return CUDA_SUCCESS;
@@ -164,9 +162,7 @@ CUresult fake_check_device(CUdevice dev)
 
 FAKE_API CUresult cuDeviceGetCount(int *count)
 {
-    CUresult r = fake_check_init();
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_check_init());
     if (!count)
         return CUDA_ERROR_INVALID_VALUE;
     *count = fake_config()->device_count;
@@ -175,9 +171,7 @@ FAKE_API CUresult cuDeviceGetCount(int *count)
 
 FAKE_API CUresult cuDeviceGet(CUdevice *device, int ordinal)
 {
-    CUresult r = fake_check_init();
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_check_init());
     if (!device)
         return CUDA_ERROR_INVALID_VALUE;
     if (ordinal < 0 || ordinal >= fake_config()->device_count)
@@ -188,9 +182,7 @@ FAKE_API CUresult cuDeviceGet(CUdevice *device, int ordinal)
 
 FAKE_API CUresult cuDeviceGetName(char *name, int len, CUdevice dev)
 {
-    CUresult r = fake_check_device(dev);
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_check_device(dev));
     if (!name || len <= 0)
         return CUDA_ERROR_INVALID_VALUE;
     snprintf(name, (size_t)len, "gemshare fake GPU %d", dev);
@@ -199,9 +191,7 @@ FAKE_API CUresult cuDeviceGetName(char *name, int len, CUdevice dev)
 
 FAKE_API CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
 {
-    CUresult r = fake_check_device(dev);
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_check_device(dev));
     if (!bytes)
         return CUDA_ERROR_INVALID_VALUE;
     *bytes = (size_t)fake_config()->device_mem;
@@ -210,9 +200,7 @@ FAKE_API CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
 
 FAKE_API CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev)
 {
-    CUresult r = fake_check_device(dev);
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_check_device(dev));
     if (!uuid)
         return CUDA_ERROR_INVALID_VALUE;
     memset(uuid, 0, sizeof *uuid);
@@ -228,9 +216,7 @@ FAKE_API CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev)
 
 FAKE_API CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev)
 {
-    CUresult r = fake_check_device(dev);
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_check_device(dev));
     if (!pciBusId || len <= 0)
         return CUDA_ERROR_INVALID_VALUE;
     snprintf(pciBusId, (size_t)len, "00000000:%02X:00.0", 0x10 + dev);
@@ -239,9 +225,7 @@ FAKE_API CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev)
 
 FAKE_API CUresult cuDeviceComputeCapability(int *major, int *minor, CUdevice dev)
 {
-    CUresult r = fake_check_device(dev);
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_check_device(dev));
     if (!major || !minor)
         return CUDA_ERROR_INVALID_VALUE;
     *major = 9;
@@ -251,9 +235,7 @@ FAKE_API CUresult cuDeviceComputeCapability(int *major, int *minor, CUdevice dev
 
 FAKE_API CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev)
 {
-    CUresult r = fake_check_device(dev);
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_check_device(dev));
     if (!pi || (int)attrib <= 0 || attrib >= CU_DEVICE_ATTRIBUTE_MAX)
         return CUDA_ERROR_INVALID_VALUE;
     /* An H100-like device; attributes not listed read as 0 (unsupported). */
@@ -339,9 +321,7 @@ CUcontext fake_current_ctx(void)
 
 CUresult fake_require_ctx(CUcontext *out)
 {
-    CUresult r = fake_check_init();
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_check_init());
     CUcontext c = fake_current_ctx();
     if (!fake_ctx_valid(c))
         return CUDA_ERROR_INVALID_CONTEXT;
@@ -405,9 +385,7 @@ FAKE_API CUresult cuDevicePrimaryCtxRelease(CUdevice dev)
 
 FAKE_API CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active)
 {
-    CUresult r = fake_check_device(dev);
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_check_device(dev));
     if (!flags || !active)
         return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&ctx_lock);
@@ -419,9 +397,7 @@ FAKE_API CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, 
 
 FAKE_API CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags)
 {
-    CUresult r = fake_check_device(dev);
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_check_device(dev));
     pthread_mutex_lock(&ctx_lock);
     primaries[dev].flags = flags;
     if (primaries[dev].ctx)
@@ -432,9 +408,7 @@ FAKE_API CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags
 
 FAKE_API CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
 {
-    CUresult r = fake_check_device(dev);
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_check_device(dev));
     pthread_mutex_lock(&ctx_lock);
     primaries[dev].retain = 0;
     if (primaries[dev].ctx)
@@ -456,9 +430,7 @@ FAKE_API CUresult cuDevicePrimaryCtxReset(CUdevice dev)
 
 static CUresult ctx_create(CUcontext *pctx, unsigned int flags, CUdevice dev, const char *api)
 {
-    CUresult r = fake_check_device(dev);
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_check_device(dev));
     if (!pctx)
         return CUDA_ERROR_INVALID_VALUE;
     if (ctx_depth >= FAKE_CTX_STACK)
@@ -494,9 +466,7 @@ FAKE_API CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *params, uns
 
 FAKE_API CUresult cuCtxDestroy_v2(CUcontext ctx)
 {
-    CUresult r = fake_check_init();
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_check_init());
     if (!fake_ctx_valid(ctx) || ctx->primary)
         return CUDA_ERROR_INVALID_CONTEXT;
     /* Outstanding work finishes before the context goes away. */
@@ -514,9 +484,7 @@ FAKE_API CUresult cuCtxDestroy_v2(CUcontext ctx)
 
 FAKE_API CUresult cuCtxSetCurrent(CUcontext ctx)
 {
-    CUresult r = fake_check_init();
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_check_init());
     if (ctx && !fake_ctx_valid(ctx))
         return CUDA_ERROR_INVALID_CONTEXT;
     if (ctx_depth == 0) {
@@ -529,9 +497,7 @@ FAKE_API CUresult cuCtxSetCurrent(CUcontext ctx)
 
 FAKE_API CUresult cuCtxGetCurrent(CUcontext *pctx)
 {
-    CUresult r = fake_check_init();
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_check_init());
     if (!pctx)
         return CUDA_ERROR_INVALID_VALUE;
     *pctx = fake_current_ctx();
@@ -540,9 +506,7 @@ FAKE_API CUresult cuCtxGetCurrent(CUcontext *pctx)
 
 FAKE_API CUresult cuCtxPushCurrent_v2(CUcontext ctx)
 {
-    CUresult r = fake_check_init();
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_check_init());
     if (!fake_ctx_valid(ctx))
         return CUDA_ERROR_INVALID_CONTEXT;
     if (ctx_depth >= FAKE_CTX_STACK)
@@ -553,9 +517,7 @@ FAKE_API CUresult cuCtxPushCurrent_v2(CUcontext ctx)
 
 FAKE_API CUresult cuCtxPopCurrent_v2(CUcontext *pctx)
 {
-    CUresult r = fake_check_init();
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_check_init());
     if (ctx_depth == 0)
         return CUDA_ERROR_INVALID_CONTEXT;
     CUcontext c = ctx_stack[--ctx_depth];
@@ -567,9 +529,7 @@ FAKE_API CUresult cuCtxPopCurrent_v2(CUcontext *pctx)
 FAKE_API CUresult cuCtxGetDevice(CUdevice *device)
 {
     CUcontext c;
-    CUresult r = fake_require_ctx(&c);
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_require_ctx(&c));
     if (!device)
         return CUDA_ERROR_INVALID_VALUE;
     *device = c->device;
@@ -578,9 +538,7 @@ FAKE_API CUresult cuCtxGetDevice(CUdevice *device)
 
 FAKE_API CUresult cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx)
 {
-    CUresult r = fake_check_init();
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_check_init());
     if (!ctx)
         ctx = fake_current_ctx();
     if (!fake_ctx_valid(ctx))
@@ -594,9 +552,7 @@ FAKE_API CUresult cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx)
 FAKE_API CUresult cuCtxGetFlags(unsigned int *flags)
 {
     CUcontext c;
-    CUresult r = fake_require_ctx(&c);
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_require_ctx(&c));
     if (!flags)
         return CUDA_ERROR_INVALID_VALUE;
     *flags = c->flags;
@@ -605,9 +561,7 @@ FAKE_API CUresult cuCtxGetFlags(unsigned int *flags)
 
 FAKE_API CUresult cuCtxGetApiVersion(CUcontext ctx, unsigned int *version)
 {
-    CUresult r = fake_check_init();
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_check_init());
     if (!ctx)
         ctx = fake_current_ctx();
     if (!fake_ctx_valid(ctx))
@@ -620,9 +574,7 @@ FAKE_API CUresult cuCtxGetApiVersion(CUcontext ctx, unsigned int *version)
 
 FAKE_API CUresult cuCtxGetId(CUcontext ctx, unsigned long long *ctxId)
 {
-    CUresult r = fake_check_init();
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_check_init());
     if (!ctx)
         ctx = fake_current_ctx();
     if (!fake_ctx_valid(ctx))

@@ -57,9 +57,7 @@ FAKE_API CUresult cuMemGetAllocationGranularity(size_t *granularity,
                                                 CUmemAllocationGranularity_flags option)
 {
     (void)option;
-    CUresult r = fake_check_init();
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_check_init());
     if (!granularity || !prop_ok(prop))
         return CUDA_ERROR_INVALID_VALUE;
     *granularity = GRANULARITY;
@@ -124,9 +122,7 @@ FAKE_API CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alig
                                       CUdeviceptr addr, unsigned long long flags)
 {
     (void)addr; /* a hint only */
-    CUresult r = fake_check_init();
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_check_init());
     if (!ptr || size == 0 || size % GRANULARITY || flags != 0 ||
         (alignment && (alignment & (alignment - 1))))
         return CUDA_ERROR_INVALID_VALUE;
@@ -166,9 +162,7 @@ static bool find_range(uintptr_t p, size_t size, struct fake_alloc *range)
 
 FAKE_API CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size)
 {
-    CUresult r = fake_check_init();
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_check_init());
     struct fake_alloc a;
     if (!find_range((uintptr_t)ptr, size, &a) || a.base != (uintptr_t)ptr || a.size != size)
         return CUDA_ERROR_INVALID_VALUE;
@@ -236,9 +230,7 @@ FAKE_API CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
 FAKE_API CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc,
                                  size_t count)
 {
-    CUresult r = fake_check_init();
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_check_init());
     if (!desc || count == 0 || size == 0)
         return CUDA_ERROR_INVALID_VALUE;
     /* Every byte must be mapped: walk the mappings covering the range. */
@@ -266,9 +258,7 @@ FAKE_API CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccess
 
 FAKE_API CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr)
 {
-    CUresult r = fake_check_init();
-    if (r != CUDA_SUCCESS)
-        return r;
+    FAKE_TRY(fake_check_init());
     struct fake_alloc m;
     if (!handle || !fake_alloc_lookup((uintptr_t)addr, &m) || m.kind != FAKE_MEM_VMM_MAP)
         return CUDA_ERROR_INVALID_VALUE;
