@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from gemshare_nvs import protocol as p
+from gemshare_nvs.connection import Connection
 
 from scheduler_process import SchedulerProcess
 
@@ -59,6 +60,7 @@ class Clients:
     """N registered client connections, served by one selector loop."""
 
     def __init__(self, path: Path, count: int):
+        self.path = path
         self.selector = selectors.DefaultSelector()
         self.socks: list[socket.socket] = []
         self.decoders: dict[int, p.FrameDecoder] = {}
@@ -103,6 +105,7 @@ class Clients:
         """Every client requests; each grant is answered by release + request. (grants, s)."""
         for sock in self.socks:
             sock.sendall(REQUEST)
+        self._wait_until_all_queued()
 
         def granted(index: int, message) -> bool:
             if not isinstance(message, p.LockGranted):
@@ -115,6 +118,19 @@ class Clients:
         start = time.perf_counter()
         self._serve(granted, lambda: False, counter, deadline=time.monotonic() + seconds)
         return counter[0], time.perf_counter() - start
+
+    def _wait_until_all_queued(self) -> None:
+        """The scheduler reads connections in no fixed order; serving grants before every first
+        request has arrived would let a fast re-request pass a client still on its first."""
+        deadline = time.monotonic() + TIMEOUT_S
+        with Connection(self.path) as control:
+            while True:
+                device, = control.request({"op": "status"})["status"]["devices"]
+                if len(device["holders"]) + len(device["waiters"]) == len(self.socks):
+                    return
+                if time.monotonic() > deadline:
+                    raise TimeoutError("the scheduler never queued every client's request")
+                time.sleep(0.01)
 
     def close(self) -> None:
         self.selector.close()
