@@ -1,8 +1,9 @@
 """make bench-gpu: libnvs.so against no sharing layer on a real GPU; prints a table, writes JSON.
 
 Environment: BENCH_JSON=path (write the results there), BENCH_PYTHON (the Python with PyTorch
-for the workloads; default: this one), BENCH_ROUNDS (A/B rounds, default 5), SWAP_GIB (default 4;
-keep it well under 8 and under the card's free memory).
+for the workloads; default: this one), BENCH_ROUNDS (A/B rounds, default 7), SWAP_GIB (default 4;
+keep it well under 8 and under the card's free memory), BENCH_ONLY (a comma-separated subset of
+launch_rate, train_steps, swapin, interactive, two_jobs_s; default all).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from datetime import date
 from pathlib import Path
 
@@ -34,6 +36,13 @@ def build_launch_rate() -> Path:
     binary.parent.mkdir(parents=True, exist_ok=True)
     subprocess.run(["nvcc", "-O2", "-o", str(binary), str(HERE / "launch_rate.cu")], check=True)
     return binary
+
+
+def on_one_cpu(command: list[str]) -> list[str]:
+    """The command pinned to one CPU, the same for every run: what a launch costs the host moves
+    with the core it lands on and that core's clock, by far more than what libnvs adds."""
+    taskset = shutil.which("taskset")
+    return [taskset, "-c", str(max(os.sched_getaffinity(0))), *command] if taskset else command
 
 
 def environment() -> dict:
@@ -59,11 +68,21 @@ def finish_json(process: subprocess.Popen) -> dict:
 
 
 def interactive_beside_trainer(env: dict) -> dict:
-    """A trainer for 30 s; 3 s in, an interactive process makes 8 bursts 2 s apart."""
-    trainer = start_json([PYTHON, str(HERE / "train_steps.py"), "--seconds", "30"], env)
-    time.sleep(3)
-    user = finish_json(start_json([PYTHON, str(HERE / "interactive.py"), "8", "2"], env))
-    return {**user, "trainer_steps_per_s": finish_json(trainer)["steps_per_s"]}
+    """A trainer for 60 s; 3 s in, an interactive process makes 8 bursts 2 s apart.
+
+    In mode on with TQ 5 each burst waits ~3 s for the trainer's quantum, so the user needs ~50 s:
+    the trainer must outlive it, or the last bursts would run alone and look fast."""
+    trainer = start_json([PYTHON, str(HERE / "train_steps.py"), "--seconds", "60"], env)
+    try:
+        time.sleep(3)
+        user = finish_json(start_json([PYTHON, str(HERE / "interactive.py"), "8", "2"], env))
+        outlived = trainer.poll() is None
+        return {**user, "trainer_outlived_user": outlived,
+                "trainer_steps_per_s": finish_json(trainer)["steps_per_s"]}
+    finally:
+        if trainer.poll() is None:  # only if something above raised
+            trainer.kill()
+            trainer.wait()
 
 
 def two_jobs(env: dict, together: bool) -> float:
@@ -80,13 +99,32 @@ def two_jobs(env: dict, together: bool) -> float:
     return time.perf_counter() - start
 
 
-def sharing(library: Path, directory: Path, tq: int) -> tuple[SchedulerProcess, dict]:
+@contextmanager
+def sharing(library: Path, directory: Path, tq: int, anti_thrash: str = "on"):
+    """A scheduler for the block's runs; yields the environment that runs a program under it."""
     directory.mkdir()
-    scheduler = SchedulerProcess(directory, tq=tq, anti_thrash="on")
-    return scheduler, {"LD_PRELOAD": str(library), "GEMSHARE_SOCKET": str(scheduler.socket)}
+    scheduler = SchedulerProcess(directory, tq=tq, anti_thrash=anti_thrash)
+    try:
+        yield {"LD_PRELOAD": str(library), "GEMSHARE_SOCKET": str(scheduler.socket)}
+        scheduler.check_running()  # had it exited, the runs under it measured nothing
+    finally:
+        scheduler.stop()
+
+
+# What BENCH_ONLY may name (comma-separated); all of them by default.
+PARTS = ("launch_rate", "train_steps", "swapin", "interactive", "two_jobs_s")
+
+
+def chosen_parts() -> set[str]:
+    wanted = {part.strip() for part in os.environ.get("BENCH_ONLY", "").split(",") if part.strip()}
+    if wanted - set(PARTS):
+        raise SystemExit(f"BENCH_ONLY names {', '.join(sorted(wanted - set(PARTS)))}; "
+                         f"choose from {', '.join(PARTS)}")
+    return wanted or set(PARTS)
 
 
 def main() -> int:
+    parts = chosen_parts()
     library = BUILD / "libnvs.so"
     if not library.exists():
         subprocess.run(["make", "-C", str(REPO), "lib"], check=True)
@@ -96,28 +134,43 @@ def main() -> int:
     results = {"environment": environment()}
     plain: dict = {}
     with tempfile.TemporaryDirectory(prefix="gs-bench-", dir="/tmp") as directory:
-        scheduler, shared = sharing(library, Path(directory) / "tq30", 30)
-        try:
-            results["launch_rate"] = interleave([str(build_launch_rate())], "launches_per_s",
-                                                2 * ROUNDS + 1, plain, shared)
-            results["train_steps"] = interleave([PYTHON, str(HERE / "train_steps.py")],
-                                                "steps_per_s", ROUNDS, plain, shared)
-            swap = [PYTHON, str(HERE / "swapin.py")]
-            results["swapin"] = {**run_json(swap + ["managed", SWAP_GIB], shared),
-                                 **run_json(swap + ["pinned", SWAP_GIB], plain),
-                                 **run_json([PYTHON, str(HERE / "swap_on_grant.py"), SWAP_GIB],
-                                            shared)}
-        finally:
-            scheduler.stop()
-        scheduler, shared = sharing(library, Path(directory) / "tq5", 5)
-        try:
-            results["interactive"] = {"no_layer": interactive_beside_trainer(plain),
-                                      "libnvs_tq5": interactive_beside_trainer(shared)}
-            results["two_jobs_s"] = {"one_after_another": two_jobs(plain, together=False),
-                                     "together_libnvs_tq5": two_jobs(shared, together=True),
-                                     "together_no_layer": two_jobs(plain, together=True)}
-        finally:
-            scheduler.stop()
+        directory = Path(directory)
+        with sharing(library, directory / "tq30", 30) as shared:
+            if "launch_rate" in parts:
+                # ~2 s a run, and the ratio of two medians is only as tight as the rounds allow.
+                results["launch_rate"] = interleave(on_one_cpu([str(build_launch_rate())]),
+                                                    "launches_per_s",
+                                                    4 * ROUNDS + 1, plain, shared)
+            if "train_steps" in parts:
+                results["train_steps"] = interleave([PYTHON, str(HERE / "train_steps.py")],
+                                                    "steps_per_s", ROUNDS, plain, shared)
+            if "swapin" in parts:
+                swap = [PYTHON, str(HERE / "swapin.py")]
+                on_grant = [PYTHON, str(HERE / "swap_on_grant.py"), SWAP_GIB]
+                overlap = run_json(on_grant, {**shared, "GEMSHARE_SWAP_IN_WAIT": "0"})
+                results["swapin"] = {
+                    **run_json(swap + ["managed", SWAP_GIB], shared),
+                    **run_json(swap + ["pinned", SWAP_GIB], plain),
+                    **run_json(on_grant, shared),
+                    # Kernels let run beside the bulk move rather than after it.
+                    **{f"{key}_overlap": value for key, value in overlap.items()
+                       if key.startswith("on_grant")}}
+        if parts & {"interactive", "two_jobs_s"}:
+            # Two schedulers side by side, each with its own socket: on (one holder at a time)
+            # and auto (holders that fit in memory together share the GPU).
+            with sharing(library, directory / "tq5", 5) as on_tq5, \
+                    sharing(library, directory / "auto_tq5", 5, anti_thrash="auto") as auto_tq5:
+                if "interactive" in parts:
+                    results["interactive"] = {
+                        "no_layer": interactive_beside_trainer(plain),
+                        "libnvs_tq5": interactive_beside_trainer(on_tq5),
+                        "libnvs_auto_tq5": interactive_beside_trainer(auto_tq5)}
+                if "two_jobs_s" in parts:
+                    results["two_jobs_s"] = {
+                        "one_after_another": two_jobs(plain, together=False),
+                        "together_libnvs_tq5": two_jobs(on_tq5, together=True),
+                        "together_libnvs_auto_tq5": two_jobs(auto_tq5, together=True),
+                        "together_no_layer": two_jobs(plain, together=True)}
     if os.environ.get("BENCH_JSON"):
         Path(os.environ["BENCH_JSON"]).write_text(json.dumps(results, indent=2))
     print_table(results)
@@ -129,21 +182,38 @@ def print_table(results: dict) -> None:
     print(f"\n{env['gpu']} | torch {env['torch']} (CUDA {env['torch_cuda']}) | {env['date']}")
     print(f"{'benchmark':<28}{'plain':>14}{'libnvs':>14}{'libnvs/plain':>14}")
     for name in ("launch_rate", "train_steps"):
-        row = results[name]
-        print(f"{name + ' (' + row['metric'] + ')':<28}{row['median_a']:>14.1f}"
-              f"{row['median_b']:>14.1f}{row['ratio_b_over_a']:>14.4f}")
-    swap = results["swapin"]
+        if name in results:
+            row = results[name]
+            print(f"{name + ' (' + row['metric'] + ')':<28}{row['median_a']:>14.1f}"
+                  f"{row['median_b']:>14.1f}{row['ratio_b_over_a']:>14.4f}")
+    if "launch_rate" in results:
+        launch = results["launch_rate"]
+        ns_a, ns_b = 1e9 / launch["median_a"], 1e9 / launch["median_b"]
+        print(f"{'launch_rate (ns per launch)':<28}{ns_a:>14.1f}{ns_b:>14.1f}"
+              f"{ns_b - ns_a:>+14.1f} ns added")
+    if "swapin" in results:
+        print_swap(results["swapin"])
+    alone = results.get("train_steps", {}).get("median_a")
+    for name, row in results.get("interactive", {}).items():
+        share = f" ({row['trainer_steps_per_s'] / alone:.0%} of alone)" if alone else ""
+        print(f"interactive beside trainer, {name}: burst median {row['burst_median_s']:.3f} s, "
+              f"max {row['burst_max_s']:.3f} s; trainer {row['trainer_steps_per_s']:.1f} steps/s"
+              + share + ("" if row["trainer_outlived_user"] else "; TRAINER ENDED FIRST"))
+    for name, seconds in results.get("two_jobs_s", {}).items():
+        print(f"two 1500-step jobs, {name}: {seconds:.1f} s")
+
+
+def print_swap(swap: dict) -> None:
     pinned = swap["pinned_h2d_gbps"]
     for key in ("fault_h2d_gbps", "prefetch_h2d_gbps", "prefetch_d2h_gbps", "on_grant_gbps",
+                "on_grant_swap_gbps", "on_grant_gbps_overlap", "on_grant_swap_gbps_overlap",
                 "pinned_h2d_gbps"):
+        if swap[key] is None:  # on_grant_swap_gbps when the hot runs were not faster
+            print(f"{'swap ' + key:<28}{'n/a':>14}")
+            continue
         print(f"{'swap ' + key:<28}{swap[key]:>14.2f} GB/s  ({swap[key] / pinned:.0%} of pinned)")
-    alone = results["train_steps"]["median_a"]
-    for name, row in results["interactive"].items():
-        print(f"interactive beside trainer, {name}: burst median {row['burst_median_s']:.3f} s, "
-              f"max {row['burst_max_s']:.3f} s; trainer {row['trainer_steps_per_s']:.1f} steps/s "
-              f"({row['trainer_steps_per_s'] / alone:.0%} of alone)")
-    for name, seconds in results["two_jobs_s"].items():
-        print(f"two 1500-step jobs, {name}: {seconds:.1f} s")
+    print(f"{'swap on grant, seconds':<28}{swap['on_grant_seconds']:>14.3f} cold, "
+          f"{swap['on_grant_hot_seconds']:.3f} hot (same handoff, nothing to bring back)")
 
 
 if __name__ == "__main__":

@@ -261,14 +261,14 @@ static void gs_handle(const struct gs_header *h, const uint8_t *payload)
         struct gs_lock_granted m;
         memcpy(&m, payload, sizeof m);
         gs_lock = GS_LOCK_HELD;
-        gs_idle_seen = gs_gate_submitted();
-        gs_idle_since = gs_now_ms();
-        gs_gate_open();
         gs_debug("granted the GPU lock for %llu ms%s%s", (unsigned long long)m.quantum_ms,
                  m.flags & GS_GRANT_AFTER_WAIT ? ", after waiting" : "",
                  m.flags & GS_GRANT_SHARED ? ", shared" : "");
         /* Another holder ran meanwhile and may have pushed our memory out: bring it back in bulk
-         * rather than page by page (never into a capture: then faults do it). */
+         * rather than page by page (never into a capture: then faults do it). Before the gate
+         * opens: by default the program's kernels start once it has arrived, and even with
+         * GEMSHARE_SWAP_IN_WAIT=0 the move is queued ahead of them, where a synchronize the
+         * program calls covers it. */
         if ((m.flags & GS_GRANT_AFTER_WAIT) && gs_config()->unified_memory) {
             if (gs_capture_hold_off(0)) {
                 gs_memory_migrate((int)m.device, false);
@@ -278,6 +278,9 @@ static void gs_handle(const struct gs_header *h, const uint8_t *payload)
                          "memory back");
             }
         }
+        gs_idle_seen = gs_gate_submitted();
+        gs_idle_since = gs_now_ms();
+        gs_gate_open();
         break;
     }
     case GS_MSG_DROP_LOCK:

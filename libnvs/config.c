@@ -60,6 +60,7 @@ static void gs_config_load(void)
     gs_cfg.single_oversub = gs_env_bool("GEMSHARE_ENABLE_SINGLE_OVERSUB", false);
     gs_cfg.require = gs_env_bool("GEMSHARE_REQUIRE_SCHEDULER", false);
     gs_cfg.unified_memory = gs_env_bool("GEMSHARE_UNIFIED_MEMORY", true);
+    gs_cfg.swap_in_wait = gs_env_bool("GEMSHARE_SWAP_IN_WAIT", true);
     gs_cfg.idle_release_ms =
         gs_env_ms("GEMSHARE_IDLE_RELEASE_MS", GS_DEFAULT_IDLE_RELEASE_MS, GS_MAX_IDLE_RELEASE_MS);
 

@@ -9,6 +9,7 @@ struct gs_config {
     bool single_oversub; /* GEMSHARE_ENABLE_SINGLE_OVERSUB=1 */
     bool require;        /* GEMSHARE_REQUIRE_SCHEDULER=1 */
     bool unified_memory; /* GEMSHARE_UNIFIED_MEMORY (default 1) */
+    bool swap_in_wait;   /* GEMSHARE_SWAP_IN_WAIT (default 1) */
     unsigned idle_release_ms; /* GEMSHARE_IDLE_RELEASE_MS (default 250; 0 disables) */
     char socket_path[108];    /* GEMSHARE_SOCKET, else the default path */
     bool socket_too_long;     /* GEMSHARE_SOCKET does not fit a Unix socket address */

@@ -5,6 +5,7 @@
 
 #include <pthread.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "capture.h"
 #include "client.h"
@@ -594,6 +595,9 @@ void gs_memory_migrate(int device, bool to_host)
     if (list == NULL)
         return;
 
+    struct timespec began, ended;
+    clock_gettime(CLOCK_MONOTONIC, &began);
+
     /* Back to the device: what fits in 15/16 of it (room to work), most recent first. */
     uint64_t budget = to_host ? UINT64_MAX : gs_total_of(device) / 16 * 15;
     uint64_t left_bytes = 0;
@@ -607,8 +611,11 @@ void gs_memory_migrate(int device, bool to_host)
         }
     }
 
-    /* In that order, a run of ranges per context: enter it, prefetch on our stream, and for an
-     * eviction wait until they are on the host. */
+    /* In that order, a run of ranges per context: enter it, prefetch on our stream, and wait
+     * until they have arrived: an eviction must be done before the release, and kernels that
+     * start while the memory comes back would fault on it page by page, competing with the bulk
+     * move for the same link. */
+    bool wait = to_host || gs_config()->swap_in_wait;
     uint64_t moved = 0;
     size_t moved_count = 0;
     for (size_t i = 0; i < kept;) {
@@ -625,22 +632,26 @@ void gs_memory_migrate(int device, bool to_host)
                     moved_count++;
                 }
             }
-            if (to_host)
+            if (wait)
                 GS_REAL(cuStreamSynchronize, GS_LEGACY)(stream);
             gs_contexts_leave();
         }
         i = end;
     }
     free(list);
+    /* The grant waits this long before the program's kernels may run. */
+    clock_gettime(CLOCK_MONOTONIC, &ended);
+    long long us = (ended.tv_sec - began.tv_sec) * 1000000LL +
+                   (ended.tv_nsec - began.tv_nsec) / 1000;
     if (to_host)
         gs_debug("moved %llu bytes (%zu allocations) of managed memory to the host from device "
-                 "%d",
-                 (unsigned long long)moved, moved_count, device);
+                 "%d in %lld us",
+                 (unsigned long long)moved, moved_count, device, us);
     else
-        gs_debug("prefetching %llu bytes (%zu allocations, newest first) back to device %d; "
-                 "%llu bytes over 15/16 of the device left to page faults",
-                 (unsigned long long)moved, moved_count, device,
-                 (unsigned long long)left_bytes);
+        gs_debug("prefetching %llu bytes (%zu allocations, newest first) back to device %d: "
+                 "%s in %lld us; %llu bytes over 15/16 of the device left to page faults",
+                 (unsigned long long)moved, moved_count, device, wait ? "arrived" : "submitted",
+                 us, (unsigned long long)left_bytes);
 }
 
 bool gs_memory_has_changes(void)

@@ -24,8 +24,8 @@ int gs_memory_changes(struct gs_mem_usage out[GS_MAX_DEVICES], bool all);
 /* Moves this process's managed memory on the device in bulk, one prefetch per allocation, most
  * recently allocated first, on each context's own non-blocking stream: to the host every managed
  * allocation, waiting until it is there (DROP_EVICT), or back to the device the converted ones
- * that fit in 15/16 of it, without waiting (a grant after a wait). For the client thread, while
- * stream captures are held off. */
+ * that fit in 15/16 of it (a grant after a wait), waiting for them too unless
+ * GEMSHARE_SWAP_IN_WAIT=0. For the client thread, while stream captures are held off. */
 void gs_memory_migrate(int device, bool to_host);
 
 /* The context was destroyed or reset: its allocations are gone. */

@@ -20,7 +20,7 @@ from .listener import ListenerError, Listening, open_listener
 from .protocol import Mode
 from .server import Server
 from .settings import (DEFAULT_CONTEXT_RESERVE_MIB, DEFAULT_CONTROL_GROUP, DEFAULT_GRACE_MS,
-                       DEFAULT_MAX_CLIENTS, DEFAULT_TQ, MODE_LABELS, Settings,
+                       DEFAULT_MAX_CLIENTS, DEFAULT_TQ, MODE_LABELS, Settings, check_capacity_mib,
                        check_context_reserve_mib, check_grace_ms, check_max_clients, check_tq,
                        debug_from_environment)
 
@@ -66,6 +66,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="in auto, GPU memory set aside for each holder's CUDA context "
                              "besides what it allocated, whole MiB from 0 (default "
                              f"{DEFAULT_CONTEXT_RESERVE_MIB})")
+    parser.add_argument("--capacity-mib", type=_checked(check_capacity_mib, "--capacity-mib"),
+                        default=None, metavar="MIB",
+                        help="in auto, treat each GPU as holding at most this many MiB: room kept "
+                             "for programs outside gemshare (default: the GPU's whole memory)")
     parser.add_argument("--max-clients", type=_checked(check_max_clients, "--max-clients"),
                         default=DEFAULT_MAX_CLIENTS, metavar="N",
                         help=f"most registered clients at once (default {DEFAULT_MAX_CLIENTS})")
@@ -85,7 +89,7 @@ def parse_args(argv=None) -> Settings:
     return Settings(socket=socket_path(args.socket), tq=args.tq,
                     mode=Mode.from_label(args.anti_thrash), grace_ms=args.grace_ms,
                     max_clients=args.max_clients, control_group=args.control_group,
-                    context_reserve_mib=args.context_reserve_mib,
+                    context_reserve_mib=args.context_reserve_mib, capacity_mib=args.capacity_mib,
                     debug=args.debug or debug_from_environment())
 
 
@@ -122,9 +126,10 @@ async def run(settings: Settings) -> None:
 
 def _announce(settings: Settings, listening: Listening) -> None:
     log.info("listening on %s%s: tq %d s, anti-thrash %s, grace %d ms, context reserve %d MiB, "
-             "max %d clients, control group %s", listening.path,
+             "capacity %s, max %d clients, control group %s", listening.path,
              " (socket from systemd)" if listening.inherited else "", settings.tq,
              settings.mode.label, settings.grace_ms, settings.context_reserve_mib,
+             "the GPU's" if settings.capacity_mib is None else f"at most {settings.capacity_mib} MiB",
              settings.max_clients, settings.control_group)
     _notify("READY=1\nSTATUS=listening on " + str(listening.path))
 

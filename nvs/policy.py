@@ -14,7 +14,8 @@ Mode `auto` (issue 5) lets several clients hold one device's lock while their me
 (admission.py does the arithmetic):
 
 - Capacity: NVML's total for the device when the shell gave one, else the largest total that a
-  connected client's driver reported for it; unknown capacity means one holder, as in `on`.
+  connected client's driver reported for it, lowered to the operator's limit when one is set
+  (which also stands in for an unknown total); unknown capacity means one holder, as in `on`.
   Holders fit when their allocated bytes (MEM_REPORT; none yet counts as 0) plus the context
   reserve once per holder stay within the capacity. A single holder always fits.
 - Admission: waiters are considered first come first served; each is granted at once if it fits
@@ -118,13 +119,15 @@ class Device:
 
 class Policy:
     def __init__(self, tq: int, mode: p.Mode, grace_s: float, max_clients: int,
-                 reserve_bytes: int = 512 << 20, nvml_capacity: dict[int, int] | None = None):
+                 reserve_bytes: int = 512 << 20, nvml_capacity: dict[int, int] | None = None,
+                 capacity_limit: int | None = None):
         self.tq = tq
         self.mode = mode
         self.grace_s = grace_s
         self.max_clients = max_clients
         self.reserve = reserve_bytes  # per holder, for its CUDA context (mode auto)
         self.nvml_capacity = dict(nvml_capacity or {})  # device -> bytes, read once by the shell
+        self.capacity_limit = capacity_limit  # bytes, the operator's ceiling on every device
         self.clients: dict[int, Client] = {}
         self.devices: dict[int, Device] = {}  # only devices with a holder or a waiter
         self.revocations = 0
@@ -290,11 +293,17 @@ class Policy:
                    if cid in dev.waiters and dev.waiters[cid].queued)
 
     def capacity(self, device: int) -> tuple[int | None, str | None]:
-        """The device's capacity in bytes as `auto` decides with it, and where it came from."""
+        """The device's capacity in bytes as `auto` decides with it, and where it came from: the
+        operator's limit where it is lower than (or stands in for) what the device holds."""
         if device in self.nvml_capacity:
-            return self.nvml_capacity[device], "nvml"
-        reported = max((c.device_total.get(device, 0) for c in self.clients.values()), default=0)
-        return (reported, "reported") if reported else (None, None)
+            found, source = self.nvml_capacity[device], "nvml"
+        else:
+            reported = max((c.device_total.get(device, 0) for c in self.clients.values()),
+                           default=0)
+            found, source = (reported, "reported") if reported else (None, None)
+        if self.capacity_limit is not None and (found is None or self.capacity_limit < found):
+            return self.capacity_limit, "limit"
+        return found, source
 
     def memory_of(self, cid: int, device: int) -> int:
         return self.clients[cid].allocated.get(device, 0)

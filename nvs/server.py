@@ -71,7 +71,9 @@ class Server:
         self.gpus = gpus
         self.policy = Policy(settings.tq, settings.mode, settings.grace_ms / 1000,
                              settings.max_clients, reserve_bytes=settings.context_reserve_mib << 20,
-                             nvml_capacity=nvml_capacity(gpus))
+                             nvml_capacity=nvml_capacity(gpus),
+                             capacity_limit=None if settings.capacity_mib is None
+                             else settings.capacity_mib << 20)
         self._listener = trio.socket.from_stdlib_socket(listener)
         self.conns: dict[int, Conn] = {}
         self._ids = itertools.count(1)

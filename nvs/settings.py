@@ -23,6 +23,7 @@ DEFAULT_CONTROL_GROUP = "gemshare"
 # kernels loaded takes a few hundred MiB on recent GPUs.
 DEFAULT_CONTEXT_RESERVE_MIB = 512
 CONTEXT_RESERVE_MIB_MAX = 1 << 20  # 1 TiB: past any GPU's memory
+CAPACITY_MIB_MAX = 1 << 20
 MODE_LABELS = ("on", "off", "auto")
 
 
@@ -65,6 +66,13 @@ def check_context_reserve_mib(value: int) -> int:
     return value
 
 
+def check_capacity_mib(value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= CAPACITY_MIB_MAX:
+        raise ValueError(f"capacity must be a whole number of MiB from 1 to {CAPACITY_MIB_MAX}, "
+                         f"not {value!r}")
+    return value
+
+
 def debug_from_environment() -> bool:
     return os.environ.get("GEMSHARE_DEBUG", "") not in ("", "0")
 
@@ -78,6 +86,7 @@ class Settings:
     max_clients: int = DEFAULT_MAX_CLIENTS
     control_group: str = DEFAULT_CONTROL_GROUP
     context_reserve_mib: int = DEFAULT_CONTEXT_RESERVE_MIB
+    capacity_mib: int | None = None  # auto's ceiling on each device's capacity; None: none
     debug: bool = False
     # Frames waiting to be written to one connection; a peer that lets this fill is dropped.
     outgoing_queue: int = 256

@@ -39,11 +39,14 @@ def libnvs() -> Path:
 
 
 class GpuProgram(subprocess.Popen):
-    def result(self) -> dict:
-        """Wait for the program and parse the JSON line it prints last."""
+    def finish(self) -> tuple[dict, str]:
+        """Wait for the program; the JSON line it printed last, and its stderr (libnvs's log)."""
         out, err = self.communicate(timeout=RUN_TIMEOUT)
         assert self.returncode == 0, f"exit {self.returncode}\nstdout:\n{out}\nstderr:\n{err}"
-        return json.loads(out.strip().splitlines()[-1])
+        return json.loads(out.strip().splitlines()[-1]), err
+
+    def result(self) -> dict:
+        return self.finish()[0]
 
 
 @pytest.fixture

@@ -1,5 +1,6 @@
 """libnvs.so with real CUDA programs on a real GPU (H100/H200). Each process stays far under 8 GiB."""
 
+import re
 import time
 
 from gemshare_nvs.connection import Connection
@@ -81,3 +82,34 @@ def test_auto_mode_lets_processes_that_fit_hold_the_gpu_together(scheduler_facto
     first.result(), second.result()
     # A few hundred MiB each on a card of 80 GiB or more: both fit, so both hold at once.
     assert most_holding == 2, scheduler.log()
+
+
+def test_auto_mode_evicts_to_the_host_when_memory_does_not_fit(scheduler_factory, gpu_program):
+    # 2.5 GiB each, a 512 MiB context reserve each, and a capacity capped at 4 GiB: they cannot
+    # hold together, so they take turns and each drop moves the outgoing memory to the host.
+    # The card itself has room for both many times over: nothing is oversubscribed.
+    scheduler = scheduler_factory(tq=2, anti_thrash="auto", capacity_mib=4096)
+    programs = [gpu_program("memory_turns.py", 2.5, 10, socket=scheduler.socket,
+                            GEMSHARE_DEBUG=1) for _ in range(2)]
+    waits = {}
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and any(p.poll() is None for p in programs):
+        for client in status(scheduler.socket)["clients"]:
+            waits[client["pid"]] = client["waits"]
+        time.sleep(0.2)
+    size = int(2.5 * (1 << 30))
+    evictions = 0
+    for program in programs:
+        result, log = program.finish()  # every pass found its data intact
+        evicted = [int(n) for n in re.findall(r"moved (\d+) bytes .* to the host", log)]
+        prefetched = [int(n) for n in re.findall(r"prefetching (\d+) bytes", log)]
+        print(f"pid {program.pid}: {result}; evictions {evicted}; prefetches {prefetched}")
+        print("\n".join(line for line in log.splitlines() if "to the host" in line
+                        or "prefetching" in line))
+        # Each waited for the other (so came back after a wait), and whatever it moved to the
+        # host was all of its memory, which the prefetch then brought back.
+        assert waits.get(program.pid, 0) >= 1, (waits, scheduler.log())
+        assert all(moved >= size for moved in evicted), log
+        assert prefetched and max(prefetched) >= size, log
+        evictions += len(evicted)
+    assert evictions >= 2 and "evict to host" in scheduler.log(), scheduler.log()

@@ -10,6 +10,7 @@ Prefetches here are always libnvs's: the stand-ins never prefetch themselves."""
 from __future__ import annotations
 
 import re
+import time
 
 from gemshare_nvs import protocol as p
 
@@ -47,13 +48,18 @@ def test_a_grant_after_a_wait_prefetches_newest_first_beside_the_first_launches(
     gpu, scheduler = gpu_with(tq=86400)
     holder = start_holder(gpu, ["alloc", "h", "1M", "launch", 100, "sync"])
     # Prefetches to the device last until "moved" exists: the launch must not wait for them.
+    # The program syncs only after that, when all of them are queued; a sync before would not
+    # wait for work submitted after it, and the process could exit with a prefetch still queued.
     waiter = gpu.start(["init", "alloc", "a", "1M", "alloc-async", "b", "2M", "alloc", "c", "3M",
                         "alloc-managed", "m", "1M", "launch", 100, "touch-file",
-                        gpu.path("launched"), "sync"],
-                       env={"FAKECUDA_PREFETCH_HOLD": str(gpu.path("moved"))})
+                        gpu.path("launched"), "wait-file", gpu.path("moved"), "sync"],
+                       env={"FAKECUDA_PREFETCH_HOLD": str(gpu.path("moved")),
+                            "GEMSHARE_SWAP_IN_WAIT": "0"})
     wait_for_client(scheduler.socket, waiter.pid, state="waiting")
     holder.kill()
     wait_file(gpu.path("launched"))
+    wait_for(lambda: len(fakelog.prefetches(gpu.events(), waiter.pid, to_host=False)) == 3,
+             "three prefetches queued")
     gpu.path("moved").touch()
     result = waiter.wait()
     assert result.returncode == 0, result.describe()
@@ -74,6 +80,31 @@ def test_a_grant_after_a_wait_prefetches_newest_first_beside_the_first_launches(
         "the first launch waited for the prefetches"
     # The first holder was granted without waiting: nothing of it was moved.
     assert not moved(events, holder.pid, to_host=False)
+
+
+def test_by_default_the_first_launch_waits_until_the_memory_is_back(gpu_with):
+    gpu, scheduler = gpu_with(tq=86400)
+    holder = start_holder(gpu, ["alloc", "h", "1M", "launch", 100, "sync"])
+    waiter = gpu.start(["init", "alloc", "a", "1M", "alloc", "b", "2M", "launch", 100, "sync"],
+                       env={"FAKECUDA_PREFETCH_HOLD": str(gpu.path("moved"))})
+    wait_for_client(scheduler.socket, waiter.pid, state="waiting")
+    holder.kill()
+    wait_for(lambda: len(fakelog.prefetches(gpu.events(), waiter.pid, to_host=False)) == 2,
+             "two prefetches queued")
+    # The prefetches are held on the simulated device: the program's launch must be held too.
+    wait_for(lambda: fakelog.named(gpu.events(), "exec_begin", pid=waiter.pid),
+             "a prefetch running")
+    time.sleep(0.3)
+    assert not fakelog.named(gpu.events(), "launch", pid=waiter.pid)
+    gpu.path("moved").touch()
+    result = waiter.wait()
+    assert result.returncode == 0, result.describe()
+
+    events = gpu.events()
+    sent = fakelog.prefetches(events, waiter.pid, to_host=False)
+    done = fakelog.exec_ends(events, waiter.pid)
+    (first_launch,) = fakelog.named(events, "launch", pid=waiter.pid)
+    assert max(done[e["seq"]] for e in sent) < first_launch.ns
 
 
 def test_every_grant_after_a_wait_is_followed_by_prefetches(gpu_with):

@@ -10,9 +10,9 @@ from gemshare_nvs.policy import Policy
 class Driver:
     def __init__(self, tq: int = 30, mode: p.Mode = p.Mode.ON, grace: float = 10.0,
                  max_clients: int = 1024, start: float = 100.0, reserve: int = 512 << 20,
-                 nvml: dict[int, int] | None = None):
+                 nvml: dict[int, int] | None = None, limit: int | None = None):
         self.policy = Policy(tq, mode, grace, max_clients, reserve_bytes=reserve,
-                             nvml_capacity=nvml)
+                             nvml_capacity=nvml, capacity_limit=limit)
         self.now = start
         self.sent: list[tuple[int, object]] = []
         self.closed: list[Close] = []

@@ -49,10 +49,13 @@ class Hold:
 
 
 class AutoMachine(ClockMachine):
+    LIMIT: int | None = None  # the operator's --capacity-mib, in bytes
+
     def __init__(self):
         super().__init__()
         self.policy = Policy(tq=3, mode=p.Mode.AUTO, grace_s=GRACE, max_clients=16,
-                             reserve_bytes=RESERVE, nvml_capacity=NVML)
+                             reserve_bytes=RESERVE, nvml_capacity=NVML,
+                             capacity_limit=self.LIMIT)
         self.now = 0.0
         self.connected: set[int] = set()
         self.gone: set[int] = set()
@@ -71,9 +74,13 @@ class AutoMachine(ClockMachine):
 
     def capacity(self, device: int) -> int | None:
         if device in NVML:
-            return NVML[device]
-        reported = max((self.totals.get((c, device), 0) for c in self.connected), default=0)
-        return reported or None
+            found = NVML[device]
+        else:
+            found = max((self.totals.get((c, device), 0) for c in self.connected),
+                        default=0) or None
+        if self.LIMIT is None:
+            return found
+        return self.LIMIT if found is None else min(found, self.LIMIT)
 
     def size(self, cid: int, device: int) -> int:
         return self.memory.get((cid, device), 0)
@@ -296,6 +303,14 @@ class AutoMachine(ClockMachine):
         assert set(self.policy.clients) == self.connected
 
 
-AutoMachine.TestCase.settings = settings(max_examples=100, stateful_step_count=200,
+class LimitedAutoMachine(AutoMachine):
+    """The same rules under a --capacity-mib that is lower than NVML's device and than some
+    reported totals, higher than others, and stands in where nothing is known."""
+    LIMIT = 10 * G
+
+
+for machine in (AutoMachine, LimitedAutoMachine):
+    machine.TestCase.settings = settings(max_examples=100, stateful_step_count=200,
                                          deadline=None)
 TestAutoInvariants = AutoMachine.TestCase
+TestLimitedAutoInvariants = LimitedAutoMachine.TestCase

@@ -18,8 +18,9 @@ ON, OFF, AUTO = p.Mode.ON, p.Mode.OFF, p.Mode.AUTO
 WAITED, SHARED = p.GRANT_AFTER_WAIT, p.GRANT_SHARED
 
 
-def auto(tq: int = 30, grace: float = 10.0, nvml: dict | None = None) -> Driver:
-    return Driver(tq=tq, mode=AUTO, grace=grace, reserve=1 * G, nvml=nvml)
+def auto(tq: int = 30, grace: float = 10.0, nvml: dict | None = None,
+         limit: int | None = None) -> Driver:
+    return Driver(tq=tq, mode=AUTO, grace=grace, reserve=1 * G, nvml=nvml, limit=limit)
 
 
 def join(driver: Driver, sizes: dict[int, int], total: int = 10 * G, device: int = 0) -> None:
@@ -95,6 +96,24 @@ def test_nvml_capacity_is_used_before_what_clients_report():
     driver.request(2)
     assert driver.holders() == [1] and driver.waiters() == [2]
     assert driver.policy.capacity(0) == (6 * G, "nvml")
+
+
+def test_the_operators_limit_lowers_the_capacity_and_stands_in_for_an_unknown_one():
+    driver = auto(nvml={0: 80 * G}, limit=6 * G)
+    join(driver, {1: 3, 2: 3}, total=80 * G)  # 3 + 3 + 2 fits 80 GiB, not the 6 GiB limit
+    driver.request(1)
+    driver.request(2)
+    assert driver.holders() == [1] and driver.waiters() == [2]
+    assert driver.policy.capacity(0) == (6 * G, "limit")
+    # The limit only ever lowers: a device smaller than it keeps its own figure.
+    assert auto(nvml={0: 4 * G}, limit=6 * G).policy.capacity(0) == (4 * G, "nvml")
+    # With no figure at all the limit is the capacity, rather than one holder at a time.
+    unknown = auto(limit=9 * G)
+    for cid in (1, 2):
+        unknown.register(cid)
+        unknown.mem(cid, 3 * G, total=0)
+        unknown.request(cid)
+    assert unknown.holders() == [1, 2]  # 3 + 3 + 2 reserves fits 9
 
 
 def test_the_largest_reported_total_counts_and_leaves_with_its_client():

@@ -17,6 +17,8 @@ from gemshare_nvs import protocol as p
     (["--context-reserve-mib", "-1"], "context reserve must be a whole number of MiB from 0"),
     (["--context-reserve-mib", "1048577"], "from 0 to 1048576"),
     (["--context-reserve-mib", "0.5"], "--context-reserve-mib must be a whole number"),
+    (["--capacity-mib", "0"], "capacity must be a whole number of MiB from 1 to 1048576"),
+    (["--capacity-mib", "2GiB"], "--capacity-mib must be a whole number"),
     (["--control-group", " "], "--control-group must name a group"),
     (["--bogus"], "unrecognized arguments: --bogus"),
 ])
@@ -32,20 +34,24 @@ def test_help_documents_every_option(run_scheduler):
     result = run_scheduler("--help")
     assert result.returncode == 0
     for option in ("--socket", "--tq", "--anti-thrash", "--grace-ms", "--max-clients",
-                   "--context-reserve-mib", "--control-group", "--debug", "GEMSHARE_SOCKET"):
+                   "--context-reserve-mib", "--capacity-mib", "--control-group", "--debug", "GEMSHARE_SOCKET"):
         assert option in result.stdout
 
 
 def test_options_reach_the_running_scheduler(scheduler_factory):
     running = scheduler_factory(tq=86400, anti_thrash="auto", grace_ms=1, max_clients=3,
-                                context_reserve_mib=64, control_group="wheel", debug=True)
+                                context_reserve_mib=64, capacity_mib=3072, control_group="wheel",
+                                debug=True)
     with running.connect() as client, running.connect() as control:
         client.send(p.Register(0, 0, "client"))
         assert isinstance(client.recv()[0], p.Registered)  # now device 0 shows in status
         status = control.request({"op": "status"})["status"]
     assert (status["tq"], status["anti_thrash"], status["grace_ms"], status["max_clients"],
             status["control_group"]) == (86400, "auto", 1, 3, "wheel")
-    assert status["devices"][0]["context_reserve_bytes"] == 64 << 20
+    device = status["devices"][0]
+    assert device["context_reserve_bytes"] == 64 << 20
+    # This client reported no total and the test has no NVML: the limit is the capacity.
+    assert (device["capacity_bytes"], device["capacity_source"]) == (3072 << 20, "limit")
     assert "DEBUG" in running.log()  # --debug logs connections opening
 
 
