@@ -1,7 +1,10 @@
 """libnvs.so with real CUDA programs on a real GPU (H100/H200). Each process stays far under 8 GiB."""
 
+import importlib.util
 import re
 import time
+
+import pytest
 
 from gemshare_nvs.connection import Connection
 
@@ -35,6 +38,19 @@ def test_cupy_under_the_library(scheduler_factory, gpu_program):
     result = gpu_program("cupy_check.py", socket=scheduler.socket).result()
     assert result["managed"]
     assert result["sum"] == result["expected"]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="needs JAX")
+def test_jax_under_the_library(scheduler_factory, gpu_program):
+    scheduler = scheduler_factory(tq=30)
+    # JAX would otherwise take 75% of the card up front, all of it managed under the library.
+    program = gpu_program("jax_check.py", socket=scheduler.socket,
+                          XLA_PYTHON_CLIENT_PREALLOCATE="false")
+    result = program.result()
+    assert result["backend"] == "gpu"
+    assert result["sum"] == result["expected"]
+    # Its work went through the gate: it asked for the lock and was granted it.
+    assert re.search(rf"grant client \d+ \(pid {program.pid},", scheduler.log()), scheduler.log()
 
 
 def test_two_processes_take_turns_in_on_mode(scheduler_factory, gpu_program):
