@@ -165,6 +165,34 @@ async def test_client_that_never_reads_is_dropped_without_blocking_others(inproc
     assert status["connections"] == len(bulky) + 1  # and other's; the flooding one is gone
 
 
+async def test_replies_that_fill_the_socket_arrive_whole_and_in_order(inprocess_scheduler):
+    # Big status replies to a peer that starts reading late and keeps asking while it reads:
+    # replies are written at once while the socket has room and queued while it is full, and
+    # none may overtake a queued one or split it.
+    running = await inprocess_scheduler()
+    bulky = await registered_peers(running, 30, prefix="bulky-status-")  # kept connected
+    slow = await Peer.connect(running.socket)
+    sent, received = [], []
+
+    async def ask() -> None:
+        for _ in range(200):
+            sent.append(await slow.send(p.Control({"op": "status"})))
+            await trio.sleep(0.002)
+
+    async def read_late() -> None:
+        await trio.sleep(0.1)
+        for _ in range(200):
+            received.append(await slow.recv_with_seq())
+
+    with trio.fail_after(DEADLINE * 2):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(ask)
+            nursery.start_soon(read_late)
+    assert [seq for _, seq in received] == sent
+    assert all(isinstance(reply, p.ControlReply) and reply.body["ok"]
+               and len(reply.body["status"]["clients"]) == len(bulky) for reply, _ in received)
+
+
 async def test_partial_frame_then_silence_stalls_nobody(inprocess_scheduler):
     running = await inprocess_scheduler()
     half_header = await Peer.connect(running.socket)
