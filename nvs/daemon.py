@@ -125,11 +125,12 @@ async def run(settings: Settings) -> None:
 
 
 def _announce(settings: Settings, listening: Listening) -> None:
+    capacity = ("the GPU's" if settings.capacity_mib is None
+                else f"at most {settings.capacity_mib} MiB")
     log.info("listening on %s%s: tq %d s, anti-thrash %s, grace %d ms, context reserve %d MiB, "
              "capacity %s, max %d clients, control group %s", listening.path,
              " (socket from systemd)" if listening.inherited else "", settings.tq,
-             settings.mode.label, settings.grace_ms, settings.context_reserve_mib,
-             "the GPU's" if settings.capacity_mib is None else f"at most {settings.capacity_mib} MiB",
+             settings.mode.label, settings.grace_ms, settings.context_reserve_mib, capacity,
              settings.max_clients, settings.control_group)
     _notify("READY=1\nSTATUS=listening on " + str(listening.path))
 

@@ -2,9 +2,9 @@
 
 Every connection is served by one task (reading) and one child task (writing from a bounded
 queue), all inside the server's nursery; a frame with nothing queued ahead of it is written at
-once, and what the socket does not take goes to the queue. Policy events go in with `trio.current_time()`; the
-actions that come out are carried out synchronously, so the policy's view and the queues never
-disagree. One timer task sleeps until the policy's next deadline.
+once, and what the socket does not take goes to the queue. Policy events go in with
+`trio.current_time()`; the actions that come out are carried out synchronously, so the policy's
+view and the queues never disagree. One timer task sleeps until the policy's next deadline.
 """
 
 from __future__ import annotations

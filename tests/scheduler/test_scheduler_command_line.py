@@ -34,7 +34,8 @@ def test_help_documents_every_option(run_scheduler):
     result = run_scheduler("--help")
     assert result.returncode == 0
     for option in ("--socket", "--tq", "--anti-thrash", "--grace-ms", "--max-clients",
-                   "--context-reserve-mib", "--capacity-mib", "--control-group", "--debug", "GEMSHARE_SOCKET"):
+                   "--context-reserve-mib", "--capacity-mib", "--control-group", "--debug",
+                   "GEMSHARE_SOCKET"):
         assert option in result.stdout
 
 
