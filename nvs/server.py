@@ -244,12 +244,18 @@ class Server:
     # ----- carrying out the policy's actions --------------------------------------------
 
     def _apply(self, actions) -> None:
-        pending = deque(actions)
-        logs = []
+        # A batch's log lines go out before its frames (which may leave at once): whoever sees a
+        # grant can already read the lines that explain it.
+        pending = deque()
+        for action in actions:
+            if isinstance(action, Log):
+                self._log(action)
+            else:
+                pending.append(action)
         while pending:
             action = pending.popleft()
-            if isinstance(action, Log):
-                logs.append(action)
+            if isinstance(action, Log):  # from a connection dropped on the way
+                self._log(action)
                 continue
             conn = self.conns.get(action.client)
             if conn is None:
@@ -270,9 +276,10 @@ class Server:
                 pending.extend(self._forget(conn))
         deadline = self.policy.next_deadline()
         self._timer_scope.deadline = math.inf if deadline is None else deadline
-        # Once the frames are on their way: a log line takes longer to write than a grant.
-        for action in logs:
-            log.log(logging.DEBUG if action.debug else logging.INFO, "%s", action.text)
+
+    @staticmethod
+    def _log(action: Log) -> None:
+        log.log(logging.DEBUG if action.debug else logging.INFO, "%s", action.text)
 
     def _queue(self, conn: Conn, message) -> bool:
         """False when the connection's queue is full."""
