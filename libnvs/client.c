@@ -26,6 +26,7 @@
 #include "config.h"
 #include "contexts.h"
 #include "gate.h"
+#include "identity.h"
 #include "log.h"
 #include "memory.h"
 #include "wire.h"
@@ -56,6 +57,7 @@ static char gs_failure[160];     /* why the last attempt failed, under gs_status
 /* The client thread's own. */
 static int gs_sock = -1;
 static bool gs_registering;
+static bool gs_uuid_sent; /* DEVICE_UUID went out on this connection */
 static int64_t gs_register_deadline;
 static int64_t gs_next_retry;
 static int gs_retry_ms = GS_RETRY_FIRST_MS;
@@ -119,8 +121,23 @@ static bool gs_send(uint16_t type, const void *payload, uint32_t len)
     return true;
 }
 
+/* Once per connection, as soon as CUDA is up and before the first lock request: which physical
+ * GPU our device 0 is, so that the scheduler keys us by it whatever CUDA_VISIBLE_DEVICES says. */
+static void gs_send_device_uuid(void)
+{
+    if (gs_uuid_sent || gs_sock < 0 || gs_registering)
+        return;
+    struct gs_device_uuid m = {0, 0, {0}};
+    gs_identity_uuid(0, m.gpu_uuid, sizeof m.gpu_uuid);
+    if (m.gpu_uuid[0] != '\0' && gs_send(GS_MSG_DEVICE_UUID, &m, sizeof m)) {
+        gs_uuid_sent = true;
+        gs_debug("device 0 is %s", m.gpu_uuid);
+    }
+}
+
 static void gs_send_mem_reports(bool all)
 {
+    gs_send_device_uuid();
     struct gs_mem_usage usage[GS_MAX_DEVICES];
     int n = gs_memory_changes(usage, all);
     for (int i = 0; i < n && gs_sock >= 0; i++) {
@@ -136,6 +153,7 @@ static void gs_maybe_request(void)
     if (!wanted || gs_sock < 0 || gs_registering || gs_mode == GS_MODE_OFF ||
         gs_lock != GS_LOCK_NONE)
         return;
+    gs_send_device_uuid();
     struct gs_request_lock m = {0, 0};
     if (gs_send(GS_MSG_REQUEST_LOCK, &m, sizeof m)) {
         gs_lock = GS_LOCK_REQUESTED;
@@ -427,6 +445,7 @@ static void gs_connect(void)
         return;
     }
     gs_registering = true;
+    gs_uuid_sent = false;
     gs_register_deadline = gs_now_ms() + GS_REGISTER_TIMEOUT_MS;
     struct gs_register m = {.device = 0,
                             .flags = cfg->unified_memory ? GS_REG_UNIFIED_MEMORY : 0};

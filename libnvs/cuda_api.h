@@ -176,6 +176,10 @@ typedef enum CUmemAccess_flags_enum {
     CU_MEM_ACCESS_FLAGS_PROT_MAX = 0x7FFFFFFF
 } CUmemAccess_flags;
 
+typedef struct CUuuid_st {
+    char bytes[16];
+} CUuuid;
+
 typedef struct CUmemLocation_st {
     CUmemLocationType type;
     int id; /* device ordinal when type is CU_MEM_LOCATION_TYPE_DEVICE */

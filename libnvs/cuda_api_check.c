@@ -74,7 +74,7 @@
  * F fields must also have the same type, E fields are enumerations (checked above) or, for
  * allocFlags, an unnamed struct whose members follow as their own lines. */
 #define GS_STRUCTS(X)                                                                            \
-    X(CUmemLocation) X(CUmemAllocationProp) X(CUmemAccessDesc) X(CUlaunchConfig)                 \
+    X(CUuuid) X(CUmemLocation) X(CUmemAllocationProp) X(CUmemAccessDesc) X(CUlaunchConfig)       \
     X(CUDA_MEMCPY2D) X(CUDA_MEMCPY3D) X(CUDA_MEMCPY3D_PEER)
 
 #define GS_MEMCPY_SIDE(F, E, T, side)                                                            \
@@ -84,7 +84,7 @@
     GS_MEMCPY_SIDE(F, E, T, side) F(T, side##Z) F(T, side##LOD) F(T, side##Height)
 
 #define GS_FIELDS(F, E)                                                                          \
-    E(CUmemLocation, type) F(CUmemLocation, id)                                                  \
+    F(CUuuid, bytes) E(CUmemLocation, type) F(CUmemLocation, id)                                 \
     E(CUmemAllocationProp, type) E(CUmemAllocationProp, requestedHandleTypes)                    \
     E(CUmemAllocationProp, location) F(CUmemAllocationProp, win32HandleMetaData)                 \
     E(CUmemAllocationProp, allocFlags) F(CUmemAllocationProp, allocFlags.compressionType)        \

@@ -8,7 +8,7 @@
 #include <stdint.h>
 
 #define GS_MAGIC 0x52485347u /* "GSHR" */
-#define GS_VERSION 1u
+#define GS_VERSION 2u
 #define GS_MAX_PAYLOAD (1u << 20)
 #define GS_MAX_ERROR_TEXT 1024u
 #define GS_DEFAULT_SOCKET "/var/run/gemshare/scheduler.sock"
@@ -26,6 +26,7 @@ enum gs_msg_type {
     GS_MSG_CONTROL = 10,
     GS_MSG_CONTROL_REPLY = 11,
     GS_MSG_ERROR = 12,
+    GS_MSG_DEVICE_UUID = 13,
 };
 
 enum gs_mode { GS_MODE_OFF = 0, GS_MODE_ON = 1, GS_MODE_AUTO = 2 };
@@ -101,6 +102,12 @@ struct gs_sched_mode {
     uint32_t tq_seconds;
 };
 
+struct gs_device_uuid {
+    uint32_t device;
+    uint32_t reserved;
+    char gpu_uuid[48]; /* "GPU-" and the UUID as NVML writes it */
+};
+
 struct gs_mem_report {
     uint32_t device;
     uint32_t reserved;
@@ -117,5 +124,6 @@ struct gs_error {
 _Static_assert(sizeof(struct gs_header) == 16, "gs_header layout");
 _Static_assert(sizeof(struct gs_register) == 392, "gs_register layout");
 _Static_assert(sizeof(struct gs_mem_report) == 24, "gs_mem_report layout");
+_Static_assert(sizeof(struct gs_device_uuid) == 56, "gs_device_uuid layout");
 
 #endif

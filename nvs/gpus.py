@@ -26,7 +26,8 @@ class Gpus:
         self.available = True
 
     def describe(self) -> list[dict] | None:
-        """index, name, memory_total_bytes, memory_used_bytes per GPU; None without NVML."""
+        """index, name, uuid, memory_total_bytes, memory_used_bytes per GPU; None without
+        NVML."""
         if not self.available:
             return None
         nvml = self._nvml
@@ -35,9 +36,11 @@ class Gpus:
             for index in range(nvml.nvmlDeviceGetCount()):
                 handle = nvml.nvmlDeviceGetHandleByIndex(index)
                 name = nvml.nvmlDeviceGetName(handle)
+                uuid = nvml.nvmlDeviceGetUUID(handle)
                 memory = nvml.nvmlDeviceGetMemoryInfo(handle)
                 result.append({"index": index,
                                "name": name.decode() if isinstance(name, bytes) else name,
+                               "uuid": uuid.decode() if isinstance(uuid, bytes) else uuid,
                                "memory_total_bytes": int(memory.total),
                                "memory_used_bytes": int(memory.used)})
         except Exception:  # a GPU that fell off the bus must not break status

@@ -76,7 +76,7 @@ class Client:
     uid: int
     gid: int
     name: str
-    device: int
+    device: int  # the GPU it registered, as the scheduler numbers GPUs (see _device_of)
     namespace: str
     pod: str
     flags: int
@@ -88,6 +88,20 @@ class Client:
     device_total: dict[int, int] = field(default_factory=dict)  # device -> bytes, as reported
     revocations: int = 0
     revoked: bool = False  # its last lock was taken away and it has not been granted since
+    ordinal: int = 0  # what the client itself calls that GPU (its CUDA ordinal)
+    gpu_uuid: str = ""
+
+    def scheduler_device(self, ordinal: int) -> int | None:
+        """The scheduler's index for a device the client names by its own ordinal. Only the
+        registered device's identity is known; other ordinals are taken as they are when the
+        client's numbering is the scheduler's, and are unknown (None) otherwise."""
+        if ordinal == self.ordinal:
+            return self.device
+        return ordinal if self.device == self.ordinal else None
+
+    def own_ordinal(self, device: int) -> int:
+        """What the client calls the scheduler's device `device`."""
+        return self.ordinal if device == self.device else device
 
     def __str__(self) -> str:
         return f"client {self.id} (pid {self.pid}, {self.name or '?'})"
@@ -120,7 +134,7 @@ class Device:
 class Policy:
     def __init__(self, tq: int, mode: p.Mode, grace_s: float, max_clients: int,
                  reserve_bytes: int = 512 << 20, nvml_capacity: dict[int, int] | None = None,
-                 capacity_limit: int | None = None):
+                 capacity_limit: int | None = None, nvml_uuids: dict[str, int] | None = None):
         self.tq = tq
         self.mode = mode
         self.grace_s = grace_s
@@ -128,6 +142,8 @@ class Policy:
         self.reserve = reserve_bytes  # per holder, for its CUDA context (mode auto)
         self.nvml_capacity = dict(nvml_capacity or {})  # device -> bytes, read once by the shell
         self.capacity_limit = capacity_limit  # bytes, the operator's ceiling on every device
+        self.nvml_uuids = dict(nvml_uuids or {})  # GPU UUID -> NVML index, read once by the shell
+        self.uuid_devices: dict[str, int] = {}  # GPUs NVML did not name: UUID -> index given
         self.clients: dict[int, Client] = {}
         self.devices: dict[int, Device] = {}  # only devices with a holder or a waiter
         self.revocations = 0
@@ -148,11 +164,55 @@ class Policy:
                                f"{MAX_DEVICES})", p.ErrorCode.PROTOCOL)]
         client = Client(cid, pid, uid, gid, printable(message.process_name, 64),
                         message.device, printable(message.pod_namespace, 64),
-                        printable(message.pod_name), message.flags, wall)
+                        printable(message.pod_name), message.flags, wall, ordinal=message.device)
         self.clients[cid] = client
         pod = f", pod {client.namespace}/{client.pod}" if client.pod else ""
         return [Send(cid, p.Registered(cid, self.mode, self.tq)),
                 Log(f"register {client}: uid {uid}, device {client.device}{pod}")]
+
+    def device_uuid(self, cid: int, device: int, uuid: str, now: float) -> list:
+        """The client says which physical GPU its registered device is: from now on it is keyed
+        by that GPU, whatever its own numbering (CUDA_VISIBLE_DEVICES)."""
+        client = self.clients.get(cid)
+        if client is None:
+            return []
+        uuid = printable(uuid, 48)
+        if device != client.ordinal or not uuid or client.gpu_uuid:
+            return [Log(f"GPU UUID from {client} for its device {device} ignored: only one, for "
+                        "the device it registered", debug=True)]
+        if any(cid in dev.holders or cid in dev.waiters for dev in self.devices.values()):
+            return [Log(f"GPU UUID from {client} ignored: it came after a lock request, so the "
+                        f"client stays on device {client.device}")]
+        index = self._device_of(uuid, client.ordinal)
+        if index != client.ordinal:
+            # Its other devices' numbers no longer mean ours: keep only the registered one.
+            client.allocated = {index: client.allocated.get(client.ordinal, 0)}
+            client.device_total = {index: client.device_total[client.ordinal]} \
+                if client.ordinal in client.device_total else {}
+        client.device, client.gpu_uuid = index, uuid
+        actions = [Log(f"device {client}: {uuid} (its device {client.ordinal}) is device "
+                       f"{index}")]
+        dev = self.devices.get(index)
+        if dev is not None:  # its memory (and maybe the capacity) now count on that device
+            actions += self._settle(dev, now)
+        return actions
+
+    def _device_of(self, uuid: str, ordinal: int) -> int:
+        """The scheduler's index for a GPU: NVML's index for its UUID; for a UUID NVML does not
+        know, the index it was given when first seen (the client's ordinal if no other GPU has
+        it, else the lowest free one); without a UUID, the client's ordinal as it is."""
+        if not uuid:
+            return ordinal
+        if uuid in self.nvml_uuids:
+            return self.nvml_uuids[uuid]
+        if uuid not in self.uuid_devices:
+            taken = {*self.nvml_uuids.values(), *self.uuid_devices.values()}
+            free = ordinal if ordinal not in taken else \
+                next((i for i in range(MAX_DEVICES) if i not in taken), None)
+            if free is None:  # every index given away (a client inventing UUIDs): as before
+                return ordinal
+            self.uuid_devices[uuid] = free
+        return self.uuid_devices[uuid]
 
     def request_lock(self, cid: int, device: int, now: float) -> list:
         client = self.clients.get(cid)
@@ -160,6 +220,11 @@ class Policy:
             return []
         if device >= MAX_DEVICES:
             return [_device_out_of_range(cid, device)]
+        ordinal, device = device, client.scheduler_device(device)
+        if device is None:
+            return [Close(cid, f"device {ordinal}: only the device named in REGISTER can be "
+                               "locked by a client whose GPU numbering is its own",
+                          p.ErrorCode.PROTOCOL)]
         if self.mode is p.Mode.OFF:
             return [Log(f"request from {client} for device {device} ignored: mode off needs "
                         "no lock", debug=True)]
@@ -177,9 +242,10 @@ class Policy:
 
     def lock_released(self, cid: int, device: int, reason: int, now: float) -> list:
         client = self.clients.get(cid)
-        dev = self.devices.get(device)
         if client is None:
             return []
+        device = client.scheduler_device(device)
+        dev = self.devices.get(device)
         if dev is None or cid not in dev.holders:
             return [Log(f"release from {client} for device {device} ignored: it holds no lock "
                         "there", debug=True)]
@@ -194,6 +260,10 @@ class Policy:
             return []
         if device >= MAX_DEVICES:
             return [_device_out_of_range(cid, device)]
+        ordinal, device = device, client.scheduler_device(device)
+        if device is None:
+            return [Log(f"memory {client} on its device {ordinal} not counted: which GPU that "
+                        "is, only its registered device says", debug=True)]
         client.allocated[device] = allocated
         if total:
             client.device_total[device] = total
@@ -360,7 +430,8 @@ class Policy:
     def _drop(self, dev: Device, cid: int, now: float, why: str) -> list:
         dev.holders[cid].dropped_at = now
         evict = self._needs_room(dev, cid)
-        return [Send(cid, p.DropLock(dev.index, p.DROP_EVICT if evict else 0)),
+        ordinal = self.clients[cid].own_ordinal(dev.index)
+        return [Send(cid, p.DropLock(ordinal, p.DROP_EVICT if evict else 0)),
                 Log(f"drop {self.clients[cid]}: device {dev.index} {why}"
                     f"{', evict to host' if evict else ''}")]
 
@@ -386,7 +457,7 @@ class Policy:
         flags = (p.GRANT_AFTER_WAIT if wait.queued else 0) | (p.GRANT_SHARED if shared else 0)
         after = f" after waiting {waited:.3f} s" if wait.queued else ""
         beside = f", shared ({_mib(self.memory_of(cid, dev.index))} allocated)" if shared else ""
-        return [Send(cid, p.LockGranted(dev.index, flags, self.tq * 1000)),
+        return [Send(cid, p.LockGranted(client.own_ordinal(dev.index), flags, self.tq * 1000)),
                 Log(f"grant {client}: device {dev.index}{after}{beside}")]
 
     def _revoke(self, dev: Device, cid: int, now: float) -> list:
@@ -395,7 +466,7 @@ class Policy:
         client.revocations += 1
         client.revoked = True
         self.revocations += 1
-        return [Send(cid, p.LockRevoked(dev.index)),
+        return [Send(cid, p.LockRevoked(client.own_ordinal(dev.index))),
                 Log(f"revoke {client}: device {dev.index}, no release within "
                     f"{self.grace_s * 1000:.0f} ms of the drop (held {held:.3f} s)")]
 

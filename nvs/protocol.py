@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 MAGIC = 0x52485347  # b"GSHR" read as a little-endian u32
-VERSION = 1
+VERSION = 2  # 2: DEVICE_UUID
 HEADER = struct.Struct("<IHHII")  # magic, version, type, length, seq
 HEADER_SIZE = HEADER.size
 MAX_PAYLOAD = 1 << 20
@@ -34,6 +34,7 @@ class MsgType(enum.IntEnum):
     CONTROL = 10
     CONTROL_REPLY = 11
     ERROR = 12
+    DEVICE_UUID = 13
 
 
 class Mode(enum.IntEnum):
@@ -199,6 +200,17 @@ class SchedMode(Fixed):
 
 
 @dataclass(frozen=True)
+class DeviceUuid(Fixed):
+    """Which physical GPU the client's registered device is; sent once CUDA is up, before the
+    client's first REQUEST_LOCK."""
+    TYPE = MsgType.DEVICE_UUID
+    LAYOUT = (("device", "I"), ("reserved", "I"), ("gpu_uuid", "48s"))
+    device: int = 0
+    reserved: int = 0
+    gpu_uuid: str = ""  # as NVML writes it: "GPU-" and 8-4-4-4-12 hex digits
+
+
+@dataclass(frozen=True)
 class MemReport(Fixed):
     TYPE = MsgType.MEM_REPORT
     LAYOUT = (("device", "I"), ("reserved", "I"), ("allocated_bytes", "Q"),
@@ -253,7 +265,7 @@ class Error:
 
 MESSAGES = {cls.TYPE: cls for cls in (
     Register, Registered, RequestLock, LockGranted, DropLock, LockReleased, LockRevoked,
-    SchedMode, MemReport, Control, ControlReply, Error)}
+    SchedMode, MemReport, Control, ControlReply, Error, DeviceUuid)}
 FIXED_MESSAGES = {t: cls for t, cls in MESSAGES.items() if issubclass(cls, Fixed)}
 
 

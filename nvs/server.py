@@ -73,7 +73,7 @@ class Server:
         self.gpus = gpus
         self.policy = Policy(settings.tq, settings.mode, settings.grace_ms / 1000,
                              settings.max_clients, reserve_bytes=settings.context_reserve_mib << 20,
-                             nvml_capacity=nvml_capacity(gpus),
+                             nvml_capacity=nvml_capacity(gpus), nvml_uuids=nvml_uuids(gpus),
                              capacity_limit=None if settings.capacity_mib is None
                              else settings.capacity_mib << 20)
         self._listener = trio.socket.from_stdlib_socket(listener)
@@ -209,6 +209,8 @@ class Server:
         elif isinstance(message, p.MemReport):
             actions = policy.mem_report(conn.id, message.device, message.allocated_bytes,
                                         message.device_total_bytes, now)
+        elif isinstance(message, p.DeviceUuid):
+            actions = policy.device_uuid(conn.id, message.device, message.gpu_uuid, now)
         else:
             reply = await self._control(conn, message.body)
             actions = [Send(conn.id, _Reply(reply, seq))]
@@ -334,6 +336,12 @@ def nvml_capacity(gpus: Gpus | None) -> dict[int, int]:
     """Each GPU's memory by index, read once at start (it does not change while we run)."""
     described = gpus.describe() if gpus is not None else None
     return {gpu["index"]: gpu["memory_total_bytes"] for gpu in described or []}
+
+
+def nvml_uuids(gpus: Gpus | None) -> dict[str, int]:
+    """Each GPU's index by UUID, so that clients are keyed by the GPU they really use."""
+    described = gpus.describe() if gpus is not None else None
+    return {gpu["uuid"]: gpu["index"] for gpu in described or [] if gpu.get("uuid")}
 
 
 @dataclass(frozen=True)

@@ -28,9 +28,6 @@ typedef int CUlibraryOption;
 typedef int CUfunction_attribute;
 typedef int CUmem_advise;
 typedef int CUstreamAttrID;
-typedef struct CUuuid_st {
-    char bytes[16];
-} CUuuid;
 typedef void (*CUstreamCallback)(CUstream hStream, CUresult status, void *userData);
 
 typedef enum CUdevice_attribute_enum {

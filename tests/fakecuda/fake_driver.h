@@ -23,6 +23,7 @@ struct fake_config {
     int device_count;        /* FAKECUDA_DEVICE_COUNT */
     uint64_t kernel_us;      /* FAKECUDA_KERNEL_US: simulated time of an ordinary kernel */
     CUresult init_error;     /* FAKECUDA_INIT_ERROR: make cuInit fail with this code */
+    int gpu_set;             /* FAKECUDA_GPU_SET: which physical GPUs this process sees (UUIDs) */
     const char *prefetch_hold; /* FAKECUDA_PREFETCH_HOLD: prefetches last until this file
                                   exists (at most FAKE_PREFETCH_HOLD_S seconds) */
     const char *config_error;/* set when an environment value could not be parsed */

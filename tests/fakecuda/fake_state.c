@@ -77,6 +77,12 @@ static void config_load(void)
         else
             config.config_error = "FAKECUDA_KERNEL_US must be a whole number of microseconds";
     }
+    if ((v = getenv("FAKECUDA_GPU_SET")) && *v) {
+        if (parse_uint(v, &n) && n <= 255)
+            config.gpu_set = (int)n;
+        else
+            config.config_error = "FAKECUDA_GPU_SET must be a whole number from 0 to 255";
+    }
     if ((v = getenv("FAKECUDA_PREFETCH_HOLD")) && *v)
         config.prefetch_hold = v;
     if ((v = getenv("FAKECUDA_INIT_ERROR")) && *v) {
@@ -205,6 +211,7 @@ FAKE_API CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev)
         return CUDA_ERROR_INVALID_VALUE;
     memset(uuid, 0, sizeof *uuid);
     memcpy(uuid->bytes, "gemsharefake", 12);
+    uuid->bytes[14] = (char)fake_config()->gpu_set;
     uuid->bytes[15] = (char)dev;
     return CUDA_SUCCESS;
 }

@@ -2,6 +2,7 @@
 
 import importlib.util
 import re
+import subprocess
 import time
 
 import pytest
@@ -129,3 +130,24 @@ def test_auto_mode_evicts_to_the_host_when_memory_does_not_fit(scheduler_factory
         assert prefetched and max(prefetched) >= size, log
         evictions += len(evicted)
     assert evictions >= 2 and "evict to host" in scheduler.log(), scheduler.log()
+
+
+def test_the_scheduler_knows_which_physical_gpu_a_process_uses(scheduler_factory, gpu_program):
+    scheduler = scheduler_factory(tq=30)
+    program = gpu_program("gpu_work.py", 3, socket=scheduler.socket)
+    client = None
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and program.poll() is None and client is None:
+        clients = status(scheduler.socket)["clients"]
+        client = next((c for c in clients if c["pid"] == program.pid and c["gpu_uuid"]), None)
+        time.sleep(0.1)
+    program.result()
+    assert client is not None, scheduler.log()
+    smi = subprocess.run(["nvidia-smi", "--query-gpu=index,uuid", "--format=csv,noheader"],
+                         capture_output=True, text=True, check=True).stdout
+    by_uuid = {uuid.strip(): int(index) for index, uuid in
+               (line.split(",") for line in smi.strip().splitlines())}
+    # CUDA's UUID, formatted by libnvs, is the one NVML (and nvidia-smi) gives that GPU, and the
+    # scheduler numbers the GPU as NVML does.
+    assert client["gpu_uuid"] in by_uuid, (client, smi)
+    assert client["device"] == by_uuid[client["gpu_uuid"]], (client, smi)

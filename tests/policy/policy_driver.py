@@ -10,9 +10,10 @@ from gemshare_nvs.policy import Policy
 class Driver:
     def __init__(self, tq: int = 30, mode: p.Mode = p.Mode.ON, grace: float = 10.0,
                  max_clients: int = 1024, start: float = 100.0, reserve: int = 512 << 20,
-                 nvml: dict[int, int] | None = None, limit: int | None = None):
+                 nvml: dict[int, int] | None = None, limit: int | None = None,
+                 nvml_uuids: dict[str, int] | None = None):
         self.policy = Policy(tq, mode, grace, max_clients, reserve_bytes=reserve,
-                             nvml_capacity=nvml, capacity_limit=limit)
+                             nvml_capacity=nvml, capacity_limit=limit, nvml_uuids=nvml_uuids)
         self.now = start
         self.sent: list[tuple[int, object]] = []
         self.closed: list[Close] = []
@@ -46,6 +47,9 @@ class Driver:
 
     def configure(self, tq: int | None = None, mode: p.Mode | None = None) -> list:
         return self._take(self.policy.configure(self.now, tq=tq, mode=mode))
+
+    def uuid(self, cid: int, uuid: str, device: int = 0) -> list:
+        return self._take(self.policy.device_uuid(cid, device, uuid, self.now))
 
     def mem(self, cid: int, allocated: int, device: int = 0, total: int = 0) -> list:
         return self._take(self.policy.mem_report(cid, device, allocated, total, self.now))

@@ -62,7 +62,8 @@ def frame(kind, payload, magic=p.MAGIC, version=p.VERSION, length=None):
 
 @pytest.mark.parametrize("raw, fragment, code", [
     (frame(p.MsgType.REQUEST_LOCK, bytes(8), magic=0xDEADBEEF), "bad magic", p.ErrorCode.PROTOCOL),
-    (frame(p.MsgType.REQUEST_LOCK, bytes(8), version=2), "version 2", p.ErrorCode.VERSION),
+    (frame(p.MsgType.REQUEST_LOCK, bytes(8), version=p.VERSION + 1), f"version {p.VERSION + 1}",
+     p.ErrorCode.VERSION),
     (frame(99, b""), "unknown message type 99", p.ErrorCode.PROTOCOL),
     (frame(p.MsgType.CONTROL, b"", length=p.MAX_PAYLOAD + 1), "exceeds", p.ErrorCode.PROTOCOL),
     (frame(p.MsgType.REQUEST_LOCK, bytes(7)), "not 8", p.ErrorCode.PROTOCOL),

@@ -17,13 +17,16 @@ def header(kind: int, length: int, magic: int = p.MAGIC, version: int = p.VERSIO
 
 
 REGISTER = p.encode(p.Register(0, 0, "bad-frames"))
+REGISTER_SIZE = p.Register.struct().size
+NEXT_VERSION = p.VERSION + 1
 STATUS = p.encode(p.Control({"op": "status"}))
 
 CASES = {
-    "bad magic": (header(p.MsgType.REGISTER, 392, magic=0xDEADBEEF) + bytes(392),
-                  PROTOCOL, "bad magic"),
-    "wrong version": (header(p.MsgType.REGISTER, 392, version=2) + bytes(392),
-                      VERSION, "version 2 is not supported"),
+    "bad magic": (header(p.MsgType.REGISTER, REGISTER_SIZE, magic=0xDEADBEEF)
+                  + bytes(REGISTER_SIZE), PROTOCOL, "bad magic"),
+    "wrong version": (header(p.MsgType.REGISTER, REGISTER_SIZE, version=NEXT_VERSION)
+                      + bytes(REGISTER_SIZE), VERSION,
+                      f"version {NEXT_VERSION} is not supported"),
     "unknown type": (header(99, 0), PROTOCOL, "unknown message type 99"),
     "oversized": (header(p.MsgType.CONTROL, p.MAX_PAYLOAD + 1), PROTOCOL, "exceeds"),
     "fixed payload of the wrong size": (REGISTER + header(p.MsgType.REQUEST_LOCK, 4) + bytes(4),
