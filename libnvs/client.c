@@ -128,7 +128,7 @@ static void gs_send_device_uuid(void)
     if (gs_uuid_sent || gs_sock < 0 || gs_registering)
         return;
     struct gs_device_uuid m = {0, 0, {0}};
-    gs_identity_uuid(0, m.gpu_uuid, sizeof m.gpu_uuid);
+    gs_identity_uuid(m.gpu_uuid, sizeof m.gpu_uuid);
     if (m.gpu_uuid[0] != '\0' && gs_send(GS_MSG_DEVICE_UUID, &m, sizeof m)) {
         gs_uuid_sent = true;
         gs_debug("device 0 is %s", m.gpu_uuid);

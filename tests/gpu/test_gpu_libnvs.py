@@ -15,6 +15,22 @@ def status(socket) -> dict:
         return connection.request({"op": "status"})["status"]
 
 
+def clients_while_running(socket, programs, timeout: float = 120):
+    """The scheduler's clients, every 0.1 s, while any of the programs runs."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and any(p.poll() is None for p in programs):
+        yield status(socket)["clients"]
+        time.sleep(0.1)
+
+
+def waits_of(socket, programs) -> dict:
+    """Each client's count of waits for the lock, as last seen while the programs ran."""
+    waits = {}
+    for clients in clients_while_running(socket, programs):
+        waits.update((c["pid"], c["waits"]) for c in clients)
+    return waits
+
+
 def test_pytorch_training_on_managed_memory_matches_plain_training(scheduler_factory,
                                                                     gpu_program):
     scheduler = scheduler_factory(tq=30)
@@ -58,12 +74,7 @@ def test_two_processes_take_turns_in_on_mode(scheduler_factory, gpu_program):
     scheduler = scheduler_factory(tq=1, anti_thrash="on")
     first = gpu_program("gpu_work.py", 6, socket=scheduler.socket)
     second = gpu_program("gpu_work.py", 6, socket=scheduler.socket)
-    deadline = time.monotonic() + 60
-    waits = {}
-    while time.monotonic() < deadline and (first.poll() is None or second.poll() is None):
-        for client in status(scheduler.socket)["clients"]:
-            waits[client["pid"]] = client["waits"]
-        time.sleep(0.2)
+    waits = waits_of(scheduler.socket, [first, second])
     a, b = first.result(), second.result()
     assert a["chunks"] > 0 and b["chunks"] > 0
     # With a 1 s quantum and 6 s of work each, both must have waited for the other more than once.
@@ -90,12 +101,9 @@ def test_auto_mode_lets_processes_that_fit_hold_the_gpu_together(scheduler_facto
     scheduler = scheduler_factory(tq=30, anti_thrash="auto")
     first = gpu_program("gpu_work.py", 4, socket=scheduler.socket)
     second = gpu_program("gpu_work.py", 4, socket=scheduler.socket)
-    most_holding = 0
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and (first.poll() is None or second.poll() is None):
-        clients = status(scheduler.socket)["clients"]
-        most_holding = max(most_holding, sum(c["state"] == "holding" for c in clients))
-        time.sleep(0.1)
+    most_holding = max((sum(c["state"] == "holding" for c in clients)
+                        for clients in clients_while_running(scheduler.socket, [first, second])),
+                       default=0)
     first.result(), second.result()
     # A few hundred MiB each on a card of 80 GiB or more: both fit, so both hold at once.
     assert most_holding == 2, scheduler.log()
@@ -108,12 +116,7 @@ def test_auto_mode_evicts_to_the_host_when_memory_does_not_fit(scheduler_factory
     scheduler = scheduler_factory(tq=2, anti_thrash="auto", capacity_mib=4096)
     programs = [gpu_program("memory_turns.py", 2.5, 10, socket=scheduler.socket,
                             GEMSHARE_DEBUG=1) for _ in range(2)]
-    waits = {}
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and any(p.poll() is None for p in programs):
-        for client in status(scheduler.socket)["clients"]:
-            waits[client["pid"]] = client["waits"]
-        time.sleep(0.2)
+    waits = waits_of(scheduler.socket, programs)
     size = int(2.5 * (1 << 30))
     evictions = 0
     for program in programs:
@@ -135,12 +138,8 @@ def test_auto_mode_evicts_to_the_host_when_memory_does_not_fit(scheduler_factory
 def test_the_scheduler_knows_which_physical_gpu_a_process_uses(scheduler_factory, gpu_program):
     scheduler = scheduler_factory(tq=30)
     program = gpu_program("gpu_work.py", 3, socket=scheduler.socket)
-    client = None
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and program.poll() is None and client is None:
-        clients = status(scheduler.socket)["clients"]
-        client = next((c for c in clients if c["pid"] == program.pid and c["gpu_uuid"]), None)
-        time.sleep(0.1)
+    client = next((c for clients in clients_while_running(scheduler.socket, [program])
+                   for c in clients if c["pid"] == program.pid and c["gpu_uuid"]), None)
     program.result()
     assert client is not None, scheduler.log()
     smi = subprocess.run(["nvidia-smi", "--query-gpu=index,uuid", "--format=csv,noheader"],
