@@ -36,6 +36,7 @@
 #define GS_RETRY_FIRST_MS 100
 #define GS_RETRY_MAX_MS 1000
 #define GS_MEM_REPORT_INTERVAL_MS 100
+#define GS_REAP_INTERVAL_MS 100
 #define GS_CAPTURE_WAIT_MS 5000
 #define GS_STRICT_WAIT_MS 3000
 /* A synchronization that takes longer than this found the GPU still busy. */
@@ -67,6 +68,7 @@ static uint32_t gs_seq;
 static uint32_t gs_mode = GS_MODE_ON;
 static enum gs_lock_state gs_lock = GS_LOCK_NONE;
 static int64_t gs_last_mem_report = INT64_MIN / 2;
+static int64_t gs_last_reap = INT64_MIN / 2;
 static unsigned gs_idle_seen;
 static int64_t gs_idle_since;
 static uint8_t gs_rbuf[2 * GS_WIRE_MAX_INBOUND];
@@ -186,6 +188,20 @@ static void gs_release(uint32_t device, uint32_t reason, bool evict)
                                                                             : "revoked");
     }
     gs_maybe_request();
+}
+
+/* Frees converted memory whose cuMemFreeAsync its stream has reached. Otherwise only the
+ * program's next allocation, free or cuMemGetInfo would, and reports would overstate until then.
+ * Never inside a capture: captures wait while it runs. */
+static void gs_reap_freed(int64_t now)
+{
+    if (now - gs_last_reap < GS_REAP_INTERVAL_MS || !gs_memory_deferred_pending())
+        return;
+    gs_last_reap = now;
+    if (!gs_capture_hold_off(0))
+        return;
+    gs_memory_reap();
+    gs_capture_allow();
 }
 
 /* Early release: nothing submitted for the idle time, nothing in flight, the GPU work done. */
@@ -465,6 +481,8 @@ static int gs_poll_timeout(int64_t now)
     if (gs_sock >= 0 && !gs_registering && gs_memory_has_changes() &&
         gs_last_mem_report + GS_MEM_REPORT_INTERVAL_MS < due)
         due = gs_last_mem_report + GS_MEM_REPORT_INTERVAL_MS;
+    if (gs_last_reap + GS_REAP_INTERVAL_MS < due && gs_memory_deferred_pending())
+        due = gs_last_reap + GS_REAP_INTERVAL_MS;
     unsigned idle_ms = gs_config()->idle_release_ms;
     if (gs_lock == GS_LOCK_HELD && idle_ms > 0) {
         int64_t tick = now + (idle_ms / 4 > 50 ? 50 : idle_ms / 4 + 1);
@@ -478,6 +496,7 @@ static int gs_poll_timeout(int64_t now)
 
 static void gs_service(int64_t now)
 {
+    gs_reap_freed(now); /* before a report, which then has the freed memory gone */
     if (gs_sock < 0) {
         if (now >= gs_next_retry || atomic_exchange(&gs_retry_now, 0))
             gs_connect();

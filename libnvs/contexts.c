@@ -91,16 +91,34 @@ CUresult gs_impl_cuDevicePrimaryCtxRetain(enum gs_variant variant, CUcontext *pc
     return r;
 }
 
+/* The last release makes the driver reset the context, freeing its allocations: their counts go
+ * with it. The driver's own state decides which release was the last (a retain we did not see
+ * must not end it early); our count only where the driver cannot say. */
 static CUresult gs_primary_release(CUresult (*release)(CUdevice), CUdevice dev)
 {
     pthread_mutex_lock(&gs_ctx_life_mu);
     CUresult r = release(dev);
+    unsigned int flags;
+    int active = -1;
+    if (r == CUDA_SUCCESS &&
+        GS_REAL(cuDevicePrimaryCtxGetState, GS_LEGACY)(dev, &flags, &active) != CUDA_SUCCESS)
+        active = -1;
     pthread_mutex_lock(&gs_ctx_mu);
     struct gs_context *c = gs_ctx_find_primary(dev);
-    if (r == CUDA_SUCCESS && c && --c->primary_retains <= 0)
-        gs_ctx_remove(c); /* the driver destroys it with its last retain */
+    CUcontext gone = NULL;
+    if (r == CUDA_SUCCESS && c) {
+        c->primary_retains--;
+        if (active == 0 || (active < 0 && c->primary_retains <= 0)) {
+            gone = c->ctx;
+            gs_ctx_remove(c);
+        } else if (c->primary_retains < 0) {
+            c->primary_retains = 0; /* retained where we did not see it */
+        }
+    }
     pthread_mutex_unlock(&gs_ctx_mu);
     pthread_mutex_unlock(&gs_ctx_life_mu);
+    if (gone)
+        gs_memory_forget_context(gone);
     return r;
 }
 
@@ -222,6 +240,8 @@ bool gs_contexts_enter(CUcontext ctx, CUstream *swap_stream)
         return false;
     }
     CUresult r = GS_REAL(cuCtxPushCurrent_v2, GS_LEGACY)(ctx);
+    if (r == CUDA_SUCCESS && swap_stream == NULL)
+        return true; /* the context alone */
     if (r == CUDA_SUCCESS && stream == NULL) {
         /* Non-blocking: the program's legacy-stream work must never queue behind our moves. */
         r = GS_REAL(cuStreamCreate, GS_LEGACY)(&stream, CU_STREAM_NON_BLOCKING);
@@ -237,8 +257,9 @@ bool gs_contexts_enter(CUcontext ctx, CUstream *swap_stream)
         }
     }
     if (r != CUDA_SUCCESS) {
-        gs_debug("cannot move memory of context %p in bulk (error %d); page faults will",
-                 (void *)ctx, r);
+        if (swap_stream)
+            gs_debug("cannot move memory of context %p in bulk (error %d); page faults will",
+                     (void *)ctx, r);
         pthread_mutex_unlock(&gs_ctx_life_mu);
         return false;
     }

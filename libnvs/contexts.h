@@ -13,9 +13,10 @@ void gs_contexts_note(CUcontext ctx, CUdevice dev);
 void gs_contexts_synchronize(void);
 
 /* Makes a known context current on this thread and gives its stream for moving memory (made
- * on first use, non-blocking), keeping the context from being destroyed until
- * gs_contexts_leave(). False, holding nothing, when the context is unknown or gone, or the
- * stream cannot be made. Client thread only, never while a stream capture is active. */
+ * on first use, non-blocking; none when swap_stream is NULL), keeping the context from being
+ * destroyed until gs_contexts_leave(). False, holding nothing, when the context is unknown or
+ * gone, or the stream cannot be made. Client thread only, never while a stream capture is
+ * active. */
 bool gs_contexts_enter(CUcontext ctx, CUstream *swap_stream);
 void gs_contexts_leave(void);
 

@@ -56,6 +56,7 @@ typedef struct CUgraphNode_st *CUgraphNode;
 typedef struct CUgraphExec_st *CUgraphExec;
 typedef struct CUmemPoolHandle_st *CUmemoryPool;
 typedef void (*CUhostFn)(void *userData);
+typedef void (*CUstreamCallback)(CUstream hStream, CUresult status, void *userData);
 
 /* Parameter blocks libnvs only passes through (declared, never completed here). */
 typedef struct CUlaunchAttribute_st CUlaunchAttribute;
@@ -65,6 +66,8 @@ typedef struct CUgraphEdgeData_st CUgraphEdgeData;
 typedef struct CUDA_LAUNCH_PARAMS_st CUDA_LAUNCH_PARAMS;
 typedef struct CUmemcpyAttributes_st CUmemcpyAttributes;
 typedef struct CUDA_MEMCPY3D_BATCH_OP_st CUDA_MEMCPY3D_BATCH_OP;
+typedef struct CUarrayMapInfo_st CUarrayMapInfo;
+typedef struct CUmemDecompressParams_st CUmemDecompressParams;
 
 /* cuGetProcAddress flags and answers. */
 typedef enum CUdriverProcAddress_flags_enum {

@@ -21,7 +21,7 @@
     X(CUcontext) X(CUmodule) X(CUfunction) X(CUarray) X(CUevent) X(CUstream) X(CUgraph)          \
     X(CUgraphNode) X(CUgraphExec) X(CUmemoryPool) X(CUhostFn) X(CUlaunchAttribute)               \
     X(CUexecAffinityParam) X(CUctxCreateParams) X(CUgraphEdgeData) X(CUDA_LAUNCH_PARAMS)         \
-    X(CUmemcpyAttributes) X(CUDA_MEMCPY3D_BATCH_OP)
+    X(CUmemcpyAttributes) X(CUDA_MEMCPY3D_BATCH_OP) X(CUarrayMapInfo) X(CUmemDecompressParams)
 
 /* Enumerations: same size and signedness (their constants are checked one by one). */
 #define GS_ENUMS(X)                                                                              \
@@ -113,6 +113,7 @@
 GS_TYPES(GS_CAPTURE_TYPE)
 GS_ENUMS(GS_CAPTURE_TYPE)
 GS_STRUCTS(GS_CAPTURE_TYPE)
+typedef CUstreamCallback cudah_CUstreamCallback;
 #define GS_CAPTURE_CONSTANT(C) enum { cudah_##C = C };
 GS_CONSTANTS(GS_CAPTURE_CONSTANT)
 
@@ -161,4 +162,10 @@ void gs_cuda_api_check(void)
     GS_SAME_TYPE(__typeof__(((T *)0)->f), __typeof__(((cudah_##T *)0)->f),                      \
                  #T "." #f ": type differs")
     GS_FIELDS(GS_CHECK_FIELD, GS_CHECK_FIELD_LAYOUT)
+    /* Our CUresult is a type of its own in this scope (checked above as an enumeration), so a
+     * function type that takes one is compared shape for shape, with cuda.h's CUresult put in
+     * its place on cuda.h's side. */
+    GS_SAME_TYPE(CUstreamCallback, void (*)(CUstream, CUresult, void *), "CUstreamCallback shape")
+    GS_SAME_TYPE(void (*)(CUstream, cudah_CUresult, void *), cudah_CUstreamCallback,
+                 "CUstreamCallback differs from cuda.h")
 }

@@ -1,4 +1,4 @@
-/* The gemshare wire protocol, version 1: the C definition of docs/protocol.md.
+/* The gemshare wire protocol, version 2: the C definition of docs/protocol.md.
  * nvs/protocol.py is the Python one; tests/protocol/test_c_header_agrees.py checks they agree.
  * All integers travel little-endian; the structs below are the payloads byte for byte on the
  * little-endian machines gemshare supports (x86-64, aarch64). */

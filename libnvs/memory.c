@@ -35,6 +35,19 @@ struct gs_alloc {
     enum gs_alloc_kind kind;
     CUevent free_after; /* cuMemFreeAsync of converted memory: free once this event completes */
     uint64_t stamp;     /* when it was allocated, by gs_alloc_clock: the order of bulk moves */
+    /* VMM: the driver keeps the physical memory until the handle is released (refs: cuMemCreate
+     * and cuMemRetainAllocationHandle less cuMemRelease) and every mapping of it is unmapped.
+     * With refs at 0 the record is out of the table (the handle value is dead) and only its
+     * mappings point to it. */
+    int refs, maps;
+};
+
+/* A cuMemMap of a counted handle, keyed by its address; unmapping ends it. */
+struct gs_vmm_map {
+    struct gs_vmm_map *next;
+    CUdeviceptr ptr;
+    size_t size;
+    struct gs_alloc *handle;
 };
 
 #define GS_BUCKETS 4096
@@ -44,8 +57,14 @@ struct gs_alloc {
 #define GS_PITCH_ALIGNMENT 512
 
 static pthread_mutex_t gs_mem_mu = PTHREAD_MUTEX_INITIALIZER;
+/* Held across a reap (before gs_mem_mu), so that a refusal for lack of memory waits for a reap
+ * in progress on another thread instead of missing the memory it frees. */
+static pthread_mutex_t gs_reap_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct gs_alloc *gs_buckets[GS_BUCKETS];
 static uint64_t gs_allocated[GS_MAX_DEVICES];
+/* The part of gs_allocated that is the program's own managed memory: reported, never limited. */
+static uint64_t gs_unlimited[GS_MAX_DEVICES];
+static struct gs_vmm_map *gs_maps[GS_BUCKETS];
 static bool gs_device_used[GS_MAX_DEVICES];
 static bool gs_device_changed[GS_MAX_DEVICES];
 static struct gs_alloc *gs_deferred; /* converted allocations waiting for their free event */
@@ -81,12 +100,14 @@ static void gs_link(struct gs_alloc *a)
     gs_buckets[b] = a;
 }
 
-/* Under gs_mem_mu: count bytes in or out of a device and tell the client thread. */
-static void gs_count(int device, int64_t delta)
+/* Under gs_mem_mu: count bytes of this kind in or out of a device and tell the client thread. */
+static void gs_count(int device, int64_t delta, enum gs_alloc_kind kind)
 {
     if (device < 0 || device >= GS_MAX_DEVICES)
         return;
     gs_allocated[device] += (uint64_t)delta;
+    if (kind == GS_ALLOC_MANAGED)
+        gs_unlimited[device] += (uint64_t)delta;
     gs_device_used[device] = true;
     gs_device_changed[device] = true;
     if (!atomic_exchange(&gs_mem_changed, 1))
@@ -102,14 +123,14 @@ static void gs_record(uint64_t key, size_t size, CUcontext ctx, int device,
         gs_warn("out of host memory for allocation records; %zu bytes at %#llx go uncounted",
                 size, (unsigned long long)key);
         if (!count)
-            gs_count(device, -(int64_t)size);
+            gs_count(device, -(int64_t)size, kind);
         return;
     }
     *a = (struct gs_alloc){.key = key, .size = size, .ctx = ctx, .device = device, .kind = kind,
-                           .stamp = ++gs_alloc_clock};
+                           .stamp = ++gs_alloc_clock, .refs = 1};
     gs_link(a);
     if (count)
-        gs_count(device, (int64_t)size);
+        gs_count(device, (int64_t)size, kind);
     gs_debug("%s: %zu bytes on device %d at %#llx (now %llu bytes there)",
              gs_alloc_kind_names[kind], size, device, (unsigned long long)key,
              device >= 0 && device < GS_MAX_DEVICES ? (unsigned long long)gs_allocated[device] : 0);
@@ -120,7 +141,7 @@ static struct gs_alloc *gs_unrecord(struct gs_alloc **p)
 {
     struct gs_alloc *a = *p;
     *p = a->next;
-    gs_count(a->device, -(int64_t)a->size);
+    gs_count(a->device, -(int64_t)a->size, a->kind);
     return a;
 }
 
@@ -151,13 +172,16 @@ static bool gs_current(CUcontext *ctx, int *device)
     return true;
 }
 
-/* Frees deferred allocations whose event completed (every one when wait). */
-static void gs_reap_deferred(bool wait)
+/* Frees deferred allocations whose event completed (every one when wait). The client thread
+ * (from_client) holds captures off itself and enters each allocation's context, having none of
+ * its own; what it cannot enter is left to the program's next call. */
+static void gs_reap_deferred(bool wait, bool from_client)
 {
     /* Querying events and freeing managed memory may synchronize: never while a graph capture
      * runs (it would invalidate it); the frees wait until the capture ends. */
-    if (gs_capture_active())
+    if (!from_client && gs_capture_active())
         return;
+    pthread_mutex_lock(&gs_reap_mu);
     pthread_mutex_lock(&gs_mem_mu);
     struct gs_alloc *list = gs_deferred, *keep = NULL, *done = NULL;
     gs_deferred = NULL;
@@ -170,13 +194,16 @@ static void gs_reap_deferred(bool wait)
         list = a->next;
         CUresult r = wait ? GS_REAL(cuEventSynchronize, GS_LEGACY)(a->free_after)
                           : GS_REAL(cuEventQuery, GS_LEGACY)(a->free_after);
-        if (r == CUDA_ERROR_NOT_READY) {
+        if (r == CUDA_ERROR_NOT_READY ||
+            (from_client && (a->ctx == NULL || !gs_contexts_enter(a->ctx, NULL)))) {
             a->next = keep;
             keep = a;
             continue;
         }
         GS_REAL(cuEventDestroy_v2, GS_LEGACY)(a->free_after);
         r = GS_REAL(cuMemFree_v2, GS_LEGACY)((CUdeviceptr)a->key);
+        if (from_client)
+            gs_contexts_leave();
         if (r != CUDA_SUCCESS)
             gs_debug("deferred free of %#llx failed (error %d)", (unsigned long long)a->key, r);
         a->next = done;
@@ -195,36 +222,54 @@ static void gs_reap_deferred(bool wait)
     while (done) {
         struct gs_alloc *a = done;
         done = a->next;
-        gs_count(a->device, -(int64_t)a->size);
+        gs_count(a->device, -(int64_t)a->size, a->kind);
         free(a);
     }
     pthread_mutex_unlock(&gs_mem_mu);
+    pthread_mutex_unlock(&gs_reap_mu);
+}
+
+bool gs_memory_deferred_pending(void)
+{
+    pthread_mutex_lock(&gs_mem_mu);
+    bool pending = gs_deferred != NULL;
+    pthread_mutex_unlock(&gs_mem_mu);
+    return pending;
+}
+
+void gs_memory_reap(void)
+{
+    gs_reap_deferred(false, true);
 }
 
 /* Counts `size` bytes on the device before a converted allocation is made, refusing what would
- * make this one process hold more than the whole device. */
+ * make this one process hold more than the whole device. The program's own managed memory is
+ * left out of that sum: it may exceed the device natively, so it must not crowd out the rest. */
 static CUresult gs_reserve(const char *api, int device, size_t size)
 {
     const struct gs_config *cfg = gs_config();
     uint64_t total = gs_total_of(device);
     for (int attempt = 0;; attempt++) {
         pthread_mutex_lock(&gs_mem_mu);
-        uint64_t held = device >= 0 && device < GS_MAX_DEVICES ? gs_allocated[device] : 0;
+        uint64_t held = device >= 0 && device < GS_MAX_DEVICES
+                            ? gs_allocated[device] - gs_unlimited[device]
+                            : 0;
         bool fits = cfg->single_oversub || total == 0 || (size <= total && held <= total - size);
         if (fits) {
-            gs_count(device, (int64_t)size);
+            gs_count(device, (int64_t)size, GS_ALLOC_CONVERTED);
             pthread_mutex_unlock(&gs_mem_mu);
             return CUDA_SUCCESS;
         }
-        bool deferred = gs_deferred != NULL;
         pthread_mutex_unlock(&gs_mem_mu);
-        if (attempt == 0 && deferred) {
-            gs_reap_deferred(true); /* memory freed with cuMemFreeAsync may be all we need */
+        if (attempt == 0) {
+            /* Memory freed with cuMemFreeAsync may be enough (also one another thread is
+             * freeing right now: the reap waits for it). */
+            gs_reap_deferred(true, false);
             continue;
         }
         gs_debug("%s of %zu bytes refused with CUDA_ERROR_OUT_OF_MEMORY: this process already "
-                 "holds %llu of the %llu bytes of device %d (GEMSHARE_ENABLE_SINGLE_OVERSUB=1 "
-                 "allows one process more than the device)",
+                 "holds %llu of the %llu bytes of device %d, not counting its own managed memory "
+                 "(GEMSHARE_ENABLE_SINGLE_OVERSUB=1 allows one process more than the device)",
                  api, size, (unsigned long long)held, (unsigned long long)total, device);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
@@ -233,7 +278,7 @@ static CUresult gs_reserve(const char *api, int device, size_t size)
 static void gs_unreserve(int device, size_t size)
 {
     pthread_mutex_lock(&gs_mem_mu);
-    gs_count(device, -(int64_t)size);
+    gs_count(device, -(int64_t)size, GS_ALLOC_CONVERTED);
     pthread_mutex_unlock(&gs_mem_mu);
 }
 
@@ -284,7 +329,7 @@ static void gs_maybe_reap(void)
                gs_deferred_bytes >= GS_DEFERRED_BATCH_BYTES;
     pthread_mutex_unlock(&gs_mem_mu);
     if (due)
-        gs_reap_deferred(false);
+        gs_reap_deferred(false, false);
 }
 
 CUresult gs_impl_cuMemAlloc_v2(enum gs_variant variant, CUdeviceptr *dptr, size_t bytesize)
@@ -373,10 +418,10 @@ CUresult gs_impl_cuMemCreate(enum gs_variant variant, CUmemGenericAllocationHand
 
 /* Unlinks the record before the driver frees, so that an address the driver hands out again at
  * once is never confused with the old one; relinks it if the free failed. */
-static CUresult gs_free_counted(uint64_t key, bool vmm, CUresult (*free_it)(uint64_t key))
+static CUresult gs_free_counted(uint64_t key, CUresult (*free_it)(uint64_t key))
 {
     pthread_mutex_lock(&gs_mem_mu);
-    struct gs_alloc **p = key ? gs_find(key, vmm) : NULL;
+    struct gs_alloc **p = key ? gs_find(key, false) : NULL;
     struct gs_alloc *a = p ? *p : NULL;
     if (a)
         *p = a->next;
@@ -385,7 +430,7 @@ static CUresult gs_free_counted(uint64_t key, bool vmm, CUresult (*free_it)(uint
     if (a) {
         pthread_mutex_lock(&gs_mem_mu);
         if (r == CUDA_SUCCESS)
-            gs_count(a->device, -(int64_t)a->size);
+            gs_count(a->device, -(int64_t)a->size, a->kind);
         else
             gs_link(a);
         pthread_mutex_unlock(&gs_mem_mu);
@@ -400,15 +445,10 @@ static CUresult gs_driver_mem_free(uint64_t key)
     return GS_REAL(cuMemFree_v2, GS_LEGACY)((CUdeviceptr)key);
 }
 
-static CUresult gs_driver_mem_release(uint64_t key)
-{
-    return GS_REAL(cuMemRelease, GS_LEGACY)((CUmemGenericAllocationHandle)key);
-}
-
 CUresult gs_impl_cuMemFree_v2(enum gs_variant variant, CUdeviceptr dptr)
 {
     (void)variant; /* no per-thread twin */
-    CUresult r = gs_free_counted(dptr, false, gs_driver_mem_free);
+    CUresult r = gs_free_counted(dptr, gs_driver_mem_free);
     gs_maybe_reap();
     return r;
 }
@@ -426,7 +466,7 @@ CUresult gs_impl_cuMemFreeAsync(enum gs_variant variant, CUdeviceptr dptr, CUstr
         CUresult r = GS_REAL(cuMemFreeAsync, variant)(dptr, hStream);
         pthread_mutex_lock(&gs_mem_mu);
         if (a && r == CUDA_SUCCESS)
-            gs_count(a->device, -(int64_t)a->size);
+            gs_count(a->device, -(int64_t)a->size, a->kind);
         else if (a)
             gs_link(a); /* not freed after all */
         pthread_mutex_unlock(&gs_mem_mu);
@@ -451,6 +491,8 @@ CUresult gs_impl_cuMemFreeAsync(enum gs_variant variant, CUdeviceptr dptr, CUstr
     }
     pthread_mutex_lock(&gs_mem_mu);
     if (event) {
+        if (gs_deferred == NULL)
+            gs_client_wake(); /* its loop may sleep with nothing due: it reaps what is pending */
         a->free_after = event;
         a->next = gs_deferred;
         gs_deferred = a;
@@ -471,10 +513,158 @@ CUresult gs_impl_cuMemFreeAsync(enum gs_variant variant, CUdeviceptr dptr, CUstr
     return r;
 }
 
+/* Under gs_mem_mu: a VMM handle's bytes stop counting once it is released and unmapped
+ * everywhere, when the driver frees the physical memory. */
+static void gs_vmm_maybe_end(struct gs_alloc *a)
+{
+    if (a->refs > 0 || a->maps > 0)
+        return;
+    gs_count(a->device, -(int64_t)a->size, a->kind);
+    gs_debug("VMM: %zu bytes on device %d freed (released and unmapped)", a->size, a->device);
+    free(a);
+}
+
+static size_t gs_map_bucket(CUdeviceptr ptr)
+{
+    return (size_t)((ptr * 0x9e3779b97f4a7c15ull) >> 52) % GS_BUCKETS;
+}
+
 CUresult gs_impl_cuMemRelease(enum gs_variant variant, CUmemGenericAllocationHandle handle)
 {
     (void)variant; /* no per-thread twin */
-    return gs_free_counted(handle, true, gs_driver_mem_release);
+    /* The last reference leaves the table before the driver call, so that a handle value the
+     * driver hands out again at once is never confused with this one; refs stays 1 meanwhile,
+     * so that an unmap in between does not end the record under us. */
+    pthread_mutex_lock(&gs_mem_mu);
+    struct gs_alloc **p = handle ? gs_find(handle, true) : NULL;
+    struct gs_alloc *a = p ? *p : NULL;
+    bool last = a && a->refs == 1;
+    if (last)
+        *p = a->next;
+    pthread_mutex_unlock(&gs_mem_mu);
+    CUresult r = GS_REAL(cuMemRelease, GS_LEGACY)(handle);
+    if (a) {
+        pthread_mutex_lock(&gs_mem_mu);
+        if (r != CUDA_SUCCESS) {
+            if (last)
+                gs_link(a);
+        } else {
+            a->refs--;
+            gs_vmm_maybe_end(a); /* or its mappings keep it, as they keep the memory */
+        }
+        pthread_mutex_unlock(&gs_mem_mu);
+    }
+    return r;
+}
+
+CUresult gs_impl_cuMemRetainAllocationHandle(enum gs_variant variant,
+                                             CUmemGenericAllocationHandle *handle, void *addr)
+{
+    CUresult r = GS_REAL(cuMemRetainAllocationHandle, variant)(handle, addr);
+    if (r != CUDA_SUCCESS || handle == NULL)
+        return r;
+    /* One more cuMemRelease to come: find the handle by the mapping at addr. */
+    CUdeviceptr at = (CUdeviceptr)(uintptr_t)addr;
+    pthread_mutex_lock(&gs_mem_mu);
+    struct gs_vmm_map *m = gs_maps[gs_map_bucket(at)];
+    while (m && m->ptr != at)
+        m = m->next;
+    for (size_t b = 0; m == NULL && b < GS_BUCKETS; b++)
+        for (m = gs_maps[b]; m && !(at >= m->ptr && at - m->ptr < m->size); m = m->next)
+            ;
+    if (m) {
+        struct gs_alloc *a = m->handle;
+        if (a->refs++ == 0) { /* released before: known again by the handle now handed out */
+            a->key = *handle;
+            gs_link(a);
+        }
+    }
+    pthread_mutex_unlock(&gs_mem_mu);
+    return r;
+}
+
+CUresult gs_impl_cuMemMap(enum gs_variant variant, CUdeviceptr ptr, size_t size, size_t offset,
+                          CUmemGenericAllocationHandle handle, unsigned long long flags)
+{
+    CUresult r = GS_REAL(cuMemMap, variant)(ptr, size, offset, handle, flags);
+    if (r != CUDA_SUCCESS)
+        return r;
+    pthread_mutex_lock(&gs_mem_mu);
+    struct gs_alloc **p = gs_find(handle, true); /* none: imported or not ours to count */
+    struct gs_vmm_map *m = p ? malloc(sizeof *m) : NULL;
+    if (m) {
+        *m = (struct gs_vmm_map){.ptr = ptr, .size = size, .handle = *p};
+        size_t b = gs_map_bucket(ptr);
+        m->next = gs_maps[b];
+        gs_maps[b] = m;
+        (*p)->maps++;
+    } else if (p) {
+        gs_warn("out of host memory for mapping records; the %zu bytes of VMM handle %#llx "
+                "stop counting at its release",
+                (*p)->size, (unsigned long long)handle);
+    }
+    pthread_mutex_unlock(&gs_mem_mu);
+    return r;
+}
+
+/* Under gs_mem_mu: unlinks the mapping starting at ptr, or NULL. */
+static struct gs_vmm_map *gs_map_take(CUdeviceptr ptr)
+{
+    for (struct gs_vmm_map **q = &gs_maps[gs_map_bucket(ptr)]; *q; q = &(*q)->next) {
+        if ((*q)->ptr == ptr) {
+            struct gs_vmm_map *m = *q;
+            *q = m->next;
+            return m;
+        }
+    }
+    return NULL;
+}
+
+CUresult gs_impl_cuMemUnmap(enum gs_variant variant, CUdeviceptr ptr, size_t size)
+{
+    /* The range is whole mappings, back to back. They leave the table before the driver call,
+     * so that the same addresses mapped again at once are never confused with them. */
+    CUdeviceptr end = ptr + size;
+    struct gs_vmm_map *taken = NULL;
+    pthread_mutex_lock(&gs_mem_mu);
+    CUdeviceptr at = ptr;
+    struct gs_vmm_map *m;
+    while (at < end && (m = gs_map_take(at)) != NULL) {
+        at = m->ptr + m->size;
+        m->next = taken;
+        taken = m;
+    }
+    for (size_t b = 0; at < end && b < GS_BUCKETS; b++) { /* not back to back after all */
+        for (struct gs_vmm_map **q = &gs_maps[b]; *q;) {
+            m = *q;
+            if (m->ptr >= ptr && m->ptr < end) {
+                *q = m->next;
+                m->next = taken;
+                taken = m;
+            } else {
+                q = &m->next;
+            }
+        }
+    }
+    pthread_mutex_unlock(&gs_mem_mu);
+
+    CUresult r = GS_REAL(cuMemUnmap, variant)(ptr, size);
+    pthread_mutex_lock(&gs_mem_mu);
+    while (taken) {
+        m = taken;
+        taken = m->next;
+        if (r != CUDA_SUCCESS) { /* still mapped */
+            size_t b = gs_map_bucket(m->ptr);
+            m->next = gs_maps[b];
+            gs_maps[b] = m;
+            continue;
+        }
+        m->handle->maps--;
+        gs_vmm_maybe_end(m->handle);
+        free(m);
+    }
+    pthread_mutex_unlock(&gs_mem_mu);
+    return r;
 }
 
 CUresult gs_impl_cuMemGetInfo_v2(enum gs_variant variant, size_t *free_bytes, size_t *total)
@@ -486,7 +676,7 @@ CUresult gs_impl_cuMemGetInfo_v2(enum gs_variant variant, size_t *free_bytes, si
         !gs_current(&ctx, &device) || device >= GS_MAX_DEVICES)
         return r;
     atomic_store(&gs_device_total[device], (uint64_t)*total);
-    gs_reap_deferred(false);
+    gs_reap_deferred(false, false);
     /* With Unified Memory the whole device is this process's while it holds the lock: what is
      * free is what it has not allocated, whatever other processes hold. */
     pthread_mutex_lock(&gs_mem_mu);
@@ -516,7 +706,7 @@ void gs_memory_forget_context(CUcontext ctx)
             *p = a->next;
             gs_deferred_count--;
             gs_deferred_bytes -= a->size;
-            gs_count(a->device, -(int64_t)a->size);
+            gs_count(a->device, -(int64_t)a->size, a->kind);
             free(a);
         } else {
             p = &a->next;
@@ -680,10 +870,14 @@ void gs_memory_after_fork_child(void)
     /* CUDA does not survive fork: the child starts with nothing allocated. The parent's records
      * are dropped, not freed (another thread may have been changing them). */
     pthread_mutex_init(&gs_mem_mu, NULL);
-    for (size_t b = 0; b < GS_BUCKETS; b++)
+    pthread_mutex_init(&gs_reap_mu, NULL);
+    for (size_t b = 0; b < GS_BUCKETS; b++) {
         gs_buckets[b] = NULL;
+        gs_maps[b] = NULL;
+    }
     for (int d = 0; d < GS_MAX_DEVICES; d++) {
         gs_allocated[d] = 0;
+        gs_unlimited[d] = 0;
         gs_device_used[d] = gs_device_changed[d] = false;
     }
     gs_deferred = NULL;

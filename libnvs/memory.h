@@ -28,6 +28,12 @@ int gs_memory_changes(struct gs_mem_usage out[GS_MAX_DEVICES], bool all);
  * GEMSHARE_SWAP_IN_WAIT=0. For the client thread, while stream captures are held off. */
 void gs_memory_migrate(int device, bool to_host);
 
+/* Whether converted memory freed with cuMemFreeAsync still waits to be freed. */
+bool gs_memory_deferred_pending(void);
+/* Frees what of it the stream has reached, in each allocation's own context. For the client
+ * thread, while stream captures are held off. */
+void gs_memory_reap(void);
+
 /* The context was destroyed or reset: its allocations are gone. */
 void gs_memory_forget_context(CUcontext ctx);
 

@@ -732,3 +732,93 @@ FAKE_PTSZ_PAIR(cuMemPrefetchBatchAsync,
                 size_t *prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags,
                 CUstream hStream),
                dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, hStream)
+
+/* Discarding drops managed pages' contents; the fake keeps the bytes (their value becomes
+ * undefined, which keeping them satisfies) and queues one marker per call. */
+static CUresult discard_batch(const struct fake_call *call, CUdeviceptr *dptrs, size_t *sizes,
+                              size_t count, unsigned long long flags, CUstream hStream)
+{
+    struct CUstream_st *s;
+    FAKE_TRY(fake_stream_resolve(hStream, call->per_thread, &s));
+    if (!dptrs || !sizes || count == 0 || flags != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < count; i++) {
+        struct fake_alloc a;
+        if (!fake_alloc_lookup(U(dptrs[i]), &a) || a.kind != FAKE_MEM_MANAGED || sizes[i] == 0 ||
+            U(dptrs[i]) + sizes[i] > a.base + a.size)
+            return CUDA_ERROR_INVALID_VALUE;
+    }
+    struct fake_op op = {.kind = FAKE_OP_NOP, .what = "discard"};
+    char details[48];
+    snprintf(details, sizeof details, "count=%zu", count);
+    return fake_submit(call, "discard", s, &op, details);
+}
+
+static CUresult cuMemDiscardBatchAsync_impl(const struct fake_call *call, CUdeviceptr *dptrs,
+                                            size_t *sizes, size_t count, unsigned long long flags,
+                                            CUstream hStream)
+{
+    return discard_batch(call, dptrs, sizes, count, flags, hStream);
+}
+FAKE_PTSZ_PAIR(cuMemDiscardBatchAsync,
+               (CUdeviceptr *dptrs, size_t *sizes, size_t count, unsigned long long flags,
+                CUstream hStream),
+               dptrs, sizes, count, flags, hStream)
+
+/* A discard followed by a batch prefetch: logged as the discard, then one prefetch per range. */
+static CUresult cuMemDiscardAndPrefetchBatchAsync_impl(
+    const struct fake_call *call, CUdeviceptr *dptrs, size_t *sizes, size_t count,
+    CUmemLocation *prefetchLocs, size_t *prefetchLocIdxs, size_t numPrefetchLocs,
+    unsigned long long flags, CUstream hStream)
+{
+    if (!prefetchLocs || !prefetchLocIdxs || numPrefetchLocs == 0 || prefetchLocIdxs[0] != 0)
+        return fake_check_init() != CUDA_SUCCESS ? fake_check_init() : CUDA_ERROR_INVALID_VALUE;
+    FAKE_TRY(discard_batch(call, dptrs, sizes, count, flags, hStream));
+    return cuMemPrefetchBatchAsync_impl(call, dptrs, sizes, count, prefetchLocs, prefetchLocIdxs,
+                                        numPrefetchLocs, flags, hStream);
+}
+FAKE_PTSZ_PAIR(cuMemDiscardAndPrefetchBatchAsync,
+               (CUdeviceptr *dptrs, size_t *sizes, size_t count, CUmemLocation *prefetchLocs,
+                size_t *prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags,
+                CUstream hStream),
+               dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, hStream)
+
+/* ---- decompression and array mappings ------------------------------------------------------ */
+
+/* Neither is modelled (the parameter blocks stay opaque here): each call queues one marker, so
+ * it is ordered and logged as the stream work it is. */
+static CUresult stream_marker(const struct fake_call *call, const char *event, bool ok,
+                              size_t count, CUstream hStream)
+{
+    struct CUstream_st *s;
+    FAKE_TRY(fake_stream_resolve(hStream, call->per_thread, &s));
+    if (!ok || count == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct fake_op op = {.kind = FAKE_OP_NOP, .what = event};
+    char details[48];
+    snprintf(details, sizeof details, "count=%zu", count);
+    return fake_submit(call, event, s, &op, details);
+}
+
+static CUresult cuMemBatchDecompressAsync_impl(const struct fake_call *call,
+                                               CUmemDecompressParams *paramsArray, size_t count,
+                                               unsigned int flags, size_t *errorIndex,
+                                               CUstream stream)
+{
+    if (errorIndex)
+        *errorIndex = SIZE_MAX;
+    return stream_marker(call, "decompress", paramsArray && flags == 0, count, stream);
+}
+FAKE_PTSZ_PAIR(cuMemBatchDecompressAsync,
+               (CUmemDecompressParams *paramsArray, size_t count, unsigned int flags,
+                size_t *errorIndex, CUstream stream),
+               paramsArray, count, flags, errorIndex, stream)
+
+static CUresult cuMemMapArrayAsync_impl(const struct fake_call *call, CUarrayMapInfo *mapInfoList,
+                                        unsigned int count, CUstream hStream)
+{
+    return stream_marker(call, "map_array", mapInfoList != NULL, count, hStream);
+}
+FAKE_PTSZ_PAIR(cuMemMapArrayAsync, (CUarrayMapInfo *mapInfoList, unsigned int count,
+                                    CUstream hStream),
+               mapInfoList, count, hStream)

@@ -28,7 +28,6 @@ typedef int CUlibraryOption;
 typedef int CUfunction_attribute;
 typedef int CUmem_advise;
 typedef int CUstreamAttrID;
-typedef void (*CUstreamCallback)(CUstream hStream, CUresult status, void *userData);
 
 typedef enum CUdevice_attribute_enum {
     CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 1,

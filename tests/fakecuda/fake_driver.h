@@ -107,6 +107,11 @@ bool fake_alloc_remove(uintptr_t base, struct fake_alloc *out);
 void fake_release(const struct fake_alloc *a, const char *api);
 /* Frees the pool allocation at base: a stream-ordered free reached on the device, or cuMemFree. */
 void fake_free_async_now(uintptr_t base, const char *api);
+/* A pool allocation of `size` bytes is gone: the pool no longer holds it. */
+void fake_pool_forget(void *pool, size_t size);
+/* The context was destroyed, reset or released for the last time: its device, managed and pool
+ * allocations are freed (logged as "free" with api=). Its work must have finished. */
+void fake_memory_free_context(CUcontext ctx, const char *api);
 
 /* ---- streams, the simulated device, events ------------------------------------------------- */
 #define FAKE_STREAM_MAGIC 0x5354524du

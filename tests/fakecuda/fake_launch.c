@@ -270,6 +270,38 @@ FAKE_API CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *launc
     return r;
 }
 
+/* The deprecated launches take the block shape from cuFuncSetBlockShape, which the fake does not
+ * model: one thread per block. cuLaunch is a grid of one block. No per-thread twins exist. */
+FAKE_API CUresult cuLaunch(CUfunction f)
+{
+    static const struct fake_call call = {"cuLaunch", false};
+    struct launch l = {f, {1, 1, 1}, {1, 1, 1}, 0, NULL, NULL};
+    return launch(&call, "launch", &l);
+}
+
+static CUresult launch_grid(const struct fake_call *call, CUfunction f, int width, int height,
+                            CUstream hStream)
+{
+    if (width <= 0 || height <= 0)
+        return fake_check_init() != CUDA_SUCCESS ? fake_check_init() : CUDA_ERROR_INVALID_VALUE;
+    struct launch l = {f, {(unsigned int)width, (unsigned int)height, 1}, {1, 1, 1}, 0, hStream,
+                       NULL};
+    return launch(call, "launch", &l);
+}
+
+FAKE_API CUresult cuLaunchGrid(CUfunction f, int grid_width, int grid_height)
+{
+    static const struct fake_call call = {"cuLaunchGrid", false};
+    return launch_grid(&call, f, grid_width, grid_height, NULL);
+}
+
+FAKE_API CUresult cuLaunchGridAsync(CUfunction f, int grid_width, int grid_height,
+                                    CUstream hStream)
+{
+    static const struct fake_call call = {"cuLaunchGridAsync", false};
+    return launch_grid(&call, f, grid_width, grid_height, hStream);
+}
+
 static CUresult cuLaunchHostFunc_impl(const struct fake_call *call, CUstream hStream, CUhostFn fn,
                                       void *userData)
 {

@@ -277,6 +277,34 @@ void fake_release(const struct fake_alloc *a, const char *api)
              (unsigned long long)a->base, a->size, kind_name(a->kind));
 }
 
+void fake_memory_free_context(CUcontext ctx, const char *api)
+{
+    /* Device, managed and pool allocations die with their context. VMM handles belong to the
+     * device, and pinned host memory is left alone (nothing counts it). */
+    struct fake_alloc *dead = NULL;
+    pthread_mutex_lock(&registry_lock);
+    for (struct fake_alloc **pp = &registry; *pp;) {
+        struct fake_alloc *n = *pp;
+        if (n->ctx == ctx && (n->kind == FAKE_MEM_DEVICE || n->kind == FAKE_MEM_MANAGED ||
+                              n->kind == FAKE_MEM_ASYNC)) {
+            *pp = n->next;
+            n->next = dead;
+            dead = n;
+        } else {
+            pp = &n->next;
+        }
+    }
+    pthread_mutex_unlock(&registry_lock);
+    while (dead) {
+        struct fake_alloc *n = dead;
+        dead = n->next;
+        if (n->kind == FAKE_MEM_ASYNC && n->pool)
+            fake_pool_forget(n->pool, n->size);
+        fake_release(n, api);
+        free(n);
+    }
+}
+
 FAKE_API CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes)
 {
     CUcontext ctx;

@@ -213,13 +213,18 @@ FAKE_PTSZ_PAIR(cuMemAllocFromPoolAsync,
                (CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream), dptr,
                bytesize, pool, hStream)
 
+void fake_pool_forget(void *pool, size_t size)
+{
+    atomic_fetch_sub(&((struct CUmemPoolHandle_st *)pool)->used, size);
+}
+
 void fake_free_async_now(uintptr_t base, const char *api)
 {
     struct fake_alloc a;
     if (!fake_alloc_remove(base, &a))
         return; /* freed twice: the second free was refused when it was made */
     if (a.pool)
-        atomic_fetch_sub(&((struct CUmemPoolHandle_st *)a.pool)->used, a.size);
+        fake_pool_forget(a.pool, a.size);
     fake_release(&a, api);
 }
 

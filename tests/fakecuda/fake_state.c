@@ -375,13 +375,20 @@ FAKE_API CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
         return r;
     pthread_mutex_lock(&ctx_lock);
     struct primary *p = &primaries[dev];
+    struct CUctx_st *gone = NULL;
     if (p->retain <= 0)
         r = CUDA_ERROR_INVALID_CONTEXT;
-    else if (--p->retain == 0 && p->ctx)
+    else if (--p->retain == 0 && p->ctx) {
         atomic_fetch_add(&p->ctx->generation, 1); /* the driver destroys the context */
+        gone = p->ctx;
+    }
     int retain = p->retain;
     pthread_mutex_unlock(&ctx_lock);
     fake_log("primary_release", "dev=%d refs=%d result=%d", dev, retain, (int)r);
+    if (gone) { /* its work finishes, then its memory goes, as the driver resets it */
+        fake_wait_seq(atomic_load(&gone->last_seq));
+        fake_memory_free_context(gone, "cuDevicePrimaryCtxRelease");
+    }
     return r;
 }
 
@@ -417,11 +424,16 @@ FAKE_API CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
 {
     FAKE_TRY(fake_check_device(dev));
     pthread_mutex_lock(&ctx_lock);
+    struct CUctx_st *ctx = primaries[dev].ctx;
     primaries[dev].retain = 0;
-    if (primaries[dev].ctx)
-        atomic_fetch_add(&primaries[dev].ctx->generation, 1);
+    if (ctx)
+        atomic_fetch_add(&ctx->generation, 1);
     pthread_mutex_unlock(&ctx_lock);
     fake_log("primary_reset", "dev=%d", dev);
+    if (ctx) {
+        fake_wait_seq(atomic_load(&ctx->last_seq));
+        fake_memory_free_context(ctx, "cuDevicePrimaryCtxReset");
+    }
     return CUDA_SUCCESS;
 }
 
@@ -478,6 +490,7 @@ FAKE_API CUresult cuCtxDestroy_v2(CUcontext ctx)
         return CUDA_ERROR_INVALID_CONTEXT;
     /* Outstanding work finishes before the context goes away. */
     fake_wait_seq(atomic_load(&ctx->last_seq));
+    fake_memory_free_context(ctx, "cuCtxDestroy_v2");
     ctx->magic = 0;
     atomic_fetch_add(&ctx->generation, 1);
     for (int i = 0; i < ctx_depth; i++)

@@ -42,6 +42,16 @@ static const char usage[] =
     "  memset NAME BYTE | memset-async NAME WORD | prefetch NAME\n"
     "  launch US | launch-ex US | launches N US   \"sleep\" kernels of US microseconds\n"
     "  host-func | sync | stream-sync | stream-query\n"
+    "  coop-launch US | launch-grid US | launch-grid-async US | launch-plain\n"
+    "                            cooperative / deprecated cuLaunchGrid(Async) / cuLaunch sleeps\n"
+    "  stream-callback           cuStreamAddCallback\n"
+    "  write-async NAME BYTE     cuMemcpyHtoDAsync   memset-2d NAME BYTE   cuMemsetD2D8 (2 rows)\n"
+    "  copy-async|copy-peer|copy-2d|copy-3d|copy-batch DST SRC   device copies of min(sizes):\n"
+    "                            cuMemcpyDtoDAsync, cuMemcpyPeer, cuMemcpy2D, cuMemcpy3D,\n"
+    "                            cuMemcpyBatchAsync (_v2)\n"
+    "  prefetch-batch|discard|discard-prefetch NAME   cuMemPrefetchBatchAsync,\n"
+    "                            cuMemDiscardBatchAsync, cuMemDiscardAndPrefetchBatchAsync\n"
+    "  decompress | map-array    cuMemBatchDecompressAsync / cuMemMapArrayAsync (dummy blocks)\n"
     "  stream-new | stream-use N | stream-default   create (and use) stream N = 1, 2, ... /\n"
     "                            use stream N again / use the default stream\n"
     "  block-until PATH          queue a host function that waits for PATH to exist\n"
@@ -53,6 +63,8 @@ static const char usage[] =
     "  threads N LAUNCHES US     N threads launching at once, each then synchronizing\n"
     "  ctx-create | ctx-primary  a new context / the primary one becomes current\n"
     "  primary-reset             reset the primary context, then retain it and make it current\n"
+    "  primary-release           cuDevicePrimaryCtxRelease (init retains it again)\n"
+    "  vmm-release NAME          cuMemRelease of a vmm-alloc's handle, still mapped (free unmaps)\n"
     "  fork STEP... end          run the steps in a forked child and wait for it\n"
     "  get-proc NAME VERSION FLAGS   cuGetProcAddress_v2 through dlopen/dlsym\n"
     "  sleep-ms MS | wait-file PATH | touch-file PATH | pid | exit CODE\n";
@@ -290,7 +302,7 @@ static CUresult free_buffer(struct buffer *b)
     case B_ASYNC: r = api.cuMemFreeAsync(b->ptr, stream); break;
     case B_VMM:
         r = api.cuMemUnmap(b->ptr, b->size);
-        if (r == CUDA_SUCCESS)
+        if (r == CUDA_SUCCESS && b->handle) /* 0: vmm-release gave it back already */
             r = api.cuMemRelease(b->handle);
         if (r == CUDA_SUCCESS)
             r = api.cuMemAddressFree(b->ptr, b->size);
@@ -415,6 +427,88 @@ static void count_host_func(void *arg)
 {
     (void)arg;
     atomic_fetch_add(&host_func_runs, 1);
+}
+
+/* ---- steps: the other kinds of submission ------------------------------------------------- */
+
+/* Device-to-device copies of the smaller of two buffers, one per copy entry point. */
+static void step_copy(const char *step, struct buffer *dst, struct buffer *src)
+{
+    size_t n = dst->size < src->size ? dst->size : src->size;
+    CUresult r;
+    if (strcmp(step, "copy-async") == 0)
+        r = api.cuMemcpyDtoDAsync(dst->ptr, src->ptr, n, stream);
+    else if (strcmp(step, "copy-peer") == 0)
+        r = api.cuMemcpyPeer(dst->ptr, context, src->ptr, context, n);
+    else if (strcmp(step, "copy-2d") == 0) {
+        CUDA_MEMCPY2D c = {0};
+        c.srcMemoryType = CU_MEMORYTYPE_DEVICE, c.srcDevice = src->ptr, c.srcPitch = n / 2;
+        c.dstMemoryType = CU_MEMORYTYPE_DEVICE, c.dstDevice = dst->ptr, c.dstPitch = n / 2;
+        c.WidthInBytes = n / 2, c.Height = 2;
+        r = api.cuMemcpy2D(&c);
+    } else if (strcmp(step, "copy-3d") == 0) {
+        CUDA_MEMCPY3D c = {0};
+        c.srcMemoryType = CU_MEMORYTYPE_DEVICE, c.srcDevice = src->ptr, c.srcPitch = n / 4;
+        c.srcHeight = 2;
+        c.dstMemoryType = CU_MEMORYTYPE_DEVICE, c.dstDevice = dst->ptr, c.dstPitch = n / 4;
+        c.dstHeight = 2;
+        c.WidthInBytes = n / 4, c.Height = 2, c.Depth = 2;
+        r = api.cuMemcpy3D(&c);
+    } else {
+        /* No attributes: the fake ignores them (a real driver wants at least one). */
+        CUdeviceptr dsts[] = {dst->ptr}, srcs[] = {src->ptr};
+        size_t sizes[] = {n};
+        r = api.cuMemcpyBatchAsync(dsts, srcs, sizes, 1, NULL, NULL, 0, stream);
+    }
+    report(r, step, "dst=%s src=%s bytes=%zu", dst->name, src->name, n);
+}
+
+/* Batched prefetch/discard of one managed buffer to this device. */
+static void step_batch(const char *step, struct buffer *b)
+{
+    CUdeviceptr dptrs[] = {b->ptr};
+    size_t sizes[] = {b->size}, loc_idx[] = {0};
+    CUmemLocation locs[] = {{CU_MEM_LOCATION_TYPE_DEVICE, device}};
+    CUresult r;
+    if (strcmp(step, "prefetch-batch") == 0)
+        r = api.cuMemPrefetchBatchAsync(dptrs, sizes, 1, locs, loc_idx, 1, 0, stream);
+    else if (strcmp(step, "discard") == 0)
+        r = api.cuMemDiscardBatchAsync(dptrs, sizes, 1, 0, stream);
+    else
+        r = api.cuMemDiscardAndPrefetchBatchAsync(dptrs, sizes, 1, locs, loc_idx, 1, 0, stream);
+    report(r, step, "name=%s size=%zu", b->name, b->size);
+}
+
+static void count_stream_callback(CUstream s, CUresult status, void *arg)
+{
+    (void)s;
+    (void)status;
+    count_host_func(arg);
+}
+
+static void step_write_async(struct buffer *b, int value)
+{
+    /* Never freed: the copy reads it when the device gets to it, after this step returns. */
+    unsigned char *host = malloc(b->size);
+    if (!host)
+        die_usage("out of host memory");
+    memset(host, value, b->size);
+    report(api.cuMemcpyHtoDAsync(b->ptr, host, b->size, stream), "write-async", "name=%s bytes=%zu",
+           b->name, b->size);
+}
+
+/* The fake queues both without reading their parameter blocks (opaque to the stand-in too). */
+static void step_opaque_batch(const char *step)
+{
+    static unsigned char block[256];
+    CUresult r;
+    if (strcmp(step, "decompress") == 0) {
+        size_t error_index = 0;
+        r = api.cuMemBatchDecompressAsync((CUmemDecompressParams *)(void *)block, 1, 0,
+                                          &error_index, stream);
+    } else
+        r = api.cuMemMapArrayAsync((CUarrayMapInfo *)(void *)block, 1, stream);
+    report(r, step, NULL);
 }
 
 /* Captures on a stream of its own, as frameworks do (the legacy stream cannot capture). */
@@ -630,6 +724,40 @@ static bool run_step(int *i, int argc, char **argv)
         for (int k = 0; k < n && r == CUDA_SUCCESS; k++)
             r = launch_sleep(us, false);
         report(r, "launches", "n=%d us=%u", n, us);
+    } else if (strcmp(step, "coop-launch") == 0) {
+        unsigned int us = (unsigned int)parse_size(ARG());
+        report(api.cuLaunchCooperativeKernel(sleep_fn, us ? us : 1, 1, 1, 1, 1, 1, 0, stream,
+                                             NULL),
+               step, "us=%u", us);
+    } else if (strcmp(step, "launch-grid") == 0 || strcmp(step, "launch-grid-async") == 0) {
+        int us = (int)parse_size(ARG());
+        us = us ? us : 1;
+        report(step[11] ? api.cuLaunchGridAsync(sleep_fn, us, 1, stream)
+                        : api.cuLaunchGrid(sleep_fn, us, 1),
+               step, "us=%d", us);
+    } else if (strcmp(step, "launch-plain") == 0)
+        report(api.cuLaunch(sleep_fn), step, NULL);
+    else if (strcmp(step, "stream-callback") == 0)
+        report(api.cuStreamAddCallback(stream, count_stream_callback, NULL, 0), step, "runs=%d",
+               atomic_load(&host_func_runs));
+    else if (strcmp(step, "write-async") == 0) {
+        struct buffer *b = find_buffer(ARG());
+        step_write_async(b, (int)strtol(ARG(), NULL, 0));
+    } else if (strcmp(step, "memset-2d") == 0) {
+        struct buffer *b = find_buffer(ARG());
+        unsigned char v = (unsigned char)strtol(ARG(), NULL, 0);
+        report(api.cuMemsetD2D8(b->ptr, b->size / 2, v, b->size / 2, 2), step, "name=%s",
+               b->name);
+    } else if (!strcmp(step, "copy-async") || !strcmp(step, "copy-peer") ||
+               !strcmp(step, "copy-2d") || !strcmp(step, "copy-3d") ||
+               !strcmp(step, "copy-batch")) {
+        struct buffer *dst = find_buffer(ARG());
+        step_copy(step, dst, find_buffer(ARG()));
+    } else if (!strcmp(step, "prefetch-batch") || !strcmp(step, "discard") ||
+               !strcmp(step, "discard-prefetch"))
+        step_batch(step, find_buffer(ARG()));
+    else if (!strcmp(step, "decompress") || !strcmp(step, "map-array")) {
+        step_opaque_batch(step);
     } else if (strcmp(step, "host-func") == 0)
         report(api.cuLaunchHostFunc(stream, count_host_func, NULL), "host-func", "runs=%d",
                atomic_load(&host_func_runs));
@@ -702,6 +830,14 @@ static bool run_step(int *i, int argc, char **argv)
         report(api.cuCtxSetCurrent(context), "ctx-primary", "ctx=%p", (void *)context);
     else if (strcmp(step, "primary-reset") == 0)
         step_primary_reset();
+    else if (strcmp(step, "primary-release") == 0)
+        report(api.cuDevicePrimaryCtxRelease(device), "primary-release", "ctx=%p",
+               (void *)context);
+    else if (strcmp(step, "vmm-release") == 0) {
+        struct buffer *b = find_buffer(ARG());
+        report(api.cuMemRelease(b->handle), "vmm-release", "name=%s", b->name);
+        b->handle = 0;
+    }
     else if (strcmp(step, "threads") == 0) {
         int n = (int)parse_size(ARG());
         int launches = (int)parse_size(ARG());

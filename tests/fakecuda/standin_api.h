@@ -67,6 +67,21 @@
     X(cuMemsetD8, cuMemsetD8_v2, PTDS, 12000)                                                      \
     X(cuMemsetD32Async, cuMemsetD32Async, PTSZ, 12000)                                             \
     X(cuMemPrefetchAsync, cuMemPrefetchAsync_v2, PTSZ, 12020)                                      \
+    X(cuLaunchCooperativeKernel, cuLaunchCooperativeKernel, PTSZ, 12000)                           \
+    X(cuLaunch, cuLaunch, NONE, 12000)                                                             \
+    X(cuLaunchGrid, cuLaunchGrid, NONE, 12000)                                                     \
+    X(cuLaunchGridAsync, cuLaunchGridAsync, NONE, 12000)                                           \
+    X(cuStreamAddCallback, cuStreamAddCallback, PTSZ, 12000)                                       \
+    X(cuMemcpyDtoDAsync, cuMemcpyDtoDAsync_v2, PTSZ, 12000)                                        \
+    X(cuMemcpyPeer, cuMemcpyPeer, PTDS, 12000)                                                     \
+    X(cuMemcpy3D, cuMemcpy3D_v2, PTDS, 12000)                                                      \
+    X(cuMemcpyBatchAsync, cuMemcpyBatchAsync_v2, PTSZ, 13000)                                      \
+    X(cuMemsetD2D8, cuMemsetD2D8_v2, PTDS, 12000)                                                  \
+    X(cuMemPrefetchBatchAsync, cuMemPrefetchBatchAsync, PTSZ, 13000)                               \
+    X(cuMemDiscardBatchAsync, cuMemDiscardBatchAsync, PTSZ, 13000)                                 \
+    X(cuMemDiscardAndPrefetchBatchAsync, cuMemDiscardAndPrefetchBatchAsync, PTSZ, 13000)           \
+    X(cuMemBatchDecompressAsync, cuMemBatchDecompressAsync, PTSZ, 12060)                           \
+    X(cuMemMapArrayAsync, cuMemMapArrayAsync, PTSZ, 11010)                                         \
     X(cuStreamCreate, cuStreamCreate, NONE, 12000)                                                 \
     X(cuStreamSynchronize, cuStreamSynchronize, PTSZ, 12000)                                       \
     X(cuStreamQuery, cuStreamQuery, PTSZ, 12000)                                                   \

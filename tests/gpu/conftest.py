@@ -49,6 +49,18 @@ class GpuProgram(subprocess.Popen):
         return self.finish()[0]
 
 
+@pytest.fixture(scope="session")
+def cudart_12() -> Path:
+    """A CUDA 12 runtime: GEMSHARE_TEST_CUDART_12, or the nvidia-cuda-runtime-cu12 wheel's."""
+    candidates = [Path(os.environ["GEMSHARE_TEST_CUDART_12"])] \
+        if "GEMSHARE_TEST_CUDART_12" in os.environ else \
+        [Path(entry) / "nvidia/cuda_runtime/lib/libcudart.so.12" for entry in sys.path if entry]
+    found = next((path for path in candidates if path.is_file()), None)
+    if found is None:
+        pytest.skip("needs a CUDA 12 runtime (pip install nvidia-cuda-runtime-cu12)")
+    return found
+
+
 @pytest.fixture
 def gpu_program(libnvs):
     """Start a program from programs/ (under libnvs.so unless preload=False)."""

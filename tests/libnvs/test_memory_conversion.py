@@ -7,6 +7,8 @@ memory is counted, never limited."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from gemshare_nvs import protocol as p
 
@@ -21,6 +23,11 @@ TEXTURE_PITCH_ALIGNMENT = 32  # what the fake device reports, as an H100 does
 
 def allocations_of(gpu, pid):
     return [e for e in gpu.events() if e.pid == pid and e.name.startswith("alloc_")]
+
+
+def reported(scheduler, pid):
+    """What the scheduler last heard this process holds (MEM_REPORT), or None."""
+    return (client_of(scheduler_status(scheduler.socket), pid) or {}).get("allocated_bytes")
 
 
 def test_device_allocations_become_managed_memory_holding_real_bytes(gpu):
@@ -118,6 +125,111 @@ def test_virtual_memory_stays_as_it_is_and_is_counted(gpu):
     assert (held, after) == (DEVICE - 4 * MIB, DEVICE)
     assert fakelog.named(gpu.events(), "vmm_create", pid=result.pid)
     assert not allocations_of(gpu, result.pid)
+
+
+def test_virtual_memory_counts_until_released_and_unmapped(gpu_with):
+    """CUDA samples and NCCL release a handle right after mapping it: the driver keeps the
+    physical memory until the last mapping goes, and so does the count."""
+    gpu, scheduler = gpu_with()
+    unmodified = gpu.run(["init", "vmm-alloc", "v", "4M", "vmm-release", "v", "mem-info", "free",
+                          "v", "mem-info"], preload=False)
+    assert unmodified.returncode == 0, unmodified.describe()
+    assert [int(m["free"]) for m in unmodified.steps("mem-info")] == [DEVICE - 4 * MIB, DEVICE]
+
+    program = gpu.start(["init", "vmm-alloc", "v", "4M", "vmm-release", "v", "mem-info",
+                         "touch-file", gpu.path("released"), "wait-file", gpu.path("go"), "free",
+                         "v", "mem-info", "touch-file", gpu.path("unmapped"), "wait-file",
+                         gpu.path("end")])
+    wait_file(gpu.path("released"))
+    wait_for(lambda: reported(scheduler, program.pid) == 4 * MIB, "a report of 4 MiB")
+    time.sleep(0.3)  # a later report (at most every 100 ms) would say otherwise
+    assert reported(scheduler, program.pid) == 4 * MIB
+    gpu.path("go").touch()
+    wait_file(gpu.path("unmapped"))
+    wait_for(lambda: reported(scheduler, program.pid) == 0, "a report of nothing held")
+    gpu.path("end").touch()
+    result = program.wait()
+    assert result.returncode == 0, result.describe()
+    assert [int(m["free"]) for m in result.steps("mem-info")] == [DEVICE - 4 * MIB, DEVICE]
+    (freed,) = fakelog.named(gpu.events(), "vmm_free", pid=program.pid)
+    assert freed["size"] == str(4 * MIB)
+
+
+def test_the_last_primary_context_release_frees_its_memory(gpu_with):
+    """The driver resets the primary context at its last release, freeing its allocations:
+    they stop counting, and do not crowd out what the program allocates next."""
+    gpu, scheduler = gpu_with()
+    steps = ["init", "alloc", "a", "40M", "primary-release", "init", "mem-info", "alloc", "b",
+             "40M", "mem-info"]
+    unmodified = gpu.run([*steps, "free", "b"], preload=False)
+    assert unmodified.returncode == 0, unmodified.describe()
+    assert [a["result"] for a in unmodified.steps("alloc")] == ["0", "0"]
+
+    program = gpu.start([*steps, "touch-file", gpu.path("done"), "wait-file", gpu.path("end")])
+    wait_file(gpu.path("done"))
+    wait_for(lambda: reported(scheduler, program.pid) == 40 * MIB, "a report of 40 MiB")
+    gpu.path("end").touch()
+    result = program.wait()
+    assert result.returncode == 0, result.describe()
+    assert [a["result"] for a in result.steps("alloc")] == ["0", "0"]
+    assert [int(m["free"]) for m in result.steps("mem-info")] == [DEVICE, DEVICE - 40 * MIB]
+    freed = [e for e in fakelog.named(gpu.events(), "free", pid=program.pid)
+             if e["api"] == "cuDevicePrimaryCtxRelease"]
+    assert [e["ptr"] for e in freed] == [result.steps("alloc")[0]["ptr"]]
+
+
+def test_the_program_s_own_managed_memory_does_not_crowd_out_device_allocations(gpu):
+    """Its own managed memory is counted (reported, cuMemGetInfo) but only converted and device
+    memory meet the single-process limit: what works without libnvs works with it."""
+    steps = ["init", "alloc-managed", "m", "100M", "alloc", "a", "1M", "mem-info", "alloc", "b",
+             "64M"]
+    unmodified = gpu.run([*steps, "free", "a", "free", "m"], preload=False)
+    result = gpu.run(steps)
+    for run in (unmodified, result):
+        a, b = run.steps("alloc")
+        assert (a["result"], b["result"]) == ("0", OUT_OF_MEMORY), run.describe()
+    assert result.ok("mem-info")["free"] == "0"  # 101 MiB held on a 64 MiB device
+
+
+def test_memory_freed_in_stream_order_stops_counting_without_another_call(gpu_with):
+    """The client thread frees converted memory once its stream reached cuMemFreeAsync, and
+    reports it: no later call of the program's is needed."""
+    gpu, scheduler = gpu_with()
+    program = gpu.start(["init", "alloc-async", "x", "8M", "touch-file", gpu.path("allocated"),
+                         "wait-file", gpu.path("go"), "free", "x", "sync", "touch-file",
+                         gpu.path("freed"), "wait-file", gpu.path("end")])
+    wait_file(gpu.path("allocated"))
+    wait_for(lambda: reported(scheduler, program.pid) == 8 * MIB, "a report of 8 MiB")
+    gpu.path("go").touch()
+    wait_file(gpu.path("freed"))
+    wait_for(lambda: reported(scheduler, program.pid) == 0, "a report of nothing held",
+             timeout=5)
+    gpu.path("end").touch()
+    result = program.wait()
+    assert result.returncode == 0, result.describe()
+    (freed,) = fakelog.named(gpu.events(), "free", pid=program.pid)
+    assert (freed["ptr"], freed["kind"]) == (result.ok("alloc-async")["ptr"], "managed")
+
+
+def test_memory_freed_in_stream_order_is_not_freed_inside_a_capture(gpu_with):
+    """Freeing managed memory may synchronize: the client thread waits until the capture ends."""
+    gpu, scheduler = gpu_with()
+    hold = gpu.path("hold")
+    program = gpu.start(["init", "alloc-async", "x", "8M", "block-until", hold, "free", "x",
+                         "stream-new", "capture-begin", "global", "touch-file", hold,
+                         "sleep-ms", "400", "capture-end", "touch-file", gpu.path("captured"),
+                         "wait-file", gpu.path("end")])
+    wait_file(gpu.path("captured"))
+    wait_for(lambda: reported(scheduler, program.pid) == 0, "a report of nothing held",
+             timeout=5)
+    gpu.path("end").touch()
+    result = program.wait()
+    assert result.returncode == 0, result.describe()
+    events = gpu.events()
+    assert not fakelog.named(events, "capture_violation", "capture_invalidated", pid=program.pid)
+    (capture_end,) = fakelog.named(events, "capture_end", pid=program.pid)
+    (freed,) = fakelog.named(events, "free", pid=program.pid)
+    assert freed.ns > capture_end.ns
 
 
 def test_one_process_may_not_hold_more_than_the_device_by_default(gpu):
