@@ -182,9 +182,26 @@ def fitted_clients_table(console: Console, status: dict) -> Table:
     return table
 
 
+def truncation_note(status: dict) -> Text | None:
+    """One line when the scheduler trimmed the status to fit its reply in one frame."""
+    trimmed = status.get("truncated")
+    if not isinstance(trimmed, dict):
+        return None
+    left_out = [f"{count} {what}{'' if count == 1 else 's'}"
+                for what, key in (("client", "clients_omitted"), ("device", "devices_omitted"))
+                if isinstance(count := trimmed.get(key), int) and count > 0]
+    if trimmed.get("allocated_by_device_omitted"):
+        left_out.append("per-device memory of each client")
+    return Text(f"Status trimmed to fit one reply: not shown: {', '.join(left_out) or 'some'}.",
+                style="yellow")
+
+
 def status_view(console: Console, status: dict, socket: str) -> Group:
     """Everything `gemsharectl status` prints, top to bottom."""
     parts = [_summary(status, socket)]
+    note = truncation_note(status)
+    if note is not None:
+        parts.append(note)
     devices = devices_table(status)
     if devices is not None:
         parts.append(devices)

@@ -6,7 +6,7 @@ Validation happens before anything changes, so a request with one bad value appl
 from __future__ import annotations
 
 from .protocol import Mode
-from .settings import check_mode, check_tq
+from .settings import check_mode, check_tq, shortened, shown
 
 SET_KEYS = ("tq", "anti_thrash")
 
@@ -25,7 +25,7 @@ class Refused(Exception):
 def operation(body: dict) -> str:
     op = body.get("op")
     if op not in ("status", "set"):
-        raise Refused("protocol", f"unknown control op {op!r}: use \"status\" or \"set\"")
+        raise Refused("protocol", f"unknown control op {shown(op)}: use \"status\" or \"set\"")
     return op
 
 
@@ -33,8 +33,10 @@ def parse_set(body: dict) -> tuple[int | None, Mode | None]:
     """The new TQ and mode of a `set` request (None where not given), or Refused."""
     unknown = sorted(set(body) - {"op", *SET_KEYS})
     if unknown:
-        raise Refused("invalid", f"set accepts only tq and anti_thrash, not "
-                                 f"{', '.join(map(str, unknown))}; nothing was changed")
+        named = ", ".join(shortened(key) for key in unknown[:3])
+        more = f" and {len(unknown) - 3} more" if len(unknown) > 3 else ""
+        raise Refused("invalid", f"set accepts only tq and anti_thrash, not {named}{more}; "
+                                 "nothing was changed")
     if not any(key in body for key in SET_KEYS):
         raise Refused("invalid", "set needs tq, anti_thrash or both; nothing was changed")
     try:

@@ -1,10 +1,12 @@
 """The scheduler's listening socket: inherited from systemd, or bound by us with care.
 
-Binding: the directory is created 0755 if missing; the socket file is mode 0666 so any local user
-can connect as a client (control permissions are checked per request, from SO_PEERCRED). A lock
-file beside the socket (`<socket>.lock`) makes two schedulers on one path impossible; a socket
-file nobody answers on is stale and replaced; one that answers belongs to a live scheduler (or to
-systemd's socket unit) and is left alone.
+Binding: the directory is created 0755 if missing; an existing one must not let other users
+swap files in it (owned by root or us, and not writable by others unless sticky), since we run as
+root. The socket file is created mode 0666 so any local user can connect as a client (control
+permissions are checked per request, from SO_PEERCRED). A lock file beside the socket
+(`<socket>.lock`, never followed if it is a symbolic link) makes two schedulers on one path
+impossible; a socket file nobody answers on is stale and replaced; one that answers belongs to a
+live scheduler (or to systemd's socket unit) and is left alone.
 """
 
 from __future__ import annotations
@@ -107,6 +109,7 @@ def inherited_socket(environ=os.environ) -> socket.socket | None:
 
 def _make_directory(directory: Path) -> None:
     if directory.is_dir():
+        _check_directory(directory)
         return
     try:
         directory.mkdir(mode=0o755, parents=True)
@@ -118,13 +121,30 @@ def _make_directory(directory: Path) -> None:
                             "run as root or choose another --socket") from None
 
 
+def _check_directory(directory: Path) -> None:
+    """Refuse a directory where another user could replace the socket or the lock file."""
+    info = os.stat(directory)
+    if info.st_uid not in (0, os.geteuid()):
+        raise ListenerError(f"the socket directory {directory} belongs to uid {info.st_uid}, "
+                            "who could replace the socket; use a directory owned by root or by "
+                            "this user, or choose another --socket")
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not info.st_mode & stat.S_ISVTX:
+        raise ListenerError(f"the socket directory {directory} is writable by other users "
+                            f"(mode {stat.S_IMODE(info.st_mode):04o}), who could replace the "
+                            "socket; remove their write permission (or set the sticky bit) or "
+                            "choose another --socket")
+
+
 def _take_lock(path: Path) -> int:
     """An exclusive lock on `<socket>.lock`, held for the scheduler's life."""
     where = lock_path(path)
     for _ in range(10):  # retried only when the file was replaced under us
         try:
-            fd = os.open(where, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            fd = os.open(where, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
         except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise ListenerError(f"the lock file {where} is a symbolic link; remove it or "
+                                    "choose another --socket") from None
             raise ListenerError(f"cannot create the lock file {where}: {exc.strerror}; run as "
                                 "root or choose another --socket") from None
         try:
@@ -179,11 +199,16 @@ def _clear_stale(path: Path) -> None:
 
 def _bind(path: Path) -> socket.socket:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    # The file is made 0666 (any local user may be a client) by bind itself: a chmod after it
+    # would follow whatever the path names by then. We run single-threaded here, so the
+    # process-wide umask can be borrowed.
+    old_umask = os.umask(0o111)
     try:
         sock.bind(str(path))
-        os.chmod(path, 0o666)  # any local user may be a client
         sock.listen(BACKLOG)
     except OSError as exc:
         sock.close()
         raise ListenerError(f"cannot listen on socket {path}: {exc.strerror or exc}") from None
+    finally:
+        os.umask(old_umask)
     return sock

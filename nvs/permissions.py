@@ -1,7 +1,8 @@
 """Who may change the scheduler's settings: uid 0 and members of the control group.
 
-Membership counts the peer's primary gid (from SO_PEERCRED) and the supplementary groups of its
-user as the system's group database lists them.
+Membership counts the peer's primary gid and its supplementary groups as the kernel reported
+them when it connected (peer.py): what the process really has. Only where the kernel could not
+say does the system's group database decide, by the groups it lists for the peer's user.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ import os
 import pwd
 
 
-def may_control(uid: int, gid: int, group: str) -> tuple[bool, str]:
+def may_control(uid: int, gid: int, groups: tuple[int, ...] | None,
+                group: str) -> tuple[bool, str]:
     """(allowed, why not). Blocking: the group database may live on the network."""
     if uid == 0:
         return True, ""
@@ -21,14 +23,22 @@ def may_control(uid: int, gid: int, group: str) -> tuple[bool, str]:
         return False, (f"permission denied: only root may change settings, because the control "
                        f"group {group!r} does not exist (create it and add users to it, or run "
                        f"as root)")
-    if gid == entry.gr_gid or _supplementary_member(uid, gid, entry):
+    needs = f"permission denied: changing settings needs root or membership in group {group!r}"
+    if gid == entry.gr_gid:
         return True, ""
-    return False, (f"permission denied: changing settings needs root or membership in group "
-                   f"{group!r} (uid {uid} is not a member; ask an admin to add you, then log in "
-                   f"again)")
+    if groups is not None:
+        if entry.gr_gid in groups:
+            return True, ""
+        return False, (f"{needs}, and the connecting process (uid {uid}) does not have that "
+                       f"group; if you were just added to it, log in again (or use 'newgrp "
+                       f"{group}') so that your processes carry it")
+    if _database_member(uid, gid, entry):
+        return True, ""
+    return False, (f"{needs} (uid {uid} is not a member in the group database; ask an admin "
+                   f"to add you)")
 
 
-def _supplementary_member(uid: int, gid: int, entry: grp.struct_group) -> bool:
+def _database_member(uid: int, gid: int, entry: grp.struct_group) -> bool:
     try:
         user = pwd.getpwuid(uid).pw_name
     except KeyError:

@@ -46,6 +46,9 @@ from .admission import Budget, Waiting, admitted, kept
 
 # Device indices are u32 on the wire; a bound keeps one client from creating millions of queues.
 MAX_DEVICES = 1024
+# Distinct devices one client may name (REGISTER, REQUEST_LOCK, MEM_REPORT): far above any
+# machine's GPU count, and low enough that no client can swell the status past one frame.
+MAX_DEVICES_PER_CLIENT = 64
 
 RELEASE_WORDS = {p.ReleaseReason.DROPPED: "after drop", p.ReleaseReason.IDLE: "early (idle)",
                  p.ReleaseReason.REVOKED: "after revocation"}
@@ -59,6 +62,11 @@ def printable(text: str, limit: int = 256) -> str:
 def _device_out_of_range(cid: int, device: int) -> Close:
     return Close(cid, f"device index {device} is out of range (below {MAX_DEVICES})",
                  p.ErrorCode.PROTOCOL)
+
+
+def _too_many_devices(cid: int, device: int) -> Close:
+    return Close(cid, f"device {device} is one too many: a client may name at most "
+                      f"{MAX_DEVICES_PER_CLIENT} distinct devices", p.ErrorCode.PROTOCOL)
 
 
 def _listed(indices: list[int]) -> str:
@@ -90,6 +98,14 @@ class Client:
     revoked: bool = False  # its last lock was taken away and it has not been granted since
     ordinal: int = 0  # what the client itself calls that GPU (its CUDA ordinal)
     gpu_uuid: str = ""
+    named: set[int] = field(default_factory=set)  # devices it has named, in its own numbering
+
+    def may_name(self, ordinal: int) -> bool:
+        """Whether naming `ordinal` keeps the client within MAX_DEVICES_PER_CLIENT; counts it."""
+        if ordinal not in self.named and len(self.named) >= MAX_DEVICES_PER_CLIENT:
+            return False
+        self.named.add(ordinal)
+        return True
 
     def scheduler_device(self, ordinal: int) -> int | None:
         """The scheduler's index for a device the client names by its own ordinal. Only the
@@ -164,7 +180,8 @@ class Policy:
                                f"{MAX_DEVICES})", p.ErrorCode.PROTOCOL)]
         client = Client(cid, pid, uid, gid, printable(message.process_name, 64),
                         message.device, printable(message.pod_namespace, 64),
-                        printable(message.pod_name), message.flags, wall, ordinal=message.device)
+                        printable(message.pod_name), message.flags, wall, ordinal=message.device,
+                        named={message.device})
         self.clients[cid] = client
         pod = f", pod {client.namespace}/{client.pod}" if client.pod else ""
         return [Send(cid, p.Registered(cid, self.mode, self.tq)),
@@ -220,6 +237,8 @@ class Policy:
             return []
         if device >= MAX_DEVICES:
             return [_device_out_of_range(cid, device)]
+        if not client.may_name(device):
+            return [_too_many_devices(cid, device)]
         ordinal, device = device, client.scheduler_device(device)
         if device is None:
             return [Close(cid, f"device {ordinal}: only the device named in REGISTER can be "
@@ -260,6 +279,8 @@ class Policy:
             return []
         if device >= MAX_DEVICES:
             return [_device_out_of_range(cid, device)]
+        if not client.may_name(device):
+            return [_too_many_devices(cid, device)]
         ordinal, device = device, client.scheduler_device(device)
         if device is None:
             return [Log(f"memory {client} on its device {ordinal} not counted: which GPU that "

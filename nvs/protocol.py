@@ -1,4 +1,4 @@
-"""The gemshare wire protocol, version 1: the Python definition of docs/protocol.md.
+"""The gemshare wire protocol, version 2: the Python definition of docs/protocol.md.
 
 Pure bytes in, messages out; no sockets. `tests/protocol/test_c_header_agrees.py` checks that
 `libnvs/gemshare_protocol.h` says the same thing.
@@ -19,6 +19,8 @@ HEADER_SIZE = HEADER.size
 MAX_PAYLOAD = 1 << 20
 MAX_ERROR_TEXT = 1024
 MAX_SEQ = 0xFFFFFFFF
+# Control JSON is a flat object; deeper nesting only serves to exhaust a reader's stack.
+MAX_JSON_DEPTH = 32
 
 
 class MsgType(enum.IntEnum):
@@ -221,6 +223,22 @@ class MemReport(Fixed):
     device_total_bytes: int = 0
 
 
+def json_depth(value) -> int:
+    """How deeply lists and objects nest in a parsed JSON value (a scalar is 0); iterative, so
+    that measuring cannot exhaust the stack either."""
+    deepest, stack = 0, [(value, 1)] if isinstance(value, (dict, list)) else []
+    while stack:
+        item, depth = stack.pop()
+        deepest = max(deepest, depth)
+        children = item.values() if isinstance(item, dict) else item
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return deepest
+
+
+def _too_deep(kind: MsgType) -> str:
+    return f"{kind.name} payload is JSON nested more than {MAX_JSON_DEPTH} levels deep"
+
+
 @dataclass(frozen=True)
 class Control:
     TYPE: ClassVar[MsgType] = MsgType.CONTROL
@@ -235,6 +253,10 @@ class Control:
             body = json.loads(payload.decode("utf-8"))
         except (UnicodeDecodeError, ValueError) as exc:
             raise ProtocolError(f"{cls.TYPE.name} payload is not JSON: {exc}") from None
+        except RecursionError:  # nested past what the parser's own stack allows
+            raise ProtocolError(_too_deep(cls.TYPE)) from None
+        if json_depth(body) > MAX_JSON_DEPTH:  # so nothing downstream recurses through it
+            raise ProtocolError(_too_deep(cls.TYPE))
         if not isinstance(body, dict):
             raise ProtocolError(f"{cls.TYPE.name} payload must be a JSON object")
         return cls(body)
@@ -292,6 +314,11 @@ class FrameDecoder:
     @property
     def buffered(self) -> int:
         return len(self._buffer)
+
+    @property
+    def inside_frame(self) -> bool:
+        """Whether part of a frame has arrived: some header bytes, or a whole header."""
+        return self._header is not None or bool(self._buffer)
 
     def feed(self, data: bytes) -> None:
         self._buffer += data

@@ -1,10 +1,11 @@
 """The Trio shell around the policy core: it moves bytes and time, and decides nothing.
 
-Every connection is served by one task (reading) and one child task (writing from a bounded
-queue), all inside the server's nursery; a frame with nothing queued ahead of it is written at
-once, and what the socket does not take goes to the queue. Policy events go in with
-`trio.current_time()`; the actions that come out are carried out synchronously, so the policy's
-view and the queues never disagree. One timer task sleeps until the policy's next deadline.
+Every connection is served by one task (reading) and one child task (writing from a queue
+bounded in frames and in bytes), all inside the server's nursery; a frame with nothing queued
+ahead of it is written at once, and what the socket does not take goes to the queue. Policy
+events go in with `trio.current_time()`; the actions that come out are carried out
+synchronously, so the policy's view and the queues never disagree. One timer task sleeps until
+the policy's next deadline.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import logging
 import math
 import os
 import socket
-import struct
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -25,43 +25,49 @@ import trio
 from . import control
 from . import protocol as p
 from .actions import Close, Log, Send
-from .conversation import CLIENT, next_kind
+from .conversation import CLIENT, CONTROL, next_kind
 from .gpus import Gpus
+from .peer import Credentials, peer_credentials
 from .permissions import may_control
 from .policy import Policy
 from .settings import Settings
-from .status import build_status
+from .status import build_status, encoded_size, fit_status
 
 log = logging.getLogger("gemshare.scheduler")
 
-# Control connections beyond --max-clients, so an operator can still ask for status when full.
-CONTROL_HEADROOM = 64
 FLUSH_SECONDS = 1.0  # how long a closing connection may take to receive its last frames
 ACCEPT_BACKOFF = 0.1  # after running out of file descriptors
-PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
-
-
-def peer_credentials(sock) -> tuple[int, int, int]:
-    raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, PEERCRED.size)
-    return PEERCRED.unpack(raw)
+# The room a status object has in its reply, {"ok":true,"status":STATUS}, within one frame.
+STATUS_ROOM = p.MAX_PAYLOAD - (encoded_size({"ok": True, "status": {}}) - encoded_size({}))
 
 
 @dataclass
 class Conn:
     id: int
     stream: trio.SocketStream
-    pid: int
-    uid: int
-    gid: int
+    peer: Credentials
     outbox: trio.MemorySendChannel
     inbox: trio.MemoryReceiveChannel
+    decoder: p.FrameDecoder
     kind: str | None = None
     scope: trio.CancelScope = field(default_factory=trio.CancelScope)  # the whole connection
     reader: trio.CancelScope = field(default_factory=trio.CancelScope)  # reading only
-    decoder: p.FrameDecoder = field(default_factory=p.FrameDecoder)
     ending: str | None = None  # why it is being closed, once it is
     forgotten: bool = False  # the policy has been told it is gone
     queued: int = 0  # frames handed to the writer task and not yet written
+    queued_bytes: int = 0  # and their bytes
+
+    @property
+    def pid(self) -> int:
+        return self.peer.pid
+
+    @property
+    def uid(self) -> int:
+        return self.peer.uid
+
+    @property
+    def gid(self) -> int:
+        return self.peer.gid
 
     def __str__(self) -> str:
         return f"connection {self.id} (pid {self.pid}, uid {self.uid})"
@@ -81,7 +87,7 @@ class Server:
         self._ids = itertools.count(1)
         self._timer_scope = trio.CancelScope()
         self._started = time.time()
-        self.max_connections = settings.max_clients + CONTROL_HEADROOM
+        self.max_connections = settings.max_clients + settings.max_control
 
     async def serve(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Serve until cancelled; `started` once accepting."""
@@ -127,13 +133,14 @@ class Server:
 
     async def _serve_connection(self, sock, cid: int) -> None:
         try:
-            pid, uid, gid = peer_credentials(sock)
+            peer = peer_credentials(sock)
         except OSError as exc:
             log.warning("connection %d dropped: no peer credentials (%s)", cid, exc.strerror)
             sock.close()
             return
         outbox, inbox = trio.open_memory_channel(self.settings.outgoing_queue)
-        conn = Conn(cid, trio.SocketStream(sock), pid, uid, gid, outbox, inbox)
+        conn = Conn(cid, trio.SocketStream(sock), peer, outbox, inbox,
+                    p.FrameDecoder(self.settings.max_request_bytes))
         self.conns[cid] = conn
         log.debug("%s opened", conn)
         try:
@@ -167,8 +174,12 @@ class Server:
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 data = b""
             if not data:
-                conn.ending = conn.ending or ("closed by the peer" if not conn.decoder.buffered
-                                              else "closed by the peer inside a frame")
+                if conn.decoder.inside_frame:  # worth a line: a peer that crashed or misframes
+                    log.info("%s (%s) closed by the peer inside a frame", conn,
+                             conn.kind or "before its first frame")
+                conn.ending = conn.ending or ("closed by the peer inside a frame"
+                                              if conn.decoder.inside_frame
+                                              else "closed by the peer")
                 return
             conn.decoder.feed(data)
             while True:
@@ -188,6 +199,7 @@ class Server:
             async for frame in conn.inbox:
                 await conn.stream.send_all(frame)
                 conn.queued -= 1
+                conn.queued_bytes -= len(frame)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             conn.ending = conn.ending or "the peer went away"
             conn.scope.cancel()
@@ -195,7 +207,10 @@ class Server:
     # ----- messages -----------------------------------------------------------------------
 
     async def _dispatch(self, conn: Conn, message, seq: int) -> None:
-        conn.kind = next_kind(conn.kind, message)
+        kind = next_kind(conn.kind, message)
+        if kind == CONTROL and conn.kind is None:
+            self._check_control_room()
+        conn.kind = kind
         conn.reader.deadline = math.inf  # it has said what it is: no first-frame deadline
         now = trio.current_time()
         policy = self.policy
@@ -216,12 +231,21 @@ class Server:
             actions = [Send(conn.id, _Reply(reply, seq))]
         self._apply(actions)
 
+    def _check_control_room(self) -> None:
+        """Control connections are capped on their own, so that the replies being built and
+        queued at once stay bounded whatever the client limit."""
+        open_now = sum(1 for other in self.conns.values() if other.kind == CONTROL)
+        if open_now >= self.settings.max_control:
+            raise p.ProtocolError(f"the scheduler already has {open_now} control connections "
+                                  "open, its limit; try again later",
+                                  p.ErrorCode.TOO_MANY_CLIENTS)
+
     async def _control(self, conn: Conn, body: dict) -> dict:
         try:
             if control.operation(body) == "status":
                 return {"ok": True, "status": await self.status()}
             allowed, why = await trio.to_thread.run_sync(
-                may_control, conn.uid, conn.gid, self.settings.control_group)
+                may_control, conn.uid, conn.gid, conn.peer.groups, self.settings.control_group)
             if not allowed:
                 raise control.Refused("permission", why)
             tq, mode = control.parse_set(body)
@@ -240,8 +264,9 @@ class Server:
         extra = {"pid": os.getpid(), "uptime_s": round(time.time() - self._started, 3),
                  "control_group": self.settings.control_group,
                  "connections": len(self.conns)}
-        return build_status(self.policy, trio.current_time(), time.time(),
-                            grace_ms=self.settings.grace_ms, gpus=gpus, extra=extra)
+        return fit_status(build_status(self.policy, trio.current_time(), time.time(),
+                                       grace_ms=self.settings.grace_ms, gpus=gpus, extra=extra),
+                          STATUS_ROOM)
 
     # ----- carrying out the policy's actions --------------------------------------------
 
@@ -263,9 +288,9 @@ class Server:
             if conn is None:
                 continue
             if isinstance(action, Send):
-                if not self._queue(conn, action.message):
-                    log.warning("%s dropped: its outgoing queue is full (it does not read)",
-                                conn)
+                full = self._queue(conn, action.message)
+                if full:
+                    log.warning("%s dropped: it does not read (%s)", conn, full)
                     conn.ending = conn.ending or "outgoing queue full"
                     conn.scope.cancel()
                     pending.extend(self._forget(conn))
@@ -283,8 +308,8 @@ class Server:
     def _log(action: Log) -> None:
         log.log(logging.DEBUG if action.debug else logging.INFO, "%s", action.text)
 
-    def _queue(self, conn: Conn, message) -> bool:
-        """False when the connection's queue is full."""
+    def _queue(self, conn: Conn, message) -> str | None:
+        """How the connection's outgoing queue is full, when it is; else None."""
         if isinstance(message, _Reply):
             frame = p.encode(p.ControlReply(message.body), message.seq)
         else:
@@ -292,15 +317,22 @@ class Server:
         if conn.queued == 0:
             frame = self._write_now(conn, frame)
             if not frame:
-                return True
+                return None
+        # One frame always fits; past that, bytes are bounded as well as frames, because
+        # replies may be big.
+        limit = self.settings.outgoing_bytes
+        if conn.queued and conn.queued_bytes + len(frame) > limit:
+            return (f"outgoing queue full: {conn.queued_bytes + len(frame)} bytes unsent, "
+                    f"over the {limit}-byte limit")
         try:
             conn.outbox.send_nowait(frame)
-            conn.queued += 1
         except trio.WouldBlock:
-            return False
+            return f"outgoing queue full: {conn.queued} frames unsent"
         except (trio.ClosedResourceError, trio.BrokenResourceError):
-            pass  # already closing; the frame has nowhere to go
-        return True
+            return None  # already closing; the frame has nowhere to go
+        conn.queued += 1
+        conn.queued_bytes += len(frame)
+        return None
 
     @staticmethod
     def _write_now(conn: Conn, frame: bytes) -> bytes:

@@ -24,37 +24,54 @@ DEFAULT_CONTROL_GROUP = "gemshare"
 DEFAULT_CONTEXT_RESERVE_MIB = 512
 CONTEXT_RESERVE_MIB_MAX = 1 << 20  # 1 TiB: past any GPU's memory
 CAPACITY_MIB_MAX = 1 << 20
+# Control connections open at once, beyond --max-clients: an operator can still ask for status
+# when the clients are at their limit, and no more replies than this are ever being built.
+DEFAULT_MAX_CONTROL = 64
+# What a client or gemsharectl ever sends is a few hundred bytes; nothing bigger is buffered.
+DEFAULT_MAX_REQUEST_BYTES = 64 << 10
+# Unsent bytes queued for one connection: room for two full-size status replies.
+DEFAULT_OUTGOING_BYTES = 2 << 20
 MODE_LABELS = ("on", "off", "auto")
+
+
+def shortened(text: str, limit: int = 40) -> str:
+    """Text from anyone as a message quotes it: cut short, so log lines stay lines."""
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def shown(value) -> str:
+    """A refused value as messages quote it."""
+    return shortened(repr(value))
 
 
 def check_tq(value) -> int:
     """A time quantum in whole seconds, 1..86400; bools, floats and text are refused."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"tq must be a whole number of seconds from {TQ_MIN} to {TQ_MAX}, "
-                         f"not {value!r}")
+                         f"not {shown(value)}")
     if not TQ_MIN <= value <= TQ_MAX:
-        raise ValueError(f"tq must be from {TQ_MIN} to {TQ_MAX} seconds, not {value}")
+        raise ValueError(f"tq must be from {TQ_MIN} to {TQ_MAX} seconds, not {shown(value)}")
     return value
 
 
 def check_mode(value) -> Mode:
     """An anti-thrash mode given by its label: on, off or auto."""
     if not isinstance(value, str) or value not in MODE_LABELS:
-        raise ValueError(f"anti_thrash must be one of on, off, auto, not {value!r}")
+        raise ValueError(f"anti_thrash must be one of on, off, auto, not {shown(value)}")
     return Mode.from_label(value)
 
 
 def check_grace_ms(value: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= GRACE_MS_MAX:
         raise ValueError(f"grace must be a whole number of milliseconds from 1 to {GRACE_MS_MAX}, "
-                         f"not {value!r}")
+                         f"not {shown(value)}")
     return value
 
 
 def check_max_clients(value: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_CLIENTS_LIMIT:
         raise ValueError(f"max clients must be a whole number from 1 to {MAX_CLIENTS_LIMIT}, "
-                         f"not {value!r}")
+                         f"not {shown(value)}")
     return value
 
 
@@ -62,14 +79,14 @@ def check_context_reserve_mib(value: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or \
             not 0 <= value <= CONTEXT_RESERVE_MIB_MAX:
         raise ValueError(f"context reserve must be a whole number of MiB from 0 to "
-                         f"{CONTEXT_RESERVE_MIB_MAX}, not {value!r}")
+                         f"{CONTEXT_RESERVE_MIB_MAX}, not {shown(value)}")
     return value
 
 
 def check_capacity_mib(value: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= CAPACITY_MIB_MAX:
         raise ValueError(f"capacity must be a whole number of MiB from 1 to {CAPACITY_MIB_MAX}, "
-                         f"not {value!r}")
+                         f"not {shown(value)}")
     return value
 
 
@@ -88,8 +105,13 @@ class Settings:
     context_reserve_mib: int = DEFAULT_CONTEXT_RESERVE_MIB
     capacity_mib: int | None = None  # auto's ceiling on each device's capacity; None: none
     debug: bool = False
-    # Frames waiting to be written to one connection; a peer that lets this fill is dropped.
+    # Frames, and their bytes, waiting to be written to one connection; a peer that lets
+    # either fill is dropped (a single frame is always taken, whatever its size).
     outgoing_queue: int = 256
+    outgoing_bytes: int = DEFAULT_OUTGOING_BYTES
+    # The largest payload the scheduler accepts in one incoming frame.
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
+    max_control: int = DEFAULT_MAX_CONTROL  # control connections open at once
     # A connection must say what it is (REGISTER or CONTROL) within this time, so that silent
     # connections cannot hold the connection slots.
     first_frame_seconds: float = 10.0

@@ -1,12 +1,13 @@
 """The STATUS object of docs/protocol.md, built from the policy core's state.
 
 Required keys come first; extra keys sit beside them (gemsharectl ignores what it does not know).
+`fit_status` trims it to what one frame can carry.
 """
 
 from __future__ import annotations
 
 from .policy import Policy
-from .protocol import REG_UNIFIED_MEMORY
+from .protocol import REG_UNIFIED_MEMORY, ControlReply
 
 
 def build_status(policy: Policy, now: float, wall: float, *, grace_ms: int,
@@ -74,3 +75,33 @@ def build_status(policy: Policy, now: float, wall: float, *, grace_ms: int,
     }
     status.update(extra or {})
     return status
+
+
+def encoded_size(value) -> int:
+    """Bytes `value` takes as a JSON payload on the wire."""
+    return len(ControlReply(value).payload())
+
+
+def fit_status(status: dict, limit: int) -> dict:
+    """`status` as it is when it encodes within `limit` bytes; else trimmed, always the same
+    way: the clients' per-device breakdowns go first, then the newest clients, then the highest
+    devices, and a `truncated` object says what was left out."""
+    if encoded_size(status) <= limit:
+        return status
+    clients = [{k: v for k, v in c.items() if k != "allocated_by_device"}
+               for c in status["clients"]]
+    devices = list(status["devices"])
+    # The notice is sized with the largest counts it could carry, so filling it in cannot grow.
+    notice = {"limit_bytes": limit, "allocated_by_device_omitted": True,
+              "clients_omitted": len(clients), "devices_omitted": len(devices)}
+    trimmed = {**status, "clients": clients, "devices": devices, "truncated": notice}
+    excess = encoded_size(trimmed) - limit
+    for items in (clients, devices):
+        while excess > 0 and items:
+            excess -= encoded_size(items.pop()) + 1  # and its comma
+    # The last item of a list had no comma to free: at most a byte or two left to take.
+    while encoded_size(trimmed) > limit and (clients or devices):
+        (clients or devices).pop()
+    notice["clients_omitted"] = len(status["clients"]) - len(clients)
+    notice["devices_omitted"] = len(status["devices"]) - len(devices)
+    return trimmed

@@ -49,3 +49,12 @@ def test_devices_with_nvml_show_name_memory_and_a_pending_drop():
     assert "20.0 GiB / 80.0 GiB" in row and "#7 a (pid 100), asked to drop" in row
     assert "#8 b (pid 101)" in row
     assert out.index("#8 b (pid 101)") < out.index("#9 c (pid 102)")  # first come, first listed
+
+
+def test_a_trimmed_status_says_what_it_left_out():
+    out = draw({"tq": 30, "anti_thrash": "on", "clients": [{"id": 1, "pid": 7, "name": "a"}],
+                "truncated": {"limit_bytes": 1048555, "allocated_by_device_omitted": True,
+                              "clients_omitted": 12, "devices_omitted": 1}})
+    note, = [line for line in out.splitlines() if "trimmed" in line]
+    assert "12 clients" in note and "1 device," in note and "per-device memory" in note
+    assert "trimmed" not in draw({"tq": 30, "anti_thrash": "on", "clients": []})

@@ -2,7 +2,8 @@
 
 The C program is generated from the Python definitions, so every constant, struct size and field
 offset Python knows about is asked of the compiler; a field or constant missing from the header
-fails the build, a different value fails the comparison.
+fails the build, a different value fails the comparison. The other way round, every name the
+header defines must be one that Python knows, so the header cannot grow on its own.
 """
 
 import json
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from gemshare_nvs import protocol as p
+from gemshare_nvs.connection import DEFAULT_SOCKET
 
 HEADER = Path(__file__).resolve().parents[2] / "libnvs" / "gemshare_protocol.h"
 
@@ -37,6 +39,7 @@ def expected() -> dict[str, int]:
     for name, offset in zip(("magic", "version", "type", "length", "seq"), (0, 4, 6, 8, 12)):
         facts[f"offsetof gs_header.{name}"] = offset
     facts["sizeof gs_error"] = p.Error.HEAD.size
+    facts["offsetof gs_error.code"], facts["offsetof gs_error.reserved"] = 0, 4
     for cls in p.FIXED_MESSAGES.values():
         struct_name = c_struct_name(cls)
         facts[f"sizeof {struct_name}"] = cls.struct().size
@@ -74,6 +77,32 @@ def test_c_header_matches_python(tmp_path):
     from_c = json.loads(subprocess.run([str(binary)], check=True, capture_output=True,
                                        text=True).stdout)
     assert from_c == facts
+
+
+def header_names() -> tuple[set[str], set[str]]:
+    """The constants (#define and enum members) and the `struct.field` names the header defines."""
+    text = re.sub(r"/\*.*?\*/", "", HEADER.read_text(), flags=re.S)
+    constants = set(re.findall(r"^#define (GS_\w+)", text, flags=re.M))
+    constants |= set(re.findall(r"\b(GS_\w+)\s*=", text))
+    fields = {f"{struct}.{field}"
+              for struct, body in re.findall(r"struct (gs_\w+) \{(.*?)\};", text, flags=re.S)
+              for field in re.findall(r"(\w+)(?:\[\w+\])?;", body)}
+    return constants, fields
+
+
+def test_the_header_defines_nothing_python_does_not_know():
+    constants, fields = header_names()
+    known = expected()
+    assert constants - {"GS_DEFAULT_SOCKET"} <= set(known), "constants only in the header"
+    assert fields <= {name.split(" ", 1)[1] for name in known if name.startswith("offsetof")}, \
+        "struct fields only in the header"
+    # The parse itself must see the header's contents, or the checks above prove nothing.
+    assert "GS_MSG_DEVICE_UUID" in constants and "gs_register.pod_name" in fields
+
+
+def test_the_default_socket_is_the_same():
+    match = re.search(r'#define GS_DEFAULT_SOCKET "([^"]+)"', HEADER.read_text())
+    assert match and match.group(1) == DEFAULT_SOCKET
 
 
 def test_every_python_message_type_has_a_layout_or_codec():

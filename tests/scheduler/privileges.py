@@ -22,15 +22,16 @@ def require_root() -> None:
         pytest.skip("dropping to another uid needs root")
 
 
-def run_as(uid: int, gid: int, function, *args):
-    """function(*args) as uid/gid with no supplementary groups; its JSON-able result."""
+def run_as(uid: int, gid: int, function, *args, groups=()):
+    """function(*args) as uid/gid with exactly `groups` as its supplementary groups (none by
+    default, whatever the group database says); its JSON-able result."""
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: never returns into pytest
         status = 1
         try:
             os.close(read_end)
-            os.setgroups([])
+            os.setgroups(list(groups))
             os.setgid(gid)
             os.setuid(uid)
             result = {"value": function(*args)}

@@ -75,3 +75,17 @@ async def test_several_requests_on_one_connection_echo_their_sequence(inprocess_
     for tq in (3, 4, 5):
         assert (await peer.control({"op": "set", "tq": tq}))["tq"] == tq
     assert await current(peer) == (5, "on")
+
+
+@pytest.mark.parametrize("body", [
+    {"op": "set", "tq": "9" * 4000},
+    {"op": "set", "anti_thrash": "x" * 60000},
+    {"op": "set", **{f"key{i:05d}" + "k" * 100: 1 for i in range(400)}},
+    {"op": "y" * 60000},
+])
+async def test_a_huge_refused_value_is_quoted_short(inprocess_scheduler, body):
+    peer = await control_peer(inprocess_scheduler)
+    reply = await peer.control(body)
+    # The value is anyone's: the reply (and the log line that repeats it) stays short.
+    assert reply["ok"] is False and len(reply["error"]) < 300, reply["error"]
+    assert (await peer.control({"op": "status"}))["ok"] is True

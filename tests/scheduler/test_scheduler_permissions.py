@@ -81,12 +81,46 @@ def supplementary_member():
     return None
 
 
-def test_member_by_supplementary_group_may_set(scheduler_factory):
+def other_group(not_gid: int) -> grp.struct_group:
+    """An existing group, not `not_gid`, that the group database does not give to nobody."""
+    for group in grp.getgrall():
+        if group.gr_gid not in (0, not_gid, NOBODY) and \
+                pwd.getpwuid(NOBODY).pw_name not in group.gr_mem:
+            return group
+    pytest.skip("no group to give a process")
+
+
+def test_member_by_process_group_may_set_whatever_the_database_says(scheduler_factory):
+    # nobody is in no group in the database; its process carries the group all the same.
+    group = other_group(NOBODY)
+    running = scheduler_factory(control_group=group.gr_name)
+    reply = run_as(NOBODY, NOBODY, control_request, str(running.socket), {"op": "set", "tq": 44},
+                   groups=[group.gr_gid])
+    assert reply == {"ok": True, "tq": 44, "anti_thrash": "on"}
+
+
+def test_database_member_whose_process_dropped_the_group_is_refused(scheduler_factory):
     found = supplementary_member()
     if found is None:
         pytest.skip("no user on this system has a supplementary group")
     user, group = found
     running = scheduler_factory(control_group=group)
+    refused = run_as(user.pw_uid, user.pw_gid, control_request, str(running.socket),
+                     {"op": "set", "tq": 44})  # run_as leaves it no supplementary group
+    assert refused["ok"] is False and refused["code"] == "permission"
+    assert f"group {group!r}" in refused["error"] and "log in again" in refused["error"]
+    assert control_request(str(running.socket), {"op": "status"})["status"]["tq"] == 30
+
+
+def test_more_groups_than_the_kernel_reports_fall_back_to_the_database(scheduler_factory):
+    # Past 256 groups SO_PEERGROUPS cannot be read whole: the database decides instead.
+    found = supplementary_member()
+    if found is None:
+        pytest.skip("no user on this system has a supplementary group")
+    user, group = found
+    wanted = grp.getgrnam(group).gr_gid
+    many = [gid for gid in range(100_000, 100_300)]  # none of them the control group
+    running = scheduler_factory(control_group=group)
     reply = run_as(user.pw_uid, user.pw_gid, control_request, str(running.socket),
-                   {"op": "set", "tq": 44})
-    assert reply == {"ok": True, "tq": 44, "anti_thrash": "on"}
+                   {"op": "set", "tq": 45}, groups=many)
+    assert wanted not in many and reply == {"ok": True, "tq": 45, "anti_thrash": "on"}

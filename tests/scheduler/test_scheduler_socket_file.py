@@ -90,3 +90,42 @@ def test_gemshare_socket_variable_chooses_the_path(short_tmp_dirs, run_scheduler
     path.write_text("not a socket")  # makes the run end at once, naming the path it used
     result = run_scheduler(env={"GEMSHARE_SOCKET": str(path)})
     assert result.returncode == 1 and f"{path} exists and is not a socket" in result.stderr
+
+
+def test_directory_others_may_write_is_refused(short_tmp_dirs, run_scheduler):
+    directory = short_tmp_dirs()
+    directory.chmod(0o777)  # anyone could swap the socket for something else
+    result = run_scheduler("--socket", str(directory / "scheduler.sock"))
+    assert result.returncode == 1
+    assert f"the socket directory {directory} is writable by other users (mode 0777)" \
+        in result.stderr
+    assert not (directory / "scheduler.sock").exists()
+
+
+def test_sticky_shared_directory_is_accepted(short_tmp_dirs):
+    directory = short_tmp_dirs()
+    directory.chmod(0o1777)  # like /tmp: others cannot remove or rename our files
+    listening = open_listener(directory / "scheduler.sock")
+    try:
+        assert stat.S_ISSOCK(os.lstat(directory / "scheduler.sock").st_mode)
+    finally:
+        listening.close()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give a directory away")
+def test_directory_of_another_user_is_refused(short_tmp_dirs, run_scheduler):
+    directory = short_tmp_dirs()
+    os.chown(directory, 65534, 65534)
+    result = run_scheduler("--socket", str(directory / "scheduler.sock"))
+    assert result.returncode == 1
+    assert f"the socket directory {directory} belongs to uid 65534" in result.stderr
+
+
+def test_lock_file_that_is_a_symbolic_link_is_not_followed(short_tmp_dirs, run_scheduler):
+    directory = short_tmp_dirs()
+    victim = directory / "precious"
+    victim.write_text("keep me")
+    (directory / "scheduler.sock.lock").symlink_to(victim)
+    result = run_scheduler("--socket", str(directory / "scheduler.sock"))
+    assert result.returncode == 1 and "is a symbolic link" in result.stderr
+    assert victim.read_text() == "keep me"

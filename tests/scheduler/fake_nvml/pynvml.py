@@ -1,0 +1,62 @@
+"""A stand-in for NVIDIA's pynvml, so the scheduler's NVML path runs where no GPU is.
+
+Put this folder first on PYTHONPATH. FAKE_NVML_GPUS is a JSON list of
+{"name", "uuid", "total", "used"}; FAKE_NVML_BYTES=1 answers names and UUIDs as bytes (as old
+pynvml releases do); FAKE_NVML_INIT_ERROR makes nvmlInit fail with that text;
+FAKE_NVML_FAIL_AT=N makes every query of GPU N fail, as a GPU that fell off the bus does.
+"""
+
+import json
+import os
+from types import SimpleNamespace
+
+
+class NVMLError(Exception):
+    pass
+
+
+def _gpus() -> list[dict]:
+    return json.loads(os.environ.get("FAKE_NVML_GPUS", "[]"))
+
+
+def _text(value: str):
+    return value.encode() if os.environ.get("FAKE_NVML_BYTES") == "1" else value
+
+
+def _gpu(handle: int) -> dict:
+    if str(handle) == os.environ.get("FAKE_NVML_FAIL_AT"):
+        raise NVMLError("GPU is lost")
+    return _gpus()[handle]
+
+
+def nvmlInit():
+    if "FAKE_NVML_INIT_ERROR" in os.environ:
+        raise NVMLError(os.environ["FAKE_NVML_INIT_ERROR"])
+
+
+def nvmlShutdown():
+    path = os.environ.get("FAKE_NVML_SHUTDOWN_FILE")
+    if path:
+        with open(path, "a") as marker:
+            marker.write("shutdown\n")
+
+
+def nvmlDeviceGetCount():
+    return len(_gpus())
+
+
+def nvmlDeviceGetHandleByIndex(index):
+    return index
+
+
+def nvmlDeviceGetName(handle):
+    return _text(_gpu(handle)["name"])
+
+
+def nvmlDeviceGetUUID(handle):
+    return _text(_gpu(handle)["uuid"])
+
+
+def nvmlDeviceGetMemoryInfo(handle):
+    gpu = _gpu(handle)
+    return SimpleNamespace(total=gpu["total"], used=gpu["used"], free=gpu["total"] - gpu["used"])
