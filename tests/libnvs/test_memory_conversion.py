@@ -191,6 +191,16 @@ def test_the_program_s_own_managed_memory_does_not_crowd_out_device_allocations(
     assert result.ok("mem-info")["free"] == "0"  # 101 MiB held on a 64 MiB device
 
 
+def end_once_nothing_is_reported(gpu, scheduler, program):
+    """Wait for a report of nothing held, then let the program end; its result."""
+    wait_for(lambda: reported(scheduler, program.pid) == 0, "a report of nothing held",
+             timeout=5)
+    gpu.path("end").touch()
+    result = program.wait()
+    assert result.returncode == 0, result.describe()
+    return result
+
+
 def test_memory_freed_in_stream_order_stops_counting_without_another_call(gpu_with):
     """The client thread frees converted memory once its stream reached cuMemFreeAsync, and
     reports it: no later call of the program's is needed."""
@@ -202,11 +212,7 @@ def test_memory_freed_in_stream_order_stops_counting_without_another_call(gpu_wi
     wait_for(lambda: reported(scheduler, program.pid) == 8 * MIB, "a report of 8 MiB")
     gpu.path("go").touch()
     wait_file(gpu.path("freed"))
-    wait_for(lambda: reported(scheduler, program.pid) == 0, "a report of nothing held",
-             timeout=5)
-    gpu.path("end").touch()
-    result = program.wait()
-    assert result.returncode == 0, result.describe()
+    result = end_once_nothing_is_reported(gpu, scheduler, program)
     (freed,) = fakelog.named(gpu.events(), "free", pid=program.pid)
     assert (freed["ptr"], freed["kind"]) == (result.ok("alloc-async")["ptr"], "managed")
 
@@ -220,11 +226,7 @@ def test_memory_freed_in_stream_order_is_not_freed_inside_a_capture(gpu_with):
                          "sleep-ms", "400", "capture-end", "touch-file", gpu.path("captured"),
                          "wait-file", gpu.path("end")])
     wait_file(gpu.path("captured"))
-    wait_for(lambda: reported(scheduler, program.pid) == 0, "a report of nothing held",
-             timeout=5)
-    gpu.path("end").touch()
-    result = program.wait()
-    assert result.returncode == 0, result.describe()
+    result = end_once_nothing_is_reported(gpu, scheduler, program)
     events = gpu.events()
     assert not fakelog.named(events, "capture_violation", "capture_invalidated", pid=program.pid)
     (capture_end,) = fakelog.named(events, "capture_end", pid=program.pid)
