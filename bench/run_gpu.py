@@ -3,7 +3,8 @@
 Environment: BENCH_JSON=path (write the results there), BENCH_PYTHON (the Python with PyTorch
 for the workloads; default: this one), BENCH_ROUNDS (A/B rounds, default 7), SWAP_GIB (default 4;
 keep it well under 8 and under the card's free memory), BENCH_ONLY (a comma-separated subset of
-launch_rate, train_steps, swapin, interactive, two_jobs_s; default all).
+launch_rate, train_steps, swapin, interactive, two_jobs_s, oversub; default all); OVERSUB_GIB,
+OVERSUB_PASSES and OVERSUB_CAPACITY_MIB for the part oversub (bench/oversub.py).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from datetime import date
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import oversub  # noqa: E402
 from ab import interleave, run_json  # noqa: E402
 from scheduler_process import SchedulerProcess  # noqa: E402
 
@@ -112,7 +114,7 @@ def sharing(library: Path, directory: Path, tq: int, anti_thrash: str = "on"):
 
 
 # What BENCH_ONLY may name (comma-separated); all of them by default.
-PARTS = ("launch_rate", "train_steps", "swapin", "interactive", "two_jobs_s")
+PARTS = ("launch_rate", "train_steps", "swapin", "interactive", "two_jobs_s", "oversub")
 
 
 def chosen_parts() -> set[str]:
@@ -171,6 +173,8 @@ def main() -> int:
                         "together_libnvs_tq5": two_jobs(on_tq5, together=True),
                         "together_libnvs_auto_tq5": two_jobs(auto_tq5, together=True),
                         "together_no_layer": two_jobs(plain, together=True)}
+        if "oversub" in parts:
+            results["oversub"] = oversub.measure(PYTHON, library, directory / "oversub")
     if os.environ.get("BENCH_JSON"):
         Path(os.environ["BENCH_JSON"]).write_text(json.dumps(results, indent=2))
     print_table(results)
@@ -201,6 +205,8 @@ def print_table(results: dict) -> None:
               + share + ("" if row["trainer_outlived_user"] else "; TRAINER ENDED FIRST"))
     for name, seconds in results.get("two_jobs_s", {}).items():
         print(f"two 1500-step jobs, {name}: {seconds:.1f} s")
+    if "oversub" in results:
+        oversub.print_oversub(results["oversub"])
 
 
 def print_swap(swap: dict) -> None:

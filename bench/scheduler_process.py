@@ -11,7 +11,9 @@ from pathlib import Path
 
 
 class SchedulerProcess:
-    def __init__(self, directory: Path, **options):
+    def __init__(self, directory: Path, env: dict | None = None, **options):
+        """`options` become flags (capacity_mib=1024 -> --capacity-mib 1024); `env` replaces the
+        inherited environment."""
         self.socket = directory / "scheduler.sock"
         self.log_path = directory / "scheduler.log"
         command = [sys.executable, "-m", "gemshare_nvs.daemon", "--socket", str(self.socket)]
@@ -19,7 +21,7 @@ class SchedulerProcess:
             command += ["--" + name.replace("_", "-"), str(value)]
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log,
-                                            stderr=subprocess.STDOUT)
+                                            stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + 15
         while not self._accepting():
             if self.process.poll() is not None or time.monotonic() > deadline:

@@ -97,6 +97,26 @@ def auto_budget(device: dict) -> str:
             + (f" ({source})" if source else ""))
 
 
+def moving(device: dict) -> str:
+    """Memory the scheduler believes is on the device, what a switch would move, and the rates
+    the moves so far have shown (older schedulers say none of it)."""
+    lines = []
+    if isinstance(device.get("resident_bytes"), int):
+        lines.append(f"{human_bytes(device['resident_bytes'])} on the device")
+    if isinstance(device.get("switch_cost_s"), (int, float)) and device["switch_cost_s"] > 0:
+        lines.append(f"switch costs {device['switch_cost_s']:.2f} s")
+    rates, moves = device.get("move_rates"), device.get("moves")
+    if isinstance(rates, dict):
+        how = "measured" if rates.get("measured") else "assumed"
+        lines.append(f"out {rates.get('to_host_gbps')} GB/s, in {rates.get('to_device_gbps')} "
+                     f"GB/s ({how})")
+    if isinstance(moves, dict):
+        out, back = moves.get("to_host") or {}, moves.get("to_device") or {}
+        lines.append(f"moved out {out.get('count', 0)}x {human_bytes(out.get('bytes'))}, "
+                     f"in {back.get('count', 0)}x {human_bytes(back.get('bytes'))}")
+    return "\n".join(lines) or MISSING
+
+
 def devices_table(status: dict) -> Table | None:
     devices = status.get("devices") or []
     if not devices:
@@ -106,7 +126,7 @@ def devices_table(status: dict) -> Table | None:
     table = Table(title="Devices", title_justify="left")
     for column in ("Device", "Name", "Memory used / total", "Allocated by clients",
                    *(("Held + reserves / capacity",) if auto else ()), "Holders",
-                   "Waiting, in order"):
+                   "Waiting, in order", "Moving memory"):
         table.add_column(column)
     for device in devices:
         used, total = device.get("memory_used_bytes"), device.get("memory_total_bytes")
@@ -116,7 +136,8 @@ def devices_table(status: dict) -> Table | None:
         table.add_row(str(device.get("index", MISSING)), device.get("name") or MISSING, memory,
                       human_bytes(device.get("allocated_bytes")),
                       *((auto_budget(device),) if auto else ()),
-                      "\n".join(holders) or "none", "\n".join(waiters) or "none")
+                      "\n".join(holders) or "none", "\n".join(waiters) or "none",
+                      moving(device))
     return table
 
 

@@ -1,7 +1,7 @@
 /* The client thread: one per process, started at the first CUDA use. It owns the scheduler
  * connection (a poll() loop over the socket and an eventfd for wake-ups), the lock state, the
- * drain on drop-lock, early release and memory reports. Without a scheduler it fails open and
- * keeps trying. */
+ * drain on drop-lock, the memory moves the scheduler asks for (done by migrate.c), early release
+ * and memory reports. Without a scheduler it fails open and keeps trying. */
 #define _GNU_SOURCE
 #include "client.h"
 
@@ -29,6 +29,7 @@
 #include "identity.h"
 #include "log.h"
 #include "memory.h"
+#include "migrate.h"
 #include "wire.h"
 
 #define GS_REGISTER_TIMEOUT_MS 2000
@@ -71,6 +72,7 @@ static int64_t gs_last_mem_report = INT64_MIN / 2;
 static int64_t gs_last_reap = INT64_MIN / 2;
 static unsigned gs_idle_seen;
 static int64_t gs_idle_since;
+static unsigned gs_idle_hint_ms; /* the scheduler's IDLE_HINT for this grant; 0: none */
 static uint8_t gs_rbuf[2 * GS_WIRE_MAX_INBOUND];
 static size_t gs_rlen;
 
@@ -163,23 +165,56 @@ static void gs_maybe_request(void)
     }
 }
 
-/* Stops submissions, lets what is queued finish (and with evict, moves the managed memory out
- * for the next holder), and hands the lock back. Nothing is submitted after the LOCK_RELEASED
- * frame: the gate stays closed until the next grant. */
-static void gs_release(uint32_t device, uint32_t reason, bool evict)
+/* Closes the gate and lets this process's queued work finish. True with stream captures held
+ * off (gs_capture_allow() after): then the memory may move too. False, holding nothing, when a
+ * capture still runs after GS_CAPTURE_WAIT_MS: nothing is synchronized inside a capture. */
+static bool gs_quiesce(void)
 {
     gs_gate_close();
     gs_gate_wait_drained();
-    if (gs_capture_hold_off(GS_CAPTURE_WAIT_MS)) {
-        gs_contexts_synchronize();
-        if (evict && gs_config()->unified_memory)
-            gs_memory_migrate((int)device, true);
-        gs_capture_allow();
-    } else {
-        gs_debug("a CUDA graph capture is still running after %d ms; releasing without "
-                 "synchronizing (never inside a capture)",
+    if (!gs_capture_hold_off(GS_CAPTURE_WAIT_MS)) {
+        gs_debug("a CUDA graph capture is still running after %d ms; going on without "
+                 "synchronizing or moving memory (never inside a capture)",
                  GS_CAPTURE_WAIT_MS);
+        return false;
     }
+    gs_contexts_synchronize();
+    return true;
+}
+
+static void gs_send_moved(uint32_t device, uint32_t flags, uint64_t bytes, uint64_t elapsed_us)
+{
+    struct gs_moved m = {device, flags, bytes, elapsed_us};
+    if (gs_sock >= 0)
+        gs_send(GS_MSG_MOVED, &m, sizeof m);
+}
+
+static void gs_report_progress(int device, uint64_t bytes, uint64_t elapsed_us)
+{
+    gs_send_moved((uint32_t)device, GS_MOVED_TO_HOST, bytes, elapsed_us);
+}
+
+/* After gs_quiesce succeeded (quiet), moves `bytes` to the host with progress frames, and says
+ * how it went in one MOVED with MOVED_DONE (0 bytes when nothing could move). */
+static void gs_move_out(uint32_t device, uint64_t bytes, bool quiet)
+{
+    struct gs_move done = {0};
+    if (quiet && bytes > 0 && gs_config()->unified_memory)
+        done = gs_migrate_out((int)device, bytes, gs_report_progress);
+    gs_send_moved(device, GS_MOVED_TO_HOST | GS_MOVED_DONE | (done.failed ? GS_MOVED_FAILED : 0),
+                  done.bytes, done.elapsed_us);
+}
+
+/* Stops submissions, lets what is queued finish, moves evict_bytes to the host for the next
+ * holder, and hands the lock back. Nothing is submitted after the LOCK_RELEASED frame: the gate
+ * stays closed until the next grant. */
+static void gs_release(uint32_t device, uint32_t reason, uint64_t evict_bytes)
+{
+    bool quiet = gs_quiesce();
+    if (evict_bytes > 0)
+        gs_move_out(device, evict_bytes, quiet);
+    if (quiet)
+        gs_capture_allow();
     struct gs_lock_released m = {device, reason};
     if (gs_send(GS_MSG_LOCK_RELEASED, &m, sizeof m)) {
         gs_lock = GS_LOCK_NONE;
@@ -188,6 +223,45 @@ static void gs_release(uint32_t device, uint32_t reason, bool evict)
                                                                             : "revoked");
     }
     gs_maybe_request();
+}
+
+/* EVICT comes only while we do not hold the lock, so the gate is closed already (mode off has
+ * no lock and no evictions: the program runs freely there). */
+static void gs_evict(const struct gs_evict *m)
+{
+    if (gs_lock == GS_LOCK_HELD || gs_mode == GS_MODE_OFF || !gs_config()->unified_memory ||
+        m->bytes == 0) {
+        gs_debug("EVICT of %llu bytes: nothing to do here", (unsigned long long)m->bytes);
+        gs_send_moved(m->device, GS_MOVED_TO_HOST | GS_MOVED_DONE, 0, 0);
+        return;
+    }
+    bool quiet = gs_quiesce();
+    gs_move_out(m->device, m->bytes, quiet);
+    if (quiet)
+        gs_capture_allow();
+}
+
+/* Another holder may have pushed our memory out: bring it back in bulk rather than page by page
+ * (never into a capture: then faults do it). Before the gate opens: by default the program's
+ * kernels start once it has arrived, and even with GEMSHARE_SWAP_IN_WAIT=0 the move is queued
+ * ahead of them, where a synchronize the program calls covers it. */
+static void gs_move_back(uint32_t device, uint32_t flags)
+{
+    uint64_t out = gs_migrate_moved_out((int)device);
+    gs_migrate_granted((int)device);
+    if ((out == 0 && !(flags & GS_GRANT_OTHERS_RAN)) || !gs_config()->unified_memory)
+        return;
+    if (!gs_capture_hold_off(0)) {
+        gs_debug("a CUDA graph capture is running: no prefetch, page faults bring the memory back");
+        return;
+    }
+    struct gs_move done = gs_migrate_in((int)device);
+    gs_capture_allow();
+    /* What we had moved out is what came back. Without it the prefetch covered memory that was
+     * there already, and a rate from it would be fiction: the scheduler hears nothing then. */
+    if (done.waited && done.ranges > 0 && out > 0)
+        gs_send_moved(device, GS_MOVED_DONE | (done.failed ? GS_MOVED_FAILED : 0),
+                      done.failed && done.bytes < out ? done.bytes : out, done.elapsed_us);
 }
 
 /* Frees converted memory whose cuMemFreeAsync its stream has reached. Otherwise only the
@@ -204,10 +278,18 @@ static void gs_reap_freed(int64_t now)
     gs_capture_allow();
 }
 
+/* How long a holder waits idle before it releases early: its own setting (0: never), or the
+ * scheduler's hint for this grant when that is longer. */
+static unsigned gs_idle_release_ms(void)
+{
+    unsigned own = gs_config()->idle_release_ms;
+    return own == 0 || gs_idle_hint_ms < own ? own : gs_idle_hint_ms;
+}
+
 /* Early release: nothing submitted for the idle time, nothing in flight, the GPU work done. */
 static void gs_check_idle(int64_t now)
 {
-    unsigned idle_ms = gs_config()->idle_release_ms;
+    unsigned idle_ms = gs_idle_release_ms();
     if (gs_lock != GS_LOCK_HELD || idle_ms == 0)
         return;
     unsigned seen = gs_gate_submitted();
@@ -295,23 +377,12 @@ static void gs_handle(const struct gs_header *h, const uint8_t *payload)
         struct gs_lock_granted m;
         memcpy(&m, payload, sizeof m);
         gs_lock = GS_LOCK_HELD;
-        gs_debug("granted the GPU lock for %llu ms%s%s", (unsigned long long)m.quantum_ms,
+        gs_idle_hint_ms = 0;
+        gs_debug("granted the GPU lock for %llu ms%s%s%s", (unsigned long long)m.quantum_ms,
                  m.flags & GS_GRANT_AFTER_WAIT ? ", after waiting" : "",
-                 m.flags & GS_GRANT_SHARED ? ", shared" : "");
-        /* Another holder ran meanwhile and may have pushed our memory out: bring it back in bulk
-         * rather than page by page (never into a capture: then faults do it). Before the gate
-         * opens: by default the program's kernels start once it has arrived, and even with
-         * GEMSHARE_SWAP_IN_WAIT=0 the move is queued ahead of them, where a synchronize the
-         * program calls covers it. */
-        if ((m.flags & GS_GRANT_AFTER_WAIT) && gs_config()->unified_memory) {
-            if (gs_capture_hold_off(0)) {
-                gs_memory_migrate((int)m.device, false);
-                gs_capture_allow();
-            } else {
-                gs_debug("a CUDA graph capture is running: no prefetch, page faults bring the "
-                         "memory back");
-            }
-        }
+                 m.flags & GS_GRANT_SHARED ? ", shared" : "",
+                 m.flags & GS_GRANT_OTHERS_RAN ? ", others ran" : "");
+        gs_move_back(m.device, m.flags);
         gs_idle_seen = gs_gate_submitted();
         gs_idle_since = gs_now_ms();
         gs_gate_open();
@@ -319,17 +390,32 @@ static void gs_handle(const struct gs_header *h, const uint8_t *payload)
     }
     case GS_MSG_DROP_LOCK:
     case GS_MSG_LOCK_REVOKED: {
-        /* DROP_LOCK's second word is its flags; LOCK_REVOKED's is reserved. */
-        struct gs_drop_lock m;
-        memcpy(&m, payload, sizeof m);
+        /* LOCK_REVOKED is DROP_LOCK's first 8 bytes: the device and a reserved word. */
+        struct gs_drop_lock m = {0};
+        memcpy(&m, payload, h->length);
         bool drop = h->type == GS_MSG_DROP_LOCK;
         /* Not holding: it crossed our own release on the wire, and the scheduler has that. */
         if (gs_lock == GS_LOCK_HELD)
             gs_release(m.device, drop ? GS_RELEASE_DROPPED : GS_RELEASE_REVOKED,
-                       drop && (m.flags & GS_DROP_EVICT));
+                       drop ? m.evict_bytes : 0);
         else
             gs_debug("%s while not holding the lock: ignored",
                      drop ? "DROP_LOCK" : "LOCK_REVOKED");
+        break;
+    }
+    case GS_MSG_EVICT: {
+        struct gs_evict m;
+        memcpy(&m, payload, sizeof m);
+        gs_evict(&m);
+        break;
+    }
+    case GS_MSG_IDLE_HINT: {
+        struct gs_idle_hint m;
+        memcpy(&m, payload, sizeof m);
+        if (gs_lock == GS_LOCK_HELD)
+            gs_idle_hint_ms = m.idle_release_ms;
+        gs_debug("idle hint %u ms%s", m.idle_release_ms,
+                 gs_lock == GS_LOCK_HELD ? "" : " while not holding the lock: ignored");
         break;
     }
     case GS_MSG_SCHED_MODE: {
@@ -483,7 +569,7 @@ static int gs_poll_timeout(int64_t now)
         due = gs_last_mem_report + GS_MEM_REPORT_INTERVAL_MS;
     if (gs_last_reap + GS_REAP_INTERVAL_MS < due && gs_memory_deferred_pending())
         due = gs_last_reap + GS_REAP_INTERVAL_MS;
-    unsigned idle_ms = gs_config()->idle_release_ms;
+    unsigned idle_ms = gs_idle_release_ms();
     if (gs_lock == GS_LOCK_HELD && idle_ms > 0) {
         int64_t tick = now + (idle_ms / 4 > 50 ? 50 : idle_ms / 4 + 1);
         if (tick < due)
@@ -550,6 +636,7 @@ static void gs_after_fork_child(void)
     gs_registering = false;
     gs_lock = GS_LOCK_NONE;
     gs_mode = GS_MODE_ON;
+    gs_idle_hint_ms = 0;
     gs_rlen = 0;
     gs_retry_ms = GS_RETRY_FIRST_MS;
     gs_outage_reported = gs_ever_registered = false;
@@ -565,6 +652,7 @@ static void gs_after_fork_child(void)
     gs_capture_after_fork_child();
     gs_contexts_after_fork_child();
     gs_memory_after_fork_child();
+    gs_migrate_after_fork_child();
 }
 
 void gs_client_start(void)

@@ -12,6 +12,7 @@
 
 #define GS_DEFAULT_IDLE_RELEASE_MS 250u
 #define GS_MAX_IDLE_RELEASE_MS 3600000u
+#define GS_DEFAULT_MOVE_STREAMS 4u
 
 static struct gs_config gs_cfg;
 static pthread_once_t gs_cfg_once = PTHREAD_ONCE_INIT;
@@ -29,7 +30,9 @@ static bool gs_env_bool(const char *name, bool fallback)
     return fallback;
 }
 
-static unsigned gs_env_ms(const char *name, unsigned fallback, unsigned max)
+/* A whole number from min to max; `what` says what is accepted, e.g. "whole milliseconds". */
+static unsigned gs_env_uint(const char *name, unsigned fallback, unsigned min, unsigned max,
+                            const char *what)
 {
     const char *v = getenv(name);
     if (v == NULL || *v == '\0')
@@ -37,8 +40,8 @@ static unsigned gs_env_ms(const char *name, unsigned fallback, unsigned max)
     char *end;
     errno = 0;
     unsigned long n = strtoul(v, &end, 10);
-    if (errno || *end != '\0' || v[0] == '-' || n > max) {
-        gs_warn("ignoring %s=%s: expected whole milliseconds from 0 to %u; using %u", name, v, max,
+    if (errno || *end != '\0' || v[0] == '-' || n < min || n > max) {
+        gs_warn("ignoring %s=%s: expected %s from %u to %u; using %u", name, v, what, min, max,
                 fallback);
         return fallback;
     }
@@ -61,8 +64,10 @@ static void gs_config_load(void)
     gs_cfg.require = gs_env_bool("GEMSHARE_REQUIRE_SCHEDULER", false);
     gs_cfg.unified_memory = gs_env_bool("GEMSHARE_UNIFIED_MEMORY", true);
     gs_cfg.swap_in_wait = gs_env_bool("GEMSHARE_SWAP_IN_WAIT", true);
-    gs_cfg.idle_release_ms =
-        gs_env_ms("GEMSHARE_IDLE_RELEASE_MS", GS_DEFAULT_IDLE_RELEASE_MS, GS_MAX_IDLE_RELEASE_MS);
+    gs_cfg.idle_release_ms = gs_env_uint("GEMSHARE_IDLE_RELEASE_MS", GS_DEFAULT_IDLE_RELEASE_MS, 0,
+                                         GS_MAX_IDLE_RELEASE_MS, "whole milliseconds");
+    gs_cfg.move_streams = gs_env_uint("GEMSHARE_MOVE_STREAMS", GS_DEFAULT_MOVE_STREAMS, 1,
+                                      GS_MAX_MOVE_STREAMS, "a number of streams");
 
     const char *socket = getenv("GEMSHARE_SOCKET");
     if (socket == NULL || *socket == '\0')

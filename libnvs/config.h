@@ -4,6 +4,8 @@
 
 #include <stdbool.h>
 
+#define GS_MAX_MOVE_STREAMS 16
+
 struct gs_config {
     bool debug;          /* GEMSHARE_DEBUG=1 */
     bool single_oversub; /* GEMSHARE_ENABLE_SINGLE_OVERSUB=1 */
@@ -11,6 +13,7 @@ struct gs_config {
     bool unified_memory; /* GEMSHARE_UNIFIED_MEMORY (default 1) */
     bool swap_in_wait;   /* GEMSHARE_SWAP_IN_WAIT (default 1) */
     unsigned idle_release_ms; /* GEMSHARE_IDLE_RELEASE_MS (default 250; 0 disables) */
+    unsigned move_streams;    /* GEMSHARE_MOVE_STREAMS (default 4, 1 to GS_MAX_MOVE_STREAMS) */
     char socket_path[108];    /* GEMSHARE_SOCKET, else the default path */
     bool socket_too_long;     /* GEMSHARE_SOCKET does not fit a Unix socket address */
     char pod_name[256];       /* POD_NAME */

@@ -1,9 +1,10 @@
-/* Tracks contexts through the primary-context and cuCtxCreate/Destroy hooks, and the stream of
+/* Tracks contexts through the primary-context and cuCtxCreate/Destroy hooks, and the streams of
  * our own that each one's bulk memory moves go on. */
 #include "contexts.h"
 
 #include <pthread.h>
 
+#include "config.h"
 #include "impl.h"
 #include "log.h"
 #include "memory.h"
@@ -16,8 +17,9 @@ struct gs_context {
     int primary_retains; /* retains of a primary context through us; 0 for others */
     bool primary;
     /* Ours, for prefetches: made on first use, and destroyed by the driver with the context
-     * (destroy, reset or last primary release), after which we only forget it. */
-    CUstream swap_stream;
+     * (destroy, reset or last primary release), after which we only forget them. */
+    CUstream move_streams[GS_MAX_MOVE_STREAMS];
+    int move_stream_count;
 };
 
 /* gs_ctx_mu guards the table (held briefly). gs_ctx_life_mu is held across a drain's
@@ -55,7 +57,7 @@ static struct gs_context *gs_ctx_add(CUcontext ctx, CUdevice dev, bool primary)
                 GS_MAX_CONTEXTS);
         return NULL;
     }
-    gs_ctxs[gs_ctx_count] = (struct gs_context){ctx, dev, 0, primary, NULL};
+    gs_ctxs[gs_ctx_count] = (struct gs_context){.ctx = ctx, .dev = dev, .primary = primary};
     gs_debug("tracking %s context %p on device %d", primary ? "primary" : "created", (void *)ctx,
              dev);
     return &gs_ctxs[gs_ctx_count++];
@@ -141,7 +143,7 @@ static CUresult gs_primary_reset(CUresult (*reset)(CUdevice), CUdevice dev)
     struct gs_context *c = gs_ctx_find_primary(dev);
     CUcontext ctx = c ? c->ctx : NULL;
     if (r == CUDA_SUCCESS && c)
-        c->swap_stream = NULL; /* the reset destroyed it */
+        c->move_stream_count = 0; /* the reset destroyed them */
     pthread_mutex_unlock(&gs_ctx_mu);
     pthread_mutex_unlock(&gs_ctx_life_mu);
     if (r == CUDA_SUCCESS && ctx)
@@ -228,42 +230,55 @@ void gs_contexts_synchronize(void)
     pthread_mutex_unlock(&gs_ctx_life_mu);
 }
 
-bool gs_contexts_enter(CUcontext ctx, CUstream *swap_stream)
+/* Under the life lock, with ctx current: makes streams until c has `wanted` (some may exist). */
+static void gs_ctx_make_streams(struct gs_context *c, int wanted)
+{
+    while (c->move_stream_count < wanted) {
+        CUstream stream;
+        /* Non-blocking: the program's legacy-stream work must never queue behind our moves. */
+        CUresult r = GS_REAL(cuStreamCreate, GS_LEGACY)(&stream, CU_STREAM_NON_BLOCKING);
+        if (r != CUDA_SUCCESS) {
+            gs_debug("cannot create a stream in context %p for moving memory (error %d)",
+                     (void *)c->ctx, r);
+            return;
+        }
+        pthread_mutex_lock(&gs_ctx_mu);
+        c->move_streams[c->move_stream_count++] = stream; /* c stays: see gs_contexts_enter */
+        pthread_mutex_unlock(&gs_ctx_mu);
+        gs_debug("created stream %p of context %p for moving memory", (void *)stream,
+                 (void *)c->ctx);
+    }
+}
+
+bool gs_contexts_enter(CUcontext ctx, CUstream *streams, int *count)
 {
     pthread_mutex_lock(&gs_ctx_life_mu);
     pthread_mutex_lock(&gs_ctx_mu);
     struct gs_context *c = gs_ctx_exiting ? NULL : gs_ctx_find(ctx);
-    CUstream stream = c ? c->swap_stream : NULL;
     pthread_mutex_unlock(&gs_ctx_mu);
     if (c == NULL) {
         pthread_mutex_unlock(&gs_ctx_life_mu); /* gone, or the program is exiting */
         return false;
     }
     CUresult r = GS_REAL(cuCtxPushCurrent_v2, GS_LEGACY)(ctx);
-    if (r == CUDA_SUCCESS && swap_stream == NULL)
-        return true; /* the context alone */
-    if (r == CUDA_SUCCESS && stream == NULL) {
-        /* Non-blocking: the program's legacy-stream work must never queue behind our moves. */
-        r = GS_REAL(cuStreamCreate, GS_LEGACY)(&stream, CU_STREAM_NON_BLOCKING);
-        if (r == CUDA_SUCCESS) {
-            pthread_mutex_lock(&gs_ctx_mu);
-            c->swap_stream = stream; /* c is still ours: entries move only under the life lock */
-            pthread_mutex_unlock(&gs_ctx_mu);
-            gs_debug("created stream %p of context %p for moving memory", (void *)stream,
-                     (void *)ctx);
-        } else {
-            CUcontext popped;
-            GS_REAL(cuCtxPopCurrent_v2, GS_LEGACY)(&popped);
-        }
-    }
     if (r != CUDA_SUCCESS) {
-        if (swap_stream)
-            gs_debug("cannot move memory of context %p in bulk (error %d); page faults will",
-                     (void *)ctx, r);
+        gs_debug("cannot make context %p current (error %d)", (void *)ctx, r);
         pthread_mutex_unlock(&gs_ctx_life_mu);
         return false;
     }
-    *swap_stream = stream;
+    if (count == NULL || *count <= 0)
+        return true; /* the context alone */
+    /* Entries of the table move only under the life lock, which we hold: c stays ours. */
+    gs_ctx_make_streams(c, *count < GS_MAX_MOVE_STREAMS ? *count : GS_MAX_MOVE_STREAMS);
+    if (c->move_stream_count == 0) {
+        gs_debug("cannot move memory of context %p in bulk; page faults will", (void *)ctx);
+        gs_contexts_leave();
+        return false;
+    }
+    if (*count > c->move_stream_count)
+        *count = c->move_stream_count;
+    for (int i = 0; i < *count; i++)
+        streams[i] = c->move_streams[i];
     return true;
 }
 

@@ -12,12 +12,12 @@ void gs_contexts_note(CUcontext ctx, CUdevice dev);
  * and never while a stream capture is active. */
 void gs_contexts_synchronize(void);
 
-/* Makes a known context current on this thread and gives its stream for moving memory (made
- * on first use, non-blocking; none when swap_stream is NULL), keeping the context from being
- * destroyed until gs_contexts_leave(). False, holding nothing, when the context is unknown or
- * gone, or the stream cannot be made. Client thread only, never while a stream capture is
- * active. */
-bool gs_contexts_enter(CUcontext ctx, CUstream *swap_stream);
+/* Makes a known context current on this thread and, when count is given, fills streams[] with up
+ * to *count of its streams for moving memory (made on first use, non-blocking) and sets *count
+ * to how many; keeps the context from being destroyed until gs_contexts_leave(). False, holding
+ * nothing, when the context is unknown or gone, or no stream can be made. Client thread only,
+ * never while a stream capture is active. */
+bool gs_contexts_enter(CUcontext ctx, CUstream *streams, int *count);
 void gs_contexts_leave(void);
 
 /* At exit, before the driver tears itself down: no synchronization from our thread after this. */

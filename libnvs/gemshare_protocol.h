@@ -1,4 +1,4 @@
-/* The gemshare wire protocol, version 2: the C definition of docs/protocol.md.
+/* The gemshare wire protocol, version 3: the C definition of docs/protocol.md.
  * nvs/protocol.py is the Python one; tests/protocol/test_c_header_agrees.py checks they agree.
  * All integers travel little-endian; the structs below are the payloads byte for byte on the
  * little-endian machines gemshare supports (x86-64, aarch64). */
@@ -8,7 +8,7 @@
 #include <stdint.h>
 
 #define GS_MAGIC 0x52485347u /* "GSHR" */
-#define GS_VERSION 2u
+#define GS_VERSION 3u
 #define GS_MAX_PAYLOAD (1u << 20)
 #define GS_MAX_ERROR_TEXT 1024u
 #define GS_DEFAULT_SOCKET "/var/run/gemshare/scheduler.sock"
@@ -27,6 +27,9 @@ enum gs_msg_type {
     GS_MSG_CONTROL_REPLY = 11,
     GS_MSG_ERROR = 12,
     GS_MSG_DEVICE_UUID = 13,
+    GS_MSG_EVICT = 14,
+    GS_MSG_MOVED = 15,
+    GS_MSG_IDLE_HINT = 16,
 };
 
 enum gs_mode { GS_MODE_OFF = 0, GS_MODE_ON = 1, GS_MODE_AUTO = 2 };
@@ -47,7 +50,12 @@ enum gs_error_code {
 #define GS_REG_UNIFIED_MEMORY (1u << 0)
 #define GS_GRANT_AFTER_WAIT (1u << 0)
 #define GS_GRANT_SHARED (1u << 1)
-#define GS_DROP_EVICT (1u << 0)
+#define GS_GRANT_OTHERS_RAN (1u << 2)
+/* DROP_LOCK's evict_bytes or EVICT's bytes: every managed byte on the device. */
+#define GS_EVICT_ALL UINT64_MAX
+#define GS_MOVED_TO_HOST (1u << 0)
+#define GS_MOVED_DONE (1u << 1)
+#define GS_MOVED_FAILED (1u << 2)
 
 struct gs_header {
     uint32_t magic;
@@ -84,7 +92,26 @@ struct gs_lock_granted {
 
 struct gs_drop_lock {
     uint32_t device;
+    uint32_t reserved;
+    uint64_t evict_bytes; /* move this much to the host before answering */
+};
+
+struct gs_evict {
+    uint32_t device;
+    uint32_t reserved;
+    uint64_t bytes;
+};
+
+struct gs_moved {
+    uint32_t device;
     uint32_t flags;
+    uint64_t bytes;      /* moved so far, or in all with GS_MOVED_DONE */
+    uint64_t elapsed_us; /* since the move began */
+};
+
+struct gs_idle_hint {
+    uint32_t device;
+    uint32_t idle_release_ms;
 };
 
 struct gs_lock_released {
@@ -125,5 +152,9 @@ _Static_assert(sizeof(struct gs_header) == 16, "gs_header layout");
 _Static_assert(sizeof(struct gs_register) == 392, "gs_register layout");
 _Static_assert(sizeof(struct gs_mem_report) == 24, "gs_mem_report layout");
 _Static_assert(sizeof(struct gs_device_uuid) == 56, "gs_device_uuid layout");
+_Static_assert(sizeof(struct gs_drop_lock) == 16, "gs_drop_lock layout");
+_Static_assert(sizeof(struct gs_evict) == 16, "gs_evict layout");
+_Static_assert(sizeof(struct gs_moved) == 24, "gs_moved layout");
+_Static_assert(sizeof(struct gs_idle_hint) == 8, "gs_idle_hint layout");
 
 #endif

@@ -1,11 +1,10 @@
 /* The ALLOC, FREE and INFO hooks: conversion to managed memory, the single-process limit and the
  * accounting (see README.md for what each allocation API becomes). A mutex guards the records:
- * allocation is not the hot path. */
+ * allocation is not the hot path. migrate.c moves the memory, from a copy of the records. */
 #include "memory.h"
 
 #include <pthread.h>
 #include <stdlib.h>
-#include <time.h>
 
 #include "capture.h"
 #include "client.h"
@@ -195,7 +194,7 @@ static void gs_reap_deferred(bool wait, bool from_client)
         CUresult r = wait ? GS_REAL(cuEventSynchronize, GS_LEGACY)(a->free_after)
                           : GS_REAL(cuEventQuery, GS_LEGACY)(a->free_after);
         if (r == CUDA_ERROR_NOT_READY ||
-            (from_client && (a->ctx == NULL || !gs_contexts_enter(a->ctx, NULL)))) {
+            (from_client && (a->ctx == NULL || !gs_contexts_enter(a->ctx, NULL, NULL)))) {
             a->next = keep;
             keep = a;
             continue;
@@ -715,133 +714,38 @@ void gs_memory_forget_context(CUcontext ctx)
     pthread_mutex_unlock(&gs_mem_mu);
 }
 
-struct gs_migration {
-    CUdeviceptr ptr;
-    size_t size;
-    CUcontext ctx;
-    uint64_t stamp;
-};
-
-static int gs_newest_first(const void *x, const void *y)
+uint64_t gs_memory_device_total(int device)
 {
-    uint64_t a = ((const struct gs_migration *)x)->stamp;
-    uint64_t b = ((const struct gs_migration *)y)->stamp;
-    return a < b ? 1 : a > b ? -1 : 0;
+    return gs_total_of(device);
 }
 
-/* The managed allocations of the device worth moving, most recently allocated first: to the
- * host every managed one, back to the device the converted ones (the program's own managed
- * memory may be meant for the host). NULL when there are none or no memory for the list. */
-static struct gs_migration *gs_collect(int device, bool to_host, size_t *count)
+struct gs_managed *gs_memory_managed(int device, bool own_too, size_t *count)
 {
     size_t n = 0, cap = 64;
-    struct gs_migration *list = malloc(cap * sizeof *list);
+    struct gs_managed *list = malloc(cap * sizeof *list);
     pthread_mutex_lock(&gs_mem_mu);
     for (size_t b = 0; b < GS_BUCKETS && list; b++) {
         for (struct gs_alloc *a = gs_buckets[b]; a && list; a = a->next) {
-            bool wanted = a->kind == GS_ALLOC_CONVERTED || (to_host && a->kind == GS_ALLOC_MANAGED);
+            bool wanted = a->kind == GS_ALLOC_CONVERTED || (own_too && a->kind == GS_ALLOC_MANAGED);
             if (!wanted || a->device != device)
                 continue;
             if (n == cap) {
-                struct gs_migration *more = realloc(list, 2 * cap * sizeof *list);
+                struct gs_managed *more = realloc(list, 2 * cap * sizeof *list);
                 if (more == NULL)
-                    break; /* move what the list holds */
+                    break; /* the caller moves what the list holds */
                 list = more;
                 cap *= 2;
             }
-            list[n++] = (struct gs_migration){(CUdeviceptr)a->key, a->size, a->ctx, a->stamp};
+            list[n++] = (struct gs_managed){(CUdeviceptr)a->key, a->size, a->ctx, a->stamp};
         }
     }
     pthread_mutex_unlock(&gs_mem_mu);
-    if (list)
-        qsort(list, n, sizeof *list, gs_newest_first);
+    if (list && n == 0) {
+        free(list);
+        list = NULL;
+    }
     *count = list ? n : 0;
     return list;
-}
-
-/* Prefetches one range on our stream of the current context, with the v2 entry point where the
- * driver has it (CUDA 12.2) and the older one otherwise. */
-static CUresult gs_prefetch(CUdeviceptr ptr, size_t size, int device, bool to_host,
-                            CUstream stream)
-{
-    static int driver_version; /* the client thread's own */
-    if (driver_version == 0 && GS_REAL(cuDriverGetVersion, GS_LEGACY)(&driver_version) != 0)
-        driver_version = -1;
-    if (driver_version >= 12020) {
-        CUmemLocation where = {to_host ? CU_MEM_LOCATION_TYPE_HOST : CU_MEM_LOCATION_TYPE_DEVICE,
-                               to_host ? 0 : device};
-        return GS_REAL(cuMemPrefetchAsync_v2, GS_LEGACY)(ptr, size, where, 0, stream);
-    }
-    const CUdevice cpu = -1; /* CU_DEVICE_CPU */
-    return GS_REAL(cuMemPrefetchAsync, GS_LEGACY)(ptr, size, to_host ? cpu : device, stream);
-}
-
-void gs_memory_migrate(int device, bool to_host)
-{
-    if (device < 0 || device >= GS_MAX_DEVICES)
-        return;
-    size_t n;
-    struct gs_migration *list = gs_collect(device, to_host, &n);
-    if (list == NULL)
-        return;
-
-    struct timespec began, ended;
-    clock_gettime(CLOCK_MONOTONIC, &began);
-
-    /* Back to the device: what fits in 15/16 of it (room to work), most recent first. */
-    uint64_t budget = to_host ? UINT64_MAX : gs_total_of(device) / 16 * 15;
-    uint64_t left_bytes = 0;
-    size_t kept = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (list[i].size <= budget) {
-            budget -= list[i].size;
-            list[kept++] = list[i];
-        } else {
-            left_bytes += list[i].size;
-        }
-    }
-
-    /* In that order, a run of ranges per context: enter it, prefetch on our stream, and wait
-     * until they have arrived: an eviction must be done before the release, and kernels that
-     * start while the memory comes back would fault on it page by page, competing with the bulk
-     * move for the same link. */
-    bool wait = to_host || gs_config()->swap_in_wait;
-    uint64_t moved = 0;
-    size_t moved_count = 0;
-    for (size_t i = 0; i < kept;) {
-        CUcontext ctx = list[i].ctx;
-        size_t end = i;
-        while (end < kept && list[end].ctx == ctx)
-            end++;
-        CUstream stream;
-        if (ctx != NULL && gs_contexts_enter(ctx, &stream)) {
-            for (size_t j = i; j < end; j++) {
-                if (gs_prefetch(list[j].ptr, list[j].size, device, to_host, stream) ==
-                    CUDA_SUCCESS) {
-                    moved += list[j].size;
-                    moved_count++;
-                }
-            }
-            if (wait)
-                GS_REAL(cuStreamSynchronize, GS_LEGACY)(stream);
-            gs_contexts_leave();
-        }
-        i = end;
-    }
-    free(list);
-    /* The grant waits this long before the program's kernels may run. */
-    clock_gettime(CLOCK_MONOTONIC, &ended);
-    long long us = (ended.tv_sec - began.tv_sec) * 1000000LL +
-                   (ended.tv_nsec - began.tv_nsec) / 1000;
-    if (to_host)
-        gs_debug("moved %llu bytes (%zu allocations) of managed memory to the host from device "
-                 "%d in %lld us",
-                 (unsigned long long)moved, moved_count, device, us);
-    else
-        gs_debug("prefetching %llu bytes (%zu allocations, newest first) back to device %d: "
-                 "%s in %lld us; %llu bytes over 15/16 of the device left to page faults",
-                 (unsigned long long)moved, moved_count, device, wait ? "arrived" : "submitted",
-                 us, (unsigned long long)left_bytes);
 }
 
 bool gs_memory_has_changes(void)

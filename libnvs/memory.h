@@ -21,12 +21,20 @@ bool gs_memory_has_changes(void);
  * used when all is true) and clears their marks; returns how many. */
 int gs_memory_changes(struct gs_mem_usage out[GS_MAX_DEVICES], bool all);
 
-/* Moves this process's managed memory on the device in bulk, one prefetch per allocation, most
- * recently allocated first, on each context's own non-blocking stream: to the host every managed
- * allocation, waiting until it is there (DROP_EVICT), or back to the device the converted ones
- * that fit in 15/16 of it (a grant after a wait), waiting for them too unless
- * GEMSHARE_SWAP_IN_WAIT=0. For the client thread, while stream captures are held off. */
-void gs_memory_migrate(int device, bool to_host);
+/* A managed allocation, as gs_memory_managed copies it out of the records. */
+struct gs_managed {
+    CUdeviceptr ptr;
+    size_t size;
+    CUcontext ctx;
+    uint64_t stamp; /* allocation order: larger is newer */
+};
+
+/* A copy of the device's converted allocations, and of the program's own managed ones too when
+ * own_too, in no order; free() it. NULL (count 0) when there are none or no memory for the
+ * copy. */
+struct gs_managed *gs_memory_managed(int device, bool own_too, size_t *count);
+/* The device's size as the driver reports it (asked once); 0 when unknown. */
+uint64_t gs_memory_device_total(int device);
 
 /* Whether converted memory freed with cuMemFreeAsync still waits to be freed. */
 bool gs_memory_deferred_pending(void);

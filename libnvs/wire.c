@@ -28,6 +28,10 @@ size_t gs_wire_fixed_size(uint16_t type)
         return sizeof(struct gs_lock_revoked);
     case GS_MSG_SCHED_MODE:
         return sizeof(struct gs_sched_mode);
+    case GS_MSG_EVICT:
+        return sizeof(struct gs_evict);
+    case GS_MSG_IDLE_HINT:
+        return sizeof(struct gs_idle_hint);
     default:
         return 0;
     }

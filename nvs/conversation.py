@@ -9,7 +9,7 @@ from __future__ import annotations
 from . import protocol as p
 
 CLIENT, CONTROL = "client", "control"
-CLIENT_MESSAGES = (p.RequestLock, p.LockReleased, p.MemReport, p.DeviceUuid)
+CLIENT_MESSAGES = (p.RequestLock, p.LockReleased, p.MemReport, p.DeviceUuid, p.Moved)
 
 
 def next_kind(kind: str | None, message) -> str:

@@ -34,6 +34,18 @@ Mode `auto` (issue 5) lets several clients hold one device's lock while their me
   displaced again and again could then keep a long waiter waiting without end.
 - Switching modes: `auto` -> `on` shrinks to the oldest holder; `on` -> `auto` admits waiters
   that fit; `off` clears every lock as before.
+
+Moving memory (docs/protocol.md, "Moving memory"; cost.py does the arithmetic, residency.py
+keeps the estimate of where each client's memory is):
+
+- A grant that needs room waits for it: the outgoing holder's DROP_LOCK names the bytes to move
+  out, and what is still missing when the lock is free is asked of clients that do not hold it
+  (EVICT), once per grant; the grant follows their MOVED reports or their deadlines.
+- A holder that is moving memory is given time for it: grace plus bytes / measured rate, pushed
+  on by each progress report. Revocation is for a holder that neither drains nor moves.
+- A grant tells a client when another ran since its last grant (GRANT_OTHERS_RAN), so that it
+  brings its memory back in bulk; and a holder whose handoff would swap memory is told to keep
+  the lock through idle gaps shorter than twice that swap (IDLE_HINT).
 """
 
 from __future__ import annotations
@@ -43,6 +55,8 @@ from dataclasses import dataclass, field
 from . import protocol as p
 from .actions import Close, Log, Send
 from .admission import Budget, Waiting, admitted, kept
+from .cost import GB, Link, idle_release_ms, room_to_make
+from .residency import Residency, take
 
 # Device indices are u32 on the wire; a bound keeps one client from creating millions of queues.
 MAX_DEVICES = 1024
@@ -99,6 +113,7 @@ class Client:
     ordinal: int = 0  # what the client itself calls that GPU (its CUDA ordinal)
     gpu_uuid: str = ""
     named: set[int] = field(default_factory=set)  # devices it has named, in its own numbering
+    last_grant: dict[int, int] = field(default_factory=dict)  # device -> number of its last grant
 
     def may_name(self, ordinal: int) -> bool:
         """Whether naming `ordinal` keeps the client within MAX_DEVICES_PER_CLIENT; counts it."""
@@ -128,12 +143,15 @@ class Hold:
     granted_at: float
     quantum_end: float
     dropped_at: float | None = None  # when DROP_LOCK was sent
+    revoke_at: float = 0.0  # once dropped: grace, plus the time its move out may take
+    idle_hint_ms: int = 0  # the last IDLE_HINT sent for this hold
 
 
 @dataclass
 class Wait:
     since: float
     queued: bool  # it had to wait behind someone, so its grant carries GRANT_AFTER_WAIT
+    room_asked: bool = False  # clients were asked to move memory out for its grant
 
 
 @dataclass
@@ -141,6 +159,8 @@ class Device:
     index: int
     holders: dict[int, Hold] = field(default_factory=dict)
     waiters: dict[int, Wait] = field(default_factory=dict)  # insertion order is FCFS order
+    evictions: dict[int, tuple[float, int]] = field(default_factory=dict)  # client -> EVICT's
+    # deadline and bytes
 
     @property
     def idle(self) -> bool:
@@ -163,6 +183,10 @@ class Policy:
         self.clients: dict[int, Client] = {}
         self.devices: dict[int, Device] = {}  # only devices with a holder or a waiter
         self.revocations = 0
+        self.residency = Residency()
+        self.links: dict[int, Link] = {}  # device -> its measured moves, kept while we run
+        self.grants: dict[int, int] = {}  # device -> grants made on it so far
+        self._reported: dict[int, int] | None = None  # _reported_total's memory
 
     # ----- events -------------------------------------------------------------------------
 
@@ -206,7 +230,11 @@ class Policy:
             client.allocated = {index: client.allocated.get(client.ordinal, 0)}
             client.device_total = {index: client.device_total[client.ordinal]} \
                 if client.ordinal in client.device_total else {}
+            resident = self.residency.of(client.ordinal, cid)
+            self.residency.forget(cid)
+            self.residency.set(index, cid, resident)
         client.device, client.gpu_uuid = index, uuid
+        self._reported = None
         actions = [Log(f"device {client}: {uuid} (its device {client.ordinal}) is device "
                        f"{index}")]
         dev = self.devices.get(index)
@@ -286,12 +314,51 @@ class Policy:
             return [Log(f"memory {client} on its device {ordinal} not counted: which GPU that "
                         "is, only its registered device says", debug=True)]
         client.allocated[device] = allocated
-        if total:
+        if total and client.device_total.get(device) != total:
             client.device_total[device] = total
+            self._reported = None
+        dev = self.devices.get(device)
+        if self.mode is p.Mode.OFF or (dev is not None and cid in dev.holders):
+            self.residency.set(device, cid, allocated)  # it runs: its memory is on the device
+        else:
+            self.residency.shrink_to(device, cid, allocated)
         actions = [Log(f"memory {client}: device {device} {allocated} bytes allocated",
                        debug=True)]
-        dev = self.devices.get(device)
         if dev is not None:  # a holder grew or shrank, or the capacity is known now
+            actions += self._settle(dev, now)
+        return actions
+
+    def moved(self, cid: int, device: int, flags: int, size: int, elapsed_us: int,
+              now: float) -> list:
+        """A client reports memory it moved, or is moving (progress), between a device and the
+        host. What it claims is believed only up to what it has there."""
+        client = self.clients.get(cid)
+        if client is None:
+            return []
+        if device >= MAX_DEVICES:
+            return [_device_out_of_range(cid, device)]
+        ordinal, device = device, client.scheduler_device(device)
+        if device is None:
+            return [Log(f"move by {client} on its device {ordinal} not counted: which GPU that "
+                        "is, only its registered device says", debug=True)]
+        to_host, done = bool(flags & p.MOVED_TO_HOST), bool(flags & p.MOVED_DONE)
+        size = min(size, client.allocated.get(device, 0))
+        dev = self.devices.get(device)
+        if not done:
+            hold = dev.holders.get(cid) if dev else None
+            if hold is not None and hold.dropped_at is not None:
+                hold.revoke_at = max(hold.revoke_at, now + self.grace_s)
+            return [Log(f"moving {client}: device {device}, {size} bytes to the "
+                        f"{'host' if to_host else 'device'} so far", debug=True)]
+        seconds = elapsed_us / 1e6
+        if to_host:
+            self.residency.moved_out(device, cid, size)
+        self.links.setdefault(device, Link()).record(to_host, size, seconds)
+        rate = f" ({size / seconds / GB:.1f} GB/s)" if seconds > 0 else ""
+        failed = ", cut short: the driver refused the rest" if flags & p.MOVED_FAILED else ""
+        actions = [Log(f"moved {client}: device {device}, {size} bytes to the "
+                       f"{'host' if to_host else 'device'} in {seconds:.3f} s{rate}{failed}")]
+        if dev is not None and dev.evictions.pop(cid, None) is not None:
             actions += self._settle(dev, now)
         return actions
 
@@ -299,8 +366,11 @@ class Policy:
         client = self.clients.pop(cid, None)
         if client is None:
             return []
+        self.residency.forget(cid)
+        self._reported = None
         held, waited = [], []
         for dev in self.devices.values():
+            dev.evictions.pop(cid, None)  # its memory left with it
             if cid in dev.holders:
                 self._end_hold(dev, cid, now, client)
                 held.append(dev.index)
@@ -331,6 +401,11 @@ class Policy:
                 for cid in list(dev.waiters):
                     self._end_wait(dev, cid, now)
             self.devices.clear()
+            for cid, client in self.clients.items():  # all run now, so all of it comes back
+                for device, allocated in client.allocated.items():
+                    self.residency.set(device, cid, allocated)
+                for device in client.last_grant:  # and each runs beside the others
+                    client.last_grant[device] = -1
         else:
             # A running quantum is measured against the new TQ; a drop already sent stands.
             for dev in self.devices.values():
@@ -347,8 +422,15 @@ class Policy:
         actions = []
         for dev in list(self.devices.values()):
             for cid, hold in list(dev.holders.items()):
-                if hold.dropped_at is not None and now >= hold.dropped_at + self.grace_s:
+                if hold.dropped_at is not None and now >= hold.revoke_at:
                     actions += self._revoke(dev, cid, now)
+            for cid, (deadline, size) in list(dev.evictions.items()):
+                if now >= deadline:
+                    del dev.evictions[cid]
+                    self.residency.presume_gone(dev.index, cid, size)
+                    actions.append(Log(f"evict {self.clients[cid]}: device {dev.index}, no "
+                                       "answer in time; the grant goes ahead and page faults "
+                                       "move the rest"))
             actions += self._settle(dev, now)
         return actions
 
@@ -358,9 +440,10 @@ class Policy:
         for dev in self.devices.values():
             for hold in dev.holders.values():
                 if hold.dropped_at is not None:
-                    due.append(hold.dropped_at + self.grace_s)
+                    due.append(hold.revoke_at)
                 elif dev.waiters:
                     due.append(hold.quantum_end)
+            due.extend(deadline for deadline, _ in dev.evictions.values())
         return min(due, default=None)
 
     # ----- queries --------------------------------------------------------------------------
@@ -389,12 +472,21 @@ class Policy:
         if device in self.nvml_capacity:
             found, source = self.nvml_capacity[device], "nvml"
         else:
-            reported = max((c.device_total.get(device, 0) for c in self.clients.values()),
-                           default=0)
+            reported = self._reported_total(device)
             found, source = (reported, "reported") if reported else (None, None)
         if self.capacity_limit is not None and (found is None or self.capacity_limit < found):
             return self.capacity_limit, "limit"
         return found, source
+
+    def _reported_total(self, device: int) -> int:
+        """The largest total a connected client reported for the device; remembered until a
+        report or a departure may change it, since every grant asks."""
+        if self._reported is None:
+            self._reported = {}
+            for client in self.clients.values():
+                for index, total in client.device_total.items():
+                    self._reported[index] = max(self._reported.get(index, 0), total)
+        return self._reported.get(device, 0)
 
     def memory_of(self, cid: int, device: int) -> int:
         return self.clients[cid].allocated.get(device, 0)
@@ -412,7 +504,8 @@ class Policy:
 
     def _settle(self, dev: Device, now: float) -> list:
         """Bring the device in line with the rules: shrink the holders to a set that fits, grant
-        whoever may hold now, and drop holders whose quantum is over while others wait."""
+        whoever may hold now (once there is room for them), drop holders whose quantum is over
+        while others wait, and tell holders how long an idle gap is worth keeping the lock."""
         if self.mode is p.Mode.OFF:
             return []
         budget = self._budget(dev)
@@ -428,14 +521,16 @@ class Policy:
                    for cid, wait in dev.waiters.items())
         holding = [self.memory_of(cid, dev.index) for cid in dev.holders]
         chosen = admitted(budget, holding, waiting, patience=self.tq)  # before dev.waiters changes
-        shared = len(dev.holders) + len(chosen) > 1
-        for cid in chosen:
+        ready = self._with_room(dev, chosen, now, actions)
+        shared = len(dev.holders) + len(ready) > 1
+        for cid in ready:
             actions += self._grant(dev, cid, now, shared)
         if dev.waiters:
             for cid, hold in dev.holders.items():
                 if hold.dropped_at is None and now >= hold.quantum_end:
                     actions += self._drop(dev, cid, now,
                                           f"quantum over, {len(dev.waiters)} waiting")
+        actions += self._idle_hints(dev)
         if dev.idle:
             del self.devices[dev.index]
         return actions
@@ -448,26 +543,111 @@ class Policy:
         return (f"holders no longer fit in {_mib(budget.capacity)} (allocated "
                 f"{_mib(self.holders_memory(dev.index))}, {_mib(self.reserve)} reserve each)")
 
-    def _drop(self, dev: Device, cid: int, now: float, why: str) -> list:
-        dev.holders[cid].dropped_at = now
-        evict = self._needs_room(dev, cid)
-        ordinal = self.clients[cid].own_ordinal(dev.index)
-        return [Send(cid, p.DropLock(ordinal, p.DROP_EVICT if evict else 0)),
-                Log(f"drop {self.clients[cid]}: device {dev.index} {why}"
-                    f"{', evict to host' if evict else ''}")]
+    # ----- moving memory -----------------------------------------------------------------------
 
-    def _needs_room(self, dev: Device, cid: int) -> bool:
-        """Whether a holder being dropped should move its memory to the host as it releases:
-        it, the holders that stay and the head waiter do not fit on the device together. With
-        the capacity unknown, page faults move the memory as needed instead."""
-        capacity = self.capacity(dev.index)[0]
-        if capacity is None:
-            return False
-        staying = [h for h, hold in dev.holders.items() if hold.dropped_at is None]
+    def link(self, device: int) -> Link:
+        return self.links.get(device) or Link()
+
+    def _to_fetch(self, device: int, cid: int) -> int:
+        """Bytes a client must bring back to the device before it runs."""
+        return max(self.memory_of(cid, device) - self.residency.of(device, cid), 0)
+
+    def _room_for(self, dev: Device, incoming: list[int], holders_after: int) -> int:
+        """Bytes that must leave the device so that `incoming` clients' memory comes back beside
+        everything there now, with a context reserve for each of `holders_after` holders."""
+        fetch = sum(self._to_fetch(dev.index, cid) for cid in incoming)
+        return room_to_make(self.capacity(dev.index)[0], self.residency.total(dev.index), fetch,
+                            holders_after, self.reserve)
+
+    def _with_room(self, dev: Device, chosen: list[int], now: float, actions: list) -> list[int]:
+        """The waiters chosen for a grant, once there is room for all of their memory; none while
+        clients asked to move memory out have not answered. Room is asked for once per waiter,
+        of clients that do not hold the device: a grant never waits twice for it."""
+        if dev.evictions or not chosen:
+            return [] if dev.evictions else chosen
+        needed = self._room_for(dev, chosen, len(dev.holders) + len(chosen))
+        if needed == 0 or all(dev.waiters[cid].room_asked for cid in chosen):
+            return chosen
+        for cid in chosen:
+            dev.waiters[cid].room_asked = True
+        plan = take(needed, self._evictable(dev, exclude=set(chosen)))
+        actions += self._evict(dev, plan, self.clients[chosen[0]], now)
+        return [] if dev.evictions else chosen
+
+    def _evict(self, dev: Device, plan: list[tuple[int, int]], beneficiary: Client,
+               now: float) -> list:
+        """Ask clients that do not hold the device to move memory out, and wait for them; a
+        revoked client, which did not even drain in time, is asked but not waited for: its bytes
+        are taken as gone, as the driver's page faults will move them."""
+        actions = []
+        link = self.link(dev.index)
+        for victim, size in plan:
+            client = self.clients[victim]
+            if client.revoked:
+                self.residency.presume_gone(dev.index, victim, size)
+            else:
+                dev.evictions[victim] = (now + self.grace_s + link.to_host.seconds(size), size)
+            actions += [Send(victim, p.Evict(client.own_ordinal(dev.index), 0, size)),
+                        Log(f"evict {client}: device {dev.index}, {_mib(size)} to the host to "
+                            f"make room for {beneficiary}")]
+        return actions
+
+    def _evictable(self, dev: Device, exclude: set[int]) -> list[tuple[int, int]]:
+        """Clients with memory on the device that may be asked to move it out now, in the order
+        they are asked: those not waiting for it before those waiting (the last in the queue
+        first, as it runs last), largest first within each."""
+        queue = list(dev.waiters)
+        candidates = [(cid, size) for cid, size in self.residency.on(dev.index).items()
+                      if cid not in dev.holders and cid not in exclude]
+        return sorted(candidates, key=lambda item: (
+            item[0] in dev.waiters, -queue.index(item[0]) if item[0] in dev.waiters else 0,
+            -item[1]))
+
+    def _evict_on_drop(self, dev: Device, cid: int) -> int:
+        """What a holder being dropped moves out as it releases: the room the head waiter (or, with
+        nobody waiting, the holders that stay) needs, as far as its own memory there goes."""
+        staying = sum(1 for h, hold in dev.holders.items()
+                      if hold.dropped_at is None and h != cid)
         incoming = list(dev.waiters)[:1]
-        together = staying + incoming + [cid]
-        total = sum(self.memory_of(c, dev.index) for c in together)
-        return not Budget(capacity, self.reserve).fits(total, len(together))
+        needed = self._room_for(dev, incoming, staying + len(incoming))
+        return min(needed, self.residency.of(dev.index, cid))
+
+    def switch_seconds(self, device: int) -> float:
+        """What handing the device to its head waiter now would cost in moves: the room it
+        needs, moved out now and back in when the holder returns (the waiter's own memory comes
+        back whenever it runs, so that is no cost of switching early); 0 with nobody waiting."""
+        dev = self.devices.get(device)
+        head = next(iter(dev.waiters), None) if dev else None
+        if head is None:
+            return 0.0
+        out = self._room_for(dev, [head], len(dev.holders))
+        return self.link(device).switch_seconds(out, out)
+
+    def _idle_hints(self, dev: Device) -> list:
+        """IDLE_HINT for each holder whose advice changed: how long to keep the lock through an
+        idle gap, from what handing it to the head waiter would move."""
+        actions = []
+        hint = idle_release_ms(self.switch_seconds(dev.index), self.tq)
+        for cid, hold in dev.holders.items():
+            if hold.dropped_at is not None:
+                continue
+            if hint != hold.idle_hint_ms:
+                hold.idle_hint_ms = hint
+                actions.append(Send(cid, p.IdleHint(self.clients[cid].own_ordinal(dev.index),
+                                                    hint)))
+        return actions
+
+    # ----- lock changes ------------------------------------------------------------------------
+
+    def _drop(self, dev: Device, cid: int, now: float, why: str) -> list:
+        hold = dev.holders[cid]
+        evict = self._evict_on_drop(dev, cid)
+        hold.dropped_at = now
+        hold.revoke_at = now + self.grace_s + self.link(dev.index).to_host.seconds(evict)
+        ordinal = self.clients[cid].own_ordinal(dev.index)
+        return [Send(cid, p.DropLock(ordinal, 0, evict)),
+                Log(f"drop {self.clients[cid]}: device {dev.index} {why}"
+                    f"{f', evict {_mib(evict)} to the host' if evict else ''}")]
 
     def _grant(self, dev: Device, cid: int, now: float, shared: bool) -> list:
         client = self.clients[cid]
@@ -475,7 +655,13 @@ class Policy:
         waited = self._end_wait(dev, cid, now)
         dev.holders[cid] = Hold(granted_at=now, quantum_end=now + self.tq)
         client.revoked = False
-        flags = (p.GRANT_AFTER_WAIT if wait.queued else 0) | (p.GRANT_SHARED if shared else 0)
+        number = self.grants[dev.index] = self.grants.get(dev.index, 0) + 1
+        last = client.last_grant.get(dev.index)
+        client.last_grant[dev.index] = number
+        others_ran = last is not None and last != number - 1
+        self.residency.set(dev.index, cid, self.memory_of(cid, dev.index))  # all of it comes back
+        flags = (p.GRANT_AFTER_WAIT if wait.queued else 0) | (p.GRANT_SHARED if shared else 0) | \
+            (p.GRANT_OTHERS_RAN if others_ran else 0)
         after = f" after waiting {waited:.3f} s" if wait.queued else ""
         beside = f", shared ({_mib(self.memory_of(cid, dev.index))} allocated)" if shared else ""
         return [Send(cid, p.LockGranted(client.own_ordinal(dev.index), flags, self.tq * 1000)),

@@ -1,4 +1,4 @@
-"""The gemshare wire protocol, version 2: the Python definition of docs/protocol.md.
+"""The gemshare wire protocol, version 3: the Python definition of docs/protocol.md.
 
 Pure bytes in, messages out; no sockets. `tests/protocol/test_c_header_agrees.py` checks that
 `libnvs/gemshare_protocol.h` says the same thing.
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 MAGIC = 0x52485347  # b"GSHR" read as a little-endian u32
-VERSION = 2  # 2: DEVICE_UUID
+VERSION = 3  # 2: DEVICE_UUID; 3: EVICT, MOVED, IDLE_HINT, DROP_LOCK's byte count
 HEADER = struct.Struct("<IHHII")  # magic, version, type, length, seq
 HEADER_SIZE = HEADER.size
 MAX_PAYLOAD = 1 << 20
@@ -37,6 +37,9 @@ class MsgType(enum.IntEnum):
     CONTROL_REPLY = 11
     ERROR = 12
     DEVICE_UUID = 13
+    EVICT = 14
+    MOVED = 15
+    IDLE_HINT = 16
 
 
 class Mode(enum.IntEnum):
@@ -72,7 +75,11 @@ class ErrorCode(enum.IntEnum):
 REG_UNIFIED_MEMORY = 1 << 0
 GRANT_AFTER_WAIT = 1 << 0
 GRANT_SHARED = 1 << 1
-DROP_EVICT = 1 << 0
+GRANT_OTHERS_RAN = 1 << 2
+EVICT_ALL = (1 << 64) - 1  # DROP_LOCK's evict_bytes: every managed byte on the device
+MOVED_TO_HOST = 1 << 0
+MOVED_DONE = 1 << 1
+MOVED_FAILED = 1 << 2
 
 
 class ProtocolError(Exception):
@@ -171,10 +178,42 @@ class LockGranted(Fixed):
 
 @dataclass(frozen=True)
 class DropLock(Fixed):
+    """Hand the lock on; first move `evict_bytes` of managed memory to the host (EVICT_ALL: all)."""
     TYPE = MsgType.DROP_LOCK
-    LAYOUT = (("device", "I"), ("flags", "I"))
+    LAYOUT = (("device", "I"), ("reserved", "I"), ("evict_bytes", "Q"))
+    device: int = 0
+    reserved: int = 0
+    evict_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class Evict(Fixed):
+    """To a client that does not hold the device: move `bytes` to the host now, answer MOVED."""
+    TYPE = MsgType.EVICT
+    LAYOUT = (("device", "I"), ("reserved", "I"), ("bytes", "Q"))
+    device: int = 0
+    reserved: int = 0
+    bytes: int = 0
+
+
+@dataclass(frozen=True)
+class Moved(Fixed):
+    """What a client moved (MOVED_DONE) or has moved so far (progress), and in how long."""
+    TYPE = MsgType.MOVED
+    LAYOUT = (("device", "I"), ("flags", "I"), ("bytes", "Q"), ("elapsed_us", "Q"))
     device: int = 0
     flags: int = 0
+    bytes: int = 0
+    elapsed_us: int = 0
+
+
+@dataclass(frozen=True)
+class IdleHint(Fixed):
+    """While holding: release early only after this much idle time (0: the client's own)."""
+    TYPE = MsgType.IDLE_HINT
+    LAYOUT = (("device", "I"), ("idle_release_ms", "I"))
+    device: int = 0
+    idle_release_ms: int = 0
 
 
 @dataclass(frozen=True)
@@ -287,7 +326,7 @@ class Error:
 
 MESSAGES = {cls.TYPE: cls for cls in (
     Register, Registered, RequestLock, LockGranted, DropLock, LockReleased, LockRevoked,
-    SchedMode, MemReport, Control, ControlReply, Error, DeviceUuid)}
+    SchedMode, MemReport, Control, ControlReply, Error, DeviceUuid, Evict, Moved, IdleHint)}
 FIXED_MESSAGES = {t: cls for t, cls in MESSAGES.items() if issubclass(cls, Fixed)}
 
 

@@ -226,6 +226,9 @@ class Server:
                                         message.device_total_bytes, now)
         elif isinstance(message, p.DeviceUuid):
             actions = policy.device_uuid(conn.id, message.device, message.gpu_uuid, now)
+        elif isinstance(message, p.Moved):
+            actions = policy.moved(conn.id, message.device, message.flags, message.bytes,
+                                   message.elapsed_us, now)
         else:
             reply = await self._control(conn, message.body)
             actions = [Send(conn.id, _Reply(reply, seq))]

@@ -14,7 +14,7 @@ def build_status(policy: Policy, now: float, wall: float, *, grace_ms: int,
                  gpus: list[dict] | None = None, extra: dict | None = None) -> dict:
     """`now` is the policy's clock, `wall` the Unix time; `gpus` comes from NVML when available."""
     by_index = {gpu["index"]: gpu for gpu in gpus or []}
-    indices = set(by_index) | set(policy.devices)
+    indices = set(by_index) | set(policy.devices) | set(policy.links)
     for client in policy.clients.values():
         indices |= {client.device, *client.allocated}
     devices = []
@@ -37,6 +37,18 @@ def build_status(policy: Policy, now: float, wall: float, *, grace_ms: int,
         entry["capacity_bytes"], entry["capacity_source"] = policy.capacity(index)
         entry["context_reserve_bytes"] = policy.reserve
         entry["holders_allocated_bytes"] = policy.holders_memory(index)
+        # Moving memory: where the scheduler believes it is, what a switch to the head waiter
+        # would cost, and what the moves so far have shown.
+        link = policy.link(index)
+        entry["resident_bytes"] = policy.residency.total(index)
+        entry["switch_cost_s"] = round(policy.switch_seconds(index), 3)
+        entry["evicting"] = sorted(dev.evictions) if dev else []
+        entry["idle_hints_ms"] = {str(cid): hold.idle_hint_ms
+                                  for cid, hold in dev.holders.items() if hold.idle_hint_ms} \
+            if dev else {}
+        if index in policy.links:  # a device that has seen moves (kept short for the others)
+            entry["move_rates"] = link.rates_view()
+            entry["moves"] = link.moves_view()
         devices.append(entry)
 
     clients = []
@@ -55,6 +67,7 @@ def build_status(policy: Policy, now: float, wall: float, *, grace_ms: int,
             "waits": client.waits,
             "wait_time_s": round(client.wait_time + policy.running_wait_time(cid, now), 3),
             "allocated_bytes": sum(client.allocated.values()),
+            "resident_bytes": policy.residency.of(client.device, cid),
             "connected_since": round(client.connected_since, 3),
             "revocations": client.revocations,
             "revoked": client.revoked,

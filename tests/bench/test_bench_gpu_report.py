@@ -1,5 +1,6 @@
-"""`make bench-gpu`'s parts that need no GPU: choosing parts with BENCH_ONLY and printing the
-table from whatever parts ran, so the GPU bench cannot rot unnoticed between GPU runs."""
+"""`make bench-gpu`'s parts that need no GPU: choosing parts with BENCH_ONLY, printing the
+table from whatever parts ran, and reading the scheduler's log and status for the part oversub, so
+the GPU bench cannot rot unnoticed between GPU runs."""
 
 from __future__ import annotations
 
@@ -20,6 +21,20 @@ SWAP = {"fault_h2d_gbps": 8.8, "prefetch_h2d_gbps": 48.3, "prefetch_d2h_gbps": 1
         "pinned_h2d_gbps": 54.2, "on_grant_gbps": 31.3, "on_grant_swap_gbps": None,
         "on_grant_seconds": 0.137, "on_grant_hot_seconds": 0.049, "on_grant_gbps_overlap": 31.9,
         "on_grant_swap_gbps_overlap": 54.0}
+MOVES = {"to_host": {"count": 3, "bytes": 29 * 2**30, "seconds": 2.4},
+         "to_device": {"count": 3, "bytes": 29 * 2**30, "seconds": 0.7}}
+RATES = {"to_host_gbps": 12.9, "to_device_gbps": 44.5, "measured": True}
+MOVED = {"to_host": {"count": 3, "bytes_median": 9.5 * 2**30, "bytes_max": 10 * 2**30,
+                     "gbps_median": 12.1},
+         "to_device": {"count": 3, "bytes_median": 9.5 * 2**30, "bytes_max": 10 * 2**30,
+                       "gbps_median": None}}
+PROGRAM = {"gib": 16, "passes": 20, "gap_s": 0.0, "ops": 40, "seconds": 14.0,
+           "pass_median_s": 0.47, "pass_max_s": 3.1, "mismatched_elements": 0, "intact": True}
+
+
+def shared(seconds: float, **figures) -> dict:
+    return {"seconds": seconds, "intact": True, "programs": [PROGRAM, PROGRAM], "grants": 5,
+            "revocations": 0, "moved": MOVED, "moves": MOVES, "move_rates": RATES, **figures}
 
 
 def table(results: dict, capsys) -> str:
@@ -51,6 +66,8 @@ def test_a_part_alone_prints_without_the_others(capsys):
 def test_bench_only_takes_known_parts(monkeypatch):
     monkeypatch.setenv("BENCH_ONLY", " swapin, launch_rate ")
     assert run_gpu.chosen_parts() == {"swapin", "launch_rate"}
+    monkeypatch.setenv("BENCH_ONLY", "oversub")
+    assert run_gpu.chosen_parts() == {"oversub"}
     monkeypatch.delenv("BENCH_ONLY")
     assert run_gpu.chosen_parts() == set(run_gpu.PARTS)
 
@@ -61,3 +78,63 @@ def test_an_unknown_part_stops_before_anything_runs():
                           capture_output=True, text=True, timeout=60)
     assert done.returncode != 0
     assert "warp_speed" in done.stderr and "launch_rate" in done.stderr
+
+
+def test_oversub_prints_every_scenario_and_mode(capsys):
+    plain = {"seconds": 28.0, "intact": True, "programs": [PROGRAM, PROGRAM]}
+    # The status may lack `moves`, and a run may fail: neither stops the table.
+    lacking = shared(35.0, moves=None, move_rates=None, intact=False)
+    failed = {"error": "RuntimeError: python3 oversub_pass.py exited 1:\nTraceback\nOOM"}
+    part = {"gib": 16, "passes": 20, "capacity_mib": 24576, "tq": 10, "start_gap_s": 1.0,
+            "scenarios": {
+                "oversubscribed pair": {"gap_s": 0.0, "one_after_another": plain,
+                                        "together_on": shared(30.8), "ratio_on": 1.1,
+                                        "together_auto": lacking, "ratio_auto": 1.25},
+                "oversubscribed pair, half busy": {"gap_s": 0.5, "one_after_another": failed,
+                                                   "together_on": shared(50.0),
+                                                   "ratio_on": None, "together_auto": failed,
+                                                   "ratio_auto": None}}}
+    out = table({"oversub": part}, capsys)
+    assert "2 x 16 GiB, 20 passes each, scheduler capacity 24576 MiB, TQ 10 s" in out
+    assert "oversubscribed pair, one after another, no layer: 28.0 s; intact" in out
+    assert ("oversubscribed pair, together, on: 30.8 s (1.10 of one after another); 5 grants, "
+            "0 revocations; per handoff (median/max) out 3 x 9.50/10.00 GiB at 12.1 GB/s, "
+            "back 3 x 9.50/10.00 GiB rate n/a; status: 29.00 GiB out in 2.4 s, 29.00 GiB "
+            "back in 0.7 s, rates 12.9 out / 44.5 back GB/s (measured); intact") in out
+    assert ("oversubscribed pair, together, auto: 35.0 s (1.25 of one after another)" in out
+            and "status: moves n/a; DATA NOT INTACT" in out)
+    assert ("oversubscribed pair, half busy, one after another, no layer: FAILED (RuntimeError: "
+            "python3 oversub_pass.py exited 1: ... OOM)") in out
+    assert "oversubscribed pair, half busy, together, on: 50.0 s; 5 grants" in out
+
+
+def test_oversub_skipped_says_why(capsys):
+    reason = run_gpu.oversub.refusal(16, [81559, 40000])
+    assert "40000 MiB free" in reason and run_gpu.oversub.refusal(16, [81559]) is None
+    out = table({"oversub": {"gib": 16, "skipped": reason}}, capsys)
+    assert "oversub: skipped (the pair needs 2 x 16 GiB" in out
+
+
+def test_oversub_reads_the_scheduler_log_and_status():
+    log = "\n".join([
+        "2026-11-22 10:00:00.000 INFO grant client 1 (pid 10, python3): device 0",
+        "2026-11-22 10:00:10.000 INFO grant client 2 (pid 11, python3): device 0, after waiting",
+        "2026-11-22 10:00:20.000 INFO revoke client 2 (pid 11, python3): device 0, no release",
+        "2026-11-22 10:00:09.900 INFO moved client 1 (pid 10, python3): device 0, "
+        "9663676416 bytes to the host in 0.812 s (11.9 GB/s)",
+        "2026-11-22 10:00:19.900 INFO moved client 2 (pid 11, a: b): device 0, "
+        "10737418240 bytes to the host in 1.000 s (10.7 GB/s), cut short: the driver refused",
+        "2026-11-22 10:00:20.100 INFO moved client 1 (pid 10, python3): device 0, "
+        "1048576 bytes to the device in 0.001 s (1.0 GB/s)"])
+    figures = run_gpu.oversub.log_figures(log)
+    assert (figures["grants"], figures["revocations"]) == (2, 1)
+    out = figures["moved"]["to_host"]
+    assert out["count"] == 2 and out["bytes_max"] == 10737418240
+    assert abs(out["gbps_median"] - (9663676416 / 0.812 + 10737418240) / 2e9) < 1e-9
+    # A 1 MiB move says nothing about the link: counted, but no rate.
+    assert figures["moved"]["to_device"] == {"count": 1, "bytes_median": 1048576,
+                                             "bytes_max": 1048576, "gbps_median": None}
+    status = {"devices": [{"index": 0}, {"index": 1, "moves": MOVES, "move_rates": RATES}]}
+    assert run_gpu.oversub.device_moves(status) == {"moves": MOVES, "move_rates": RATES}
+    for lacking in (None, {}, {"devices": [{"index": 0}]}, {"devices": [{"moves": "odd"}]}):
+        assert run_gpu.oversub.device_moves(lacking)["move_rates"] is None

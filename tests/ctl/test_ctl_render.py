@@ -58,3 +58,17 @@ def test_a_trimmed_status_says_what_it_left_out():
     note, = [line for line in out.splitlines() if "trimmed" in line]
     assert "12 clients" in note and "1 device," in note and "per-device memory" in note
     assert "trimmed" not in draw({"tq": 30, "anti_thrash": "on", "clients": []})
+
+
+def test_a_device_that_moved_memory_shows_where_it_is_and_the_rates():
+    out = draw({"tq": 10, "anti_thrash": "on", "devices": [{
+        "index": 0, "holders": [], "waiters": [], "resident_bytes": 16 << 30,
+        "switch_cost_s": 1.25,
+        "move_rates": {"to_host_gbps": 11.8, "to_device_gbps": 44.1, "measured": True},
+        "moves": {"to_host": {"count": 3, "bytes": 27 << 30, "seconds": 2.4},
+                  "to_device": {"count": 2, "bytes": 18 << 30, "seconds": 0.4}}}]}, width=220)
+    assert "16.0 GiB on the device" in out and "switch costs 1.25 s" in out
+    assert "out 11.8 GB/s, in 44.1 GB/s (measured)" in out
+    assert "moved out 3x 27.0 GiB, in 2x 18.0 GiB" in out
+    assert "on the device" not in draw({"tq": 10, "anti_thrash": "on",
+                                        "devices": [{"index": 0}]})

@@ -658,6 +658,22 @@ MEMSET_2D_ASYNC(cuMemsetD2D32Async, unsigned int, 4)
 
 /* ---- prefetches ---------------------------------------------------------------------------- */
 
+#define CU_DEVICE_CPU (-1)
+
+/* FAKECUDA_HOST_PREFETCH_LIMIT: host memory for migrations runs short after that many bytes. */
+static bool host_room(size_t count)
+{
+    static _Atomic uint64_t to_host;
+    uint64_t limit = fake_config()->host_prefetch_limit;
+    if (limit == 0)
+        return true;
+    uint64_t before = atomic_fetch_add(&to_host, count);
+    if (before + count <= limit)
+        return true;
+    atomic_fetch_sub(&to_host, count);
+    return false;
+}
+
 /* Prefetching needs managed memory; the fake does not move pages, but the call is queued work. */
 static CUresult prefetch(const struct fake_call *call, CUdeviceptr ptr, size_t count, int dst,
                          CUstream hStream)
@@ -669,15 +685,18 @@ static CUresult prefetch(const struct fake_call *call, CUdeviceptr ptr, size_t c
         U(ptr) + count > a.base + a.size || count == 0 ||
         (dst != -1 && fake_check_device(dst) != CUDA_SUCCESS))
         return CUDA_ERROR_INVALID_VALUE;
-    struct fake_op op = {.kind = FAKE_OP_PREFETCH, .what = "prefetch",
-                         .u.prefetch = {.ptr = U(ptr), .len = count, .dst = dst}};
     char details[96];
     snprintf(details, sizeof details, "ptr=0x%llx size=%zu dst=%d", (unsigned long long)ptr, count,
              dst);
+    if (dst == CU_DEVICE_CPU && !host_room(count)) {
+        fake_log("prefetch_refused", "api=%s %s result=%d", call->api, details,
+                 CUDA_ERROR_OUT_OF_MEMORY);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    struct fake_op op = {.kind = FAKE_OP_PREFETCH, .what = "prefetch",
+                         .u.prefetch = {.ptr = U(ptr), .len = count, .dst = dst}};
     return fake_submit(call, "prefetch", s, &op, details);
 }
-
-#define CU_DEVICE_CPU (-1)
 
 static CUresult cuMemPrefetchAsync_impl(const struct fake_call *call, CUdeviceptr devPtr,
                                         size_t count, CUdevice dstDevice, CUstream hStream)

@@ -26,6 +26,10 @@ struct fake_config {
     int gpu_set;             /* FAKECUDA_GPU_SET: which physical GPUs this process sees (UUIDs) */
     const char *prefetch_hold; /* FAKECUDA_PREFETCH_HOLD: prefetches last until this file
                                   exists (at most FAKE_PREFETCH_HOLD_S seconds) */
+    double migrate_gbps;     /* FAKECUDA_MIGRATE_GBPS: a prefetch lasts its bytes at this rate
+                                (GB/s); 0: no time */
+    uint64_t host_prefetch_limit; /* FAKECUDA_HOST_PREFETCH_LIMIT: prefetches to the host past
+                                     this many bytes in all are refused; 0: no limit */
     const char *config_error;/* set when an environment value could not be parsed */
 };
 const struct fake_config *fake_config(void);

@@ -93,6 +93,14 @@ static void hold_prefetch(void)
         fake_sleep_us(1000);
 }
 
+/* FAKECUDA_MIGRATE_GBPS: a migration that takes the time its bytes need at that rate. */
+static void migrate_time(const struct fake_op *op)
+{
+    double gbps = fake_config()->migrate_gbps;
+    if (gbps > 0)
+        fake_sleep_us((uint64_t)((double)op->u.prefetch.len / (gbps * 1e3)));
+}
+
 void fake_execute(const struct fake_op *op, uint64_t seq, uint64_t stream_id)
 {
     fake_log("exec_begin", "seq=%llu op=%s stream=%llu", (unsigned long long)seq, op_name(op),
@@ -112,7 +120,10 @@ void fake_execute(const struct fake_op *op, uint64_t seq, uint64_t stream_id)
         break;
     case FAKE_OP_EVENT: atomic_store(&op->u.event.event->done_ns, fake_now_ns()); break;
     case FAKE_OP_FREE_ASYNC: fake_free_async_now(op->u.free_async.ptr, "cuMemFreeAsync"); break;
-    case FAKE_OP_PREFETCH: hold_prefetch(); break;
+    case FAKE_OP_PREFETCH:
+        hold_prefetch();
+        migrate_time(op);
+        break;
     case FAKE_OP_NOP: break;
     }
     if (op->duration_us)

@@ -51,6 +51,14 @@ static bool parse_uint(const char *s, uint64_t *out)
     return true;
 }
 
+/* A byte count from the environment, when set; a bad one is reported as `error`. */
+static void env_bytes(const char *name, uint64_t *out, const char *error)
+{
+    const char *v = getenv(name);
+    if (v && *v && !parse_bytes(v, out))
+        config.config_error = error;
+}
+
 static void config_load(void)
 {
     config.device_mem = 16ull << 30;
@@ -58,13 +66,8 @@ static void config_load(void)
     config.kernel_us = 20;
     const char *v;
     uint64_t n;
-    if ((v = getenv("FAKECUDA_DEVICE_MEM")) && *v) {
-        if (parse_bytes(v, &n))
-            config.device_mem = n;
-        else
-            config.config_error = "FAKECUDA_DEVICE_MEM must be a positive byte count such as "
-                                  "1073741824 or 1G";
-    }
+    env_bytes("FAKECUDA_DEVICE_MEM", &config.device_mem,
+              "FAKECUDA_DEVICE_MEM must be a positive byte count such as 1073741824 or 1G");
     if ((v = getenv("FAKECUDA_DEVICE_COUNT")) && *v) {
         if (parse_uint(v, &n) && n >= 1 && n <= FAKE_MAX_DEVICES)
             config.device_count = (int)n;
@@ -85,6 +88,17 @@ static void config_load(void)
     }
     if ((v = getenv("FAKECUDA_PREFETCH_HOLD")) && *v)
         config.prefetch_hold = v;
+    if ((v = getenv("FAKECUDA_MIGRATE_GBPS")) && *v) {
+        char *end;
+        double rate = strtod(v, &end);
+        if (end != v && *end == '\0' && rate > 0 && rate < 1e6)
+            config.migrate_gbps = rate;
+        else
+            config.config_error = "FAKECUDA_MIGRATE_GBPS must be a positive rate in GB/s such as "
+                                  "12 or 0.05";
+    }
+    env_bytes("FAKECUDA_HOST_PREFETCH_LIMIT", &config.host_prefetch_limit,
+              "FAKECUDA_HOST_PREFETCH_LIMIT must be a positive byte count such as 8M");
     if ((v = getenv("FAKECUDA_INIT_ERROR")) && *v) {
         if (parse_uint(v, &n) && n > 0)
             config.init_error = (CUresult)n;

@@ -39,7 +39,8 @@ static const char usage[] =
     "  write NAME BYTE | check NAME BYTE   copy bytes in / copy out and verify\n"
     "  touch NAME BYTE           write through the pointer from the host (managed memory)\n"
     "  fill NAME BYTE            the fake's \"fill\" kernel over the buffer\n"
-    "  memset NAME BYTE | memset-async NAME WORD | prefetch NAME\n"
+    "  memset NAME BYTE | memset-async NAME WORD\n"
+    "  prefetch NAME | prefetch-host NAME   cuMemPrefetchAsync to this device / to the host\n"
     "  launch US | launch-ex US | launches N US   \"sleep\" kernels of US microseconds\n"
     "  host-func | sync | stream-sync | stream-query\n"
     "  coop-launch US | launch-grid US | launch-grid-async US | launch-plain\n"
@@ -403,11 +404,12 @@ static void step_fill(struct buffer *b, int value)
     report(r, "fill", "name=%s value=%d", b->name, value);
 }
 
-static void step_prefetch(struct buffer *b)
+static void step_prefetch(struct buffer *b, bool to_host)
 {
-    CUmemLocation loc = {CU_MEM_LOCATION_TYPE_DEVICE, device};
+    CUmemLocation loc = {to_host ? CU_MEM_LOCATION_TYPE_HOST : CU_MEM_LOCATION_TYPE_DEVICE,
+                         to_host ? 0 : device};
     CUresult r = api.cuMemPrefetchAsync(b->ptr, b->size, loc, 0, stream);
-    report(r, "prefetch", "name=%s size=%zu", b->name, b->size);
+    report(r, to_host ? "prefetch-host" : "prefetch", "name=%s size=%zu", b->name, b->size);
 }
 
 /* ---- steps: work and synchronization ------------------------------------------------------- */
@@ -712,8 +714,8 @@ static bool run_step(int *i, int argc, char **argv)
         unsigned int v = (unsigned int)strtoul(ARG(), NULL, 0);
         report(api.cuMemsetD32Async(b->ptr, v, b->size / 4, stream), "memset-async", "name=%s",
                b->name);
-    } else if (strcmp(step, "prefetch") == 0)
-        step_prefetch(find_buffer(ARG()));
+    } else if (strcmp(step, "prefetch") == 0 || strcmp(step, "prefetch-host") == 0)
+        step_prefetch(find_buffer(ARG()), strcmp(step, "prefetch-host") == 0);
     else if (strcmp(step, "launch") == 0 || strcmp(step, "launch-ex") == 0) {
         unsigned int us = (unsigned int)parse_size(ARG());
         report(launch_sleep(us, step[6] == '-'), step, "us=%u", us);

@@ -84,6 +84,22 @@ def prefetches(events: list[Event], pid: int, to_host: bool) -> list[Event]:
             and "captured" not in e.fields and (e["dst"] == "-1") == to_host]
 
 
+def prefetched(events: list[Event], pid: int, to_host: bool) -> list[tuple[int, int]]:
+    """(address, bytes) of each of those prefetches, in order."""
+    return [(int(e["ptr"], 16), int(e["size"])) for e in prefetches(events, pid, to_host)]
+
+
+# cuStreamCreate's flags for the streams libnvs moves memory on.
+NON_BLOCKING = "1"
+
+
+def library_streams(events: list[Event], pid: int) -> set[str]:
+    """The non-blocking streams libnvs created in the process: on its own thread, where the
+    stand-in's never runs."""
+    return {e["stream"] for e in named(events, "stream_create", pid=pid)
+            if e.tid != pid and e["flags"] == NON_BLOCKING}
+
+
 def exec_ends(events: list[Event], pid: int) -> dict[str, int]:
     """When the simulated device finished each op of `pid`, by the seq its submission logged."""
     return {e["seq"]: e.ns for e in events if e.pid == pid and e.name == "exec_end"}

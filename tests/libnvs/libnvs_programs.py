@@ -75,6 +75,12 @@ class Result:
         assert fields.get("result") == "0", f"step {name} failed: {fields}\n{self.describe()}"
         return fields
 
+    def pointers(self) -> dict[str, int]:
+        """The device pointer of each named buffer the stand-in allocated."""
+        return {fields["name"]: int(fields["ptr"], 16)
+                for step in ("alloc", "alloc-async", "alloc-managed")
+                for fields in self.steps(step)}
+
     def describe(self) -> str:
         return (f"exit status {self.returncode}\n--- stdout ---\n{self.stdout}"
                 f"--- stderr ---\n{self.stderr}")

@@ -1,5 +1,5 @@
-"""A scheduler stand-in that does only what the test says, for messages the real scheduler does
-not send yet (DROP_LOCK with DROP_EVICT) or not at a moment a test can choose.
+"""A scheduler stand-in that does only what the test says, for exact control of the frames a
+client gets (DROP_LOCK with a byte count, EVICT, IDLE_HINT, grant flags) and of when it gets them.
 
 It speaks the real protocol (`gemshare_nvs.protocol`) on a Unix socket: it answers REGISTER with
 REGISTERED (mode `on`) by itself, records every frame a client sends with the CLOCK_MONOTONIC time
@@ -18,6 +18,8 @@ from pathlib import Path
 
 from gemshare_nvs import protocol as p
 
+from libnvs_programs import Program, Result, wait_file
+
 TIMEOUT = 30.0
 TQ_SECONDS = 30
 
@@ -33,6 +35,7 @@ class ScriptedScheduler:
         self._changed = threading.Condition()
         self._connections: dict[int, socket.socket] = {}  # pid -> connection
         self._received: list[tuple[int, int, object]] = []  # (ns, pid, message)
+        self._grants: dict[int, int] = {}  # pid -> grants sent
         self._stopping = False
         self._thread = threading.Thread(target=self._serve, name="scripted-scheduler",
                                         daemon=True)
@@ -44,9 +47,52 @@ class ScriptedScheduler:
             connection = self._connections[pid]
         connection.sendall(p.encode(message))
 
-    def grant(self, pid: int, after_wait: bool) -> None:
-        self.send(pid, p.LockGranted(0, p.GRANT_AFTER_WAIT if after_wait else 0,
-                                     TQ_SECONDS * 1000))
+    def grant(self, pid: int, *, others_ran: bool = False, after_wait: bool = False) -> None:
+        flags = (p.GRANT_OTHERS_RAN if others_ran else 0) | \
+            (p.GRANT_AFTER_WAIT if after_wait else 0)
+        self.send(pid, p.LockGranted(0, flags, TQ_SECONDS * 1000))
+        self._grants[pid] = self._grants.get(pid, 0) + 1
+
+    def grant_when_asked(self, pid: int, **flags) -> None:
+        """Grants the lock once the client asked for it again (each grant answers one request)."""
+        self.wait_for(pid, p.RequestLock, count=self._grants.get(pid, 0) + 1)
+        self.grant(pid, **flags)
+
+    def turn(self, program: Program, ran: Path, **flags) -> None:
+        """Grants `program` the lock once it asks, and waits until it touched `ran`."""
+        self.grant_when_asked(program.pid, **flags)
+        wait_file(ran)
+
+    def last_turn(self, program: Program, go: Path, **flags) -> Result:
+        """Lets the program go on (touching `go`), grants it the lock once it asks again, and
+        returns its result, which must be a success."""
+        go.touch()
+        self.grant_when_asked(program.pid, **flags)
+        result = program.wait()
+        assert result.returncode == 0, result.describe()
+        return result
+
+    def drop(self, pid: int, evict_bytes: int = 0) -> None:
+        self.send(pid, p.DropLock(0, 0, evict_bytes))
+
+    def evict(self, pid: int, size: int) -> None:
+        self.send(pid, p.Evict(0, 0, size))
+
+    def moved(self, pid: int, done: bool | None = None) -> list[tuple[int, p.Moved]]:
+        """(arrival ns, MOVED) from the client; only those with (or without) MOVED_DONE when
+        `done` says so."""
+        return [(ns, m) for ns, m in self.received(pid, p.Moved)
+                if done is None or bool(m.flags & p.MOVED_DONE) == done]
+
+    def wait_moved_done(self, pid: int, count: int = 1) -> p.Moved:
+        """The `count`th MOVED with MOVED_DONE from the client, once it arrived."""
+        deadline = time.monotonic() + TIMEOUT
+        while len(done := self.moved(pid, done=True)) < count:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for MOVED_DONE #{count} from pid {pid}")
+            self.wait_for(pid, p.Moved, count=len(self.received(pid, p.Moved)) + 1,
+                          timeout=max(deadline - time.monotonic(), 0.01))
+        return done[count - 1][1]
 
     def received(self, pid: int, kind: type) -> list[tuple[int, object]]:
         """(arrival ns, message) of every `kind` message from the client with this pid."""

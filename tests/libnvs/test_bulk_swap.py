@@ -1,144 +1,175 @@
-"""Bulk swap: a grant after a wait prefetches the process's converted allocations back to the
-device on a stream of its own, newest first, while its first launches already run; a drop with
-DROP_EVICT moves its managed memory to the host after the drain and before it answers. Never
-inside a stream capture, never with GEMSHARE_UNIFIED_MEMORY=0.
+"""Bulk swap: a grant prefetches the process's converted allocations back to the device, newest
+first, on streams of its own, when it moved memory out since it last held the lock or the grant
+carries GRANT_OTHERS_RAN (GRANT_AFTER_WAIT alone does not), and reports what came back with
+MOVED; a drop with evict_bytes moves managed memory to the host after the drain and before it
+answers (test_move_out.py has the details of moving out). Never inside a stream capture, never
+with GEMSHARE_UNIFIED_MEMORY=0.
 
-Grants come from the real scheduler where it sends them on its own; DROP_EVICT, which it does not
-send yet, and grants at moments a test must choose come from `scripted` (scripted_scheduler.py).
-Prefetches here are always libnvs's: the stand-ins never prefetch themselves."""
+Frames come from `scripted` (scripted_scheduler.py), which lets each test choose the grant flags;
+one test runs the real scheduler end to end. Prefetches here are always libnvs's: the stand-ins
+never prefetch themselves."""
 
 from __future__ import annotations
 
-import re
 import time
 
 from gemshare_nvs import protocol as p
 
 import libnvs_fakelog as fakelog
-from libnvs_programs import (NO_EARLY_RELEASE, run_together, start_holder, wait_file, wait_for,
-                             wait_for_client)
+from libnvs_programs import NO_EARLY_RELEASE, grants, run_together, wait_file, wait_for
 
-NON_BLOCKING = "1"  # CU_STREAM_NON_BLOCKING
-
-
-def pointers(result) -> dict[str, int]:
-    """The device pointer of each named buffer the stand-in allocated."""
-    found = {}
-    for step in ("alloc", "alloc-async", "alloc-managed"):
-        for fields in result.steps(step):
-            found[fields["name"]] = int(fields["ptr"], 16)
-    return found
+MiB = 1 << 20
+MOVE_STREAMS = 4  # GEMSHARE_MOVE_STREAMS's default
 
 
 def moved(events, pid: int, to_host: bool) -> list[int]:
-    return [int(e["ptr"], 16) for e in fakelog.prefetches(events, pid, to_host)]
+    return [ptr for ptr, _ in fakelog.prefetched(events, pid, to_host)]
 
 
-def swap_streams(events, pid: int) -> set[str]:
-    """The streams libnvs created in the process (the stand-in's thread never runs there)."""
-    return {e["stream"] for e in fakelog.named(events, "stream_create", pid=pid)
-            if e.tid != pid and e["flags"] == NON_BLOCKING}
-
-
-def after_wait_grants(scheduler_log: str, pid: int) -> int:
-    return len(re.findall(rf"\bgrant client \d+ \(pid {pid},[^\n]* after waiting", scheduler_log))
-
-
-def test_a_grant_after_a_wait_prefetches_newest_first_beside_the_first_launches(gpu_with):
-    gpu, scheduler = gpu_with(tq=86400)
-    holder = start_holder(gpu, ["alloc", "h", "1M", "launch", 100, "sync"])
+def test_a_grant_with_others_ran_prefetches_newest_first_beside_the_first_launches(scripted):
+    gpu, scheduler = scripted
     # Prefetches to the device last until "moved" exists: the launch must not wait for them.
     # The program syncs only after that, when all of them are queued; a sync before would not
     # wait for work submitted after it, and the process could exit with a prefetch still queued.
-    waiter = gpu.start(["init", "alloc", "a", "1M", "alloc-async", "b", "2M", "alloc", "c", "3M",
-                        "alloc-managed", "m", "1M", "launch", 100, "touch-file",
-                        gpu.path("launched"), "wait-file", gpu.path("moved"), "sync"],
-                       env={"FAKECUDA_PREFETCH_HOLD": str(gpu.path("moved")),
-                            "GEMSHARE_SWAP_IN_WAIT": "0"})
-    wait_for_client(scheduler.socket, waiter.pid, state="waiting")
-    holder.kill()
+    program = gpu.start(["init", "alloc", "a", "1M", "alloc-async", "b", "2M", "alloc", "c", "3M",
+                         "alloc-managed", "m", "1M", "launch", 100, "touch-file",
+                         gpu.path("launched"), "wait-file", gpu.path("moved"), "sync"],
+                        env={"FAKECUDA_PREFETCH_HOLD": str(gpu.path("moved")),
+                             "GEMSHARE_SWAP_IN_WAIT": "0"})
+    scheduler.wait_for(program.pid, p.RequestLock)
+    scheduler.grant(program.pid, others_ran=True)
     wait_file(gpu.path("launched"))
-    wait_for(lambda: len(fakelog.prefetches(gpu.events(), waiter.pid, to_host=False)) == 3,
+    wait_for(lambda: len(fakelog.prefetches(gpu.events(), program.pid, to_host=False)) == 3,
              "three prefetches queued")
     gpu.path("moved").touch()
-    result = waiter.wait()
+    result = program.wait()
     assert result.returncode == 0, result.describe()
-    assert after_wait_grants(scheduler.log(), waiter.pid) == 1, scheduler.log()
 
     events = gpu.events()
-    ptr = pointers(result)
+    ptr = result.pointers()
     # Converted memory only, newest first: the program's own managed buffer stays put.
-    assert moved(events, waiter.pid, to_host=False) == [ptr["c"], ptr["b"], ptr["a"]]
-    sent = fakelog.prefetches(events, waiter.pid, to_host=False)
-    assert [int(e["size"]) for e in sent] == [3 << 20, 2 << 20, 1 << 20]
-    assert {(e["stream"], e["stream_kind"]) for e in sent} == \
-        {(stream, "created") for stream in swap_streams(events, waiter.pid)}, \
-        "the prefetches did not go on one non-blocking stream libnvs created"
-    (first_launch,) = fakelog.named(events, "launch", pid=waiter.pid)
-    done = fakelog.exec_ends(events, waiter.pid)
+    assert fakelog.prefetched(events, result.pid, to_host=False) == \
+        [(ptr["c"], 3 * MiB), (ptr["b"], 2 * MiB), (ptr["a"], 1 * MiB)]
+    sent = fakelog.prefetches(events, result.pid, to_host=False)
+    streams = fakelog.library_streams(events, result.pid)
+    assert len(streams) == MOVE_STREAMS
+    assert len({e["stream"] for e in sent}) == 3 and {e["stream"] for e in sent} <= streams, \
+        "the prefetches were not spread over non-blocking streams libnvs created"
+    assert {e["stream_kind"] for e in sent} == {"created"}
+    (first_launch,) = fakelog.named(events, "launch", pid=result.pid)
+    done = fakelog.exec_ends(events, result.pid)
     assert first_launch.ns < min(done[e["seq"]] for e in sent), \
         "the first launch waited for the prefetches"
-    # The first holder was granted without waiting: nothing of it was moved.
-    assert not moved(events, holder.pid, to_host=False)
+    assert not scheduler.received(result.pid, p.Moved), "MOVED for a move it did not wait for"
 
 
-def test_by_default_the_first_launch_waits_until_the_memory_is_back(gpu_with):
-    gpu, scheduler = gpu_with(tq=86400)
-    holder = start_holder(gpu, ["alloc", "h", "1M", "launch", 100, "sync"])
-    waiter = gpu.start(["init", "alloc", "a", "1M", "alloc", "b", "2M", "launch", 100, "sync"],
-                       env={"FAKECUDA_PREFETCH_HOLD": str(gpu.path("moved"))})
-    wait_for_client(scheduler.socket, waiter.pid, state="waiting")
-    holder.kill()
-    wait_for(lambda: len(fakelog.prefetches(gpu.events(), waiter.pid, to_host=False)) == 2,
+def test_by_default_the_first_launch_waits_until_the_memory_is_back(scripted):
+    gpu, scheduler = scripted
+    program = gpu.start(["init", "alloc", "a", "1M", "alloc", "b", "2M", "launch", 100, "sync"],
+                        env={"FAKECUDA_PREFETCH_HOLD": str(gpu.path("moved"))})
+    scheduler.wait_for(program.pid, p.RequestLock)
+    scheduler.grant(program.pid, others_ran=True)
+    wait_for(lambda: len(fakelog.prefetches(gpu.events(), program.pid, to_host=False)) == 2,
              "two prefetches queued")
     # The prefetches are held on the simulated device: the program's launch must be held too.
-    wait_for(lambda: fakelog.named(gpu.events(), "exec_begin", pid=waiter.pid),
+    wait_for(lambda: fakelog.named(gpu.events(), "exec_begin", pid=program.pid),
              "a prefetch running")
     time.sleep(0.3)
-    assert not fakelog.named(gpu.events(), "launch", pid=waiter.pid)
+    assert not fakelog.named(gpu.events(), "launch", pid=program.pid)
     gpu.path("moved").touch()
-    result = waiter.wait()
+    result = program.wait()
     assert result.returncode == 0, result.describe()
 
     events = gpu.events()
-    sent = fakelog.prefetches(events, waiter.pid, to_host=False)
-    done = fakelog.exec_ends(events, waiter.pid)
-    (first_launch,) = fakelog.named(events, "launch", pid=waiter.pid)
+    sent = fakelog.prefetches(events, result.pid, to_host=False)
+    done = fakelog.exec_ends(events, result.pid)
+    (first_launch,) = fakelog.named(events, "launch", pid=result.pid)
     assert max(done[e["seq"]] for e in sent) < first_launch.ns
+    # Nothing had been moved out by the program itself: the prefetch may have found its memory
+    # in place, so it reports no move (a rate from it would be fiction).
+    assert [m for _, m in scheduler.received(result.pid, p.Moved)] == []
 
 
-def test_every_grant_after_a_wait_is_followed_by_prefetches(gpu_with):
+def test_every_grant_after_a_move_out_prefetches_back_before_the_first_launch(scripted):
+    gpu, scheduler = scripted
+    turns = 3
+    program = gpu.start(["init", "alloc", "x", "1M", "alloc", "y", "2M",
+                         *[w for i in range(turns) for w in (
+                             "launch", 100, "sync", "touch-file", gpu.path(f"ran-{i}"),
+                             "wait-file", gpu.path(f"go-{i}"))]], env=NO_EARLY_RELEASE)
+    asked = [p.EVICT_ALL, 1]  # all 3 MiB; then 1 byte, rounded up to 2 MiB
+    for turn in range(turns):
+        # No flags: only its own moves bring the memory back.
+        scheduler.turn(program, gpu.path(f"ran-{turn}"))
+        if turn < len(asked):
+            scheduler.drop(program.pid, asked[turn])
+            scheduler.wait_for(program.pid, p.LockReleased, count=turn + 1)
+        gpu.path(f"go-{turn}").touch()
+    result = program.wait()
+    assert result.returncode == 0, result.describe()
+
+    events = gpu.events()
+    ptr = result.pointers()
+    assert moved(events, result.pid, to_host=True) == [ptr["x"], ptr["y"], ptr["x"], ptr["y"]]
+    back = fakelog.prefetches(events, result.pid, to_host=False)
+    assert [int(e["ptr"], 16) for e in back] == [ptr["y"], ptr["x"]] * 2
+    launches = fakelog.named(events, "launch", pid=result.pid)
+    done = fakelog.exec_ends(events, result.pid)
+    for turn in (1, 2):
+        batch = back[2 * (turn - 1):2 * turn]
+        assert launches[turn - 1].ns < batch[0].ns and \
+            max(done[e["seq"]] for e in batch) < launches[turn].ns, f"turn {turn}"
+    # Reported as what had been moved out.
+    assert [(m.flags, m.bytes) for _, m in scheduler.moved(result.pid)
+            if not m.flags & p.MOVED_TO_HOST] == [(p.MOVED_DONE, 3 * MiB), (p.MOVED_DONE, 2 * MiB)]
+
+
+def test_a_grant_without_moves_or_others_ran_does_not_prefetch(scripted):
+    gpu, scheduler = scripted
+    program = gpu.start(["init", "alloc", "a", "1M", "launch", 100, "sync", "touch-file",
+                         gpu.path("ran"), "wait-file", gpu.path("again"), "launch", 100, "sync"],
+                        env=NO_EARLY_RELEASE)
+    scheduler.turn(program, gpu.path("ran"), after_wait=True)
+    scheduler.drop(program.pid)
+    scheduler.wait_for(program.pid, p.LockReleased)
+    result = scheduler.last_turn(program, gpu.path("again"), after_wait=True)
+    assert not fakelog.prefetches(gpu.events(), result.pid, to_host=False)
+    assert not fakelog.library_streams(gpu.events(), result.pid)
+    assert not scheduler.received(result.pid, p.Moved)
+
+
+def test_with_the_scheduler_every_grant_after_the_first_brings_the_memory_back(gpu_with):
     gpu, scheduler = gpu_with(tq=1)
-    # 1.5 s of work each in 1 s quanta: turns in both directions.
+    # 1.5 s of work each in 1 s quanta: turns in both directions. Every grant after a process's
+    # first follows another's turn, so it carries GRANT_OTHERS_RAN.
     results = run_together(gpu, ["alloc", "x", "1M", "alloc", "y", "2M",
                                  *["launch", 100_000, "stream-sync"] * 15])
     events = gpu.events()
     log = scheduler.log()
     for result in results:
-        ptr = pointers(result)
-        grants = after_wait_grants(log, result.pid)
+        ptr = result.pointers()
+        returns = grants(log, result.pid) - 1
         batches = moved(events, result.pid, to_host=False)
-        assert batches == [ptr["y"], ptr["x"]] * grants, \
-            f"pid {result.pid}: {grants} grants after a wait, prefetches {batches}"
-        assert len(swap_streams(events, result.pid)) == (1 if grants else 0)
-    assert sum(after_wait_grants(log, r.pid) for r in results) >= 2, log
+        assert batches == [ptr["y"], ptr["x"]] * returns, \
+            f"pid {result.pid}: {returns} grants after its first, prefetches {batches}"
+    assert sum(grants(log, r.pid) for r in results) >= 3, log
 
 
 def evict_and_return(gpu, scheduler, allocations: list, env: dict | None = None):
-    """A holder with `allocations` and queued work is dropped with DROP_EVICT; another process
-    runs; the holder is granted again after waiting. Its prefetches last until the test saw the
-    eviction submitted or the release arrive. Returns (holder, next) results and the time
-    LOCK_RELEASED arrived."""
+    """A holder with `allocations` and queued work is dropped with EVICT_ALL; another process
+    runs; the holder is granted again. Its prefetches last until the test saw the eviction
+    submitted or the release arrive. Returns (holder, next) results and the time LOCK_RELEASED
+    arrived."""
     holder = gpu.start(["init", *allocations, "launches", 5, 100_000, "touch-file",
                         gpu.path("submitted"), "wait-file", gpu.path("again"), "launch", 100,
                         "sync"], env={**NO_EARLY_RELEASE, **(env or {}),
                                       "FAKECUDA_PREFETCH_HOLD": str(gpu.path("moved"))})
     scheduler.wait_for(holder.pid, p.RequestLock)
-    scheduler.grant(holder.pid, after_wait=False)
+    scheduler.grant(holder.pid)
     wait_file(gpu.path("submitted"))
     following = gpu.start(["init", "launch", 100, "sync"])
     scheduler.wait_for(following.pid, p.RequestLock)
-    scheduler.send(holder.pid, p.DropLock(0, p.DROP_EVICT))
+    scheduler.drop(holder.pid, p.EVICT_ALL)
     wait_for(lambda: fakelog.prefetches(gpu.events(), holder.pid, to_host=True)
              or scheduler.received(holder.pid, p.LockReleased), "the eviction or the release")
     gpu.path("moved").touch()
@@ -149,21 +180,21 @@ def evict_and_return(gpu, scheduler, allocations: list, env: dict | None = None)
     assert after.returncode == 0, after.describe()
     gpu.path("again").touch()
     scheduler.wait_for(holder.pid, p.RequestLock, count=2)
-    scheduler.grant(holder.pid, after_wait=True)
+    scheduler.grant(holder.pid, after_wait=True, others_ran=True)
     held = holder.wait()
     assert held.returncode == 0, held.describe()
     return held, after, released_ns
 
 
-def test_drop_evict_moves_managed_memory_to_the_host_after_the_drain_before_releasing(scripted):
+def test_a_drop_moves_managed_memory_to_the_host_after_the_drain_before_releasing(scripted):
     gpu, scheduler = scripted
     held, after, released_ns = evict_and_return(
         gpu, scheduler, ["alloc", "a", "1M", "alloc-managed", "m", "2M", "alloc", "b", "3M"])
     events = gpu.events()
-    ptr = pointers(held)
+    ptr = held.pointers()
     evicted = fakelog.prefetches(events, held.pid, to_host=True)
-    assert [int(e["ptr"], 16) for e in evicted] == [ptr["b"], ptr["m"], ptr["a"]], \
-        "every managed allocation, the program's own included, newest first"
+    assert [int(e["ptr"], 16) for e in evicted] == [ptr["a"], ptr["m"], ptr["b"]], \
+        "every managed allocation, the program's own included, oldest first"
 
     kernels = fakelog.exec_intervals(events, held.pid, {"kernel"})
     drain_syncs = [e for e in fakelog.named(events, "ctx_sync", pid=held.pid)
@@ -176,11 +207,12 @@ def test_drop_evict_moves_managed_memory_to_the_host_after_the_drain_before_rele
     first_next = fakelog.named(events, "launch", pid=after.pid)[0]
     assert released_ns < first_next.ns
 
-    # Granted again after waiting: its converted memory comes back, on the same stream.
+    # Granted again: its converted memory comes back, on the same streams.
     assert moved(events, held.pid, to_host=False) == [ptr["b"], ptr["a"]]
     streams = {e["stream"] for e in fakelog.prefetches(events, held.pid, to_host=True)
                + fakelog.prefetches(events, held.pid, to_host=False)}
-    assert streams == swap_streams(events, held.pid) and len(streams) == 1
+    assert len(streams) == 3 and streams <= fakelog.library_streams(events, held.pid)
+    assert len(fakelog.library_streams(events, held.pid)) == MOVE_STREAMS
 
 
 def test_without_unified_memory_nothing_is_moved(scripted):
@@ -192,7 +224,10 @@ def test_without_unified_memory_nothing_is_moved(scripted):
     assert fakelog.named(events, "alloc_device", pid=held.pid), "the allocation was converted"
     assert not fakelog.prefetches(events, held.pid, to_host=True)
     assert not fakelog.prefetches(events, held.pid, to_host=False)
-    assert not swap_streams(events, held.pid)
+    assert not fakelog.library_streams(events, held.pid)
+    # Asked to move, it says it moved nothing.
+    assert [(m.flags, m.bytes) for _, m in scheduler.received(held.pid, p.Moved)] == \
+        [(p.MOVED_TO_HOST | p.MOVED_DONE, 0)]
 
 
 def test_only_what_fits_in_the_device_comes_back_newest_first(scripted):
@@ -201,10 +236,10 @@ def test_only_what_fits_in_the_device_comes_back_newest_first(scripted):
                          "alloc", "d", "8M", "launch", 100, "sync"],
                         env={"GEMSHARE_ENABLE_SINGLE_OVERSUB": "1"})
     scheduler.wait_for(program.pid, p.RequestLock)
-    scheduler.grant(program.pid, after_wait=True)
+    scheduler.grant(program.pid, others_ran=True)
     result = program.wait()
     assert result.returncode == 0, result.describe()
-    ptr = pointers(result)
+    ptr = result.pointers()
     # d, c, b fill 40 MiB; a (40 MiB more) is left to page faults.
     assert moved(gpu.events(), program.pid, to_host=False) == [ptr["d"], ptr["c"], ptr["b"]]
 
@@ -218,15 +253,15 @@ def test_no_prefetch_while_a_stream_capture_runs(scripted):
                          gpu.path("again"), "launch", 100, "sync"], env=NO_EARLY_RELEASE)
     # The legacy-stream launch needs the lock; the grant comes while the capture runs.
     scheduler.wait_for(program.pid, p.RequestLock)
-    scheduler.grant(program.pid, after_wait=True)
+    scheduler.grant(program.pid, others_ran=True)
     wait_file(gpu.path("launched"))
     gpu.path("end").touch()
     wait_file(gpu.path("captured"))
-    scheduler.send(program.pid, p.DropLock(0, 0))
+    scheduler.drop(program.pid)
     scheduler.wait_for(program.pid, p.LockReleased)
     gpu.path("again").touch()
     scheduler.wait_for(program.pid, p.RequestLock, count=2)
-    scheduler.grant(program.pid, after_wait=True)
+    scheduler.grant(program.pid, others_ran=True)
     result = program.wait()
     assert result.returncode == 0, result.describe()
 
@@ -236,31 +271,26 @@ def test_no_prefetch_while_a_stream_capture_runs(scripted):
     (capture_end,) = fakelog.named(events, "capture_end", pid=program.pid)
     sent = fakelog.prefetches(events, program.pid, to_host=False)
     # Only the second grant, after the capture, prefetched.
-    assert [int(e["ptr"], 16) for e in sent] == [pointers(result)["a"]]
+    assert [int(e["ptr"], 16) for e in sent] == [result.pointers()["a"]]
     assert sent[0].ns > capture_end.ns
 
 
-def test_the_swap_stream_dies_with_its_context_and_is_made_again(scripted):
+def test_the_move_streams_die_with_their_context_and_are_made_again(scripted):
     gpu, scheduler = scripted
     program = gpu.start(["init", "alloc", "a", "1M", "launch", 100, "sync", "touch-file",
                          gpu.path("ran"), "wait-file", gpu.path("reset"), "primary-reset",
                          "alloc", "b", "1M", "launch", 100, "sync"], env=NO_EARLY_RELEASE)
-    scheduler.wait_for(program.pid, p.RequestLock)
-    scheduler.grant(program.pid, after_wait=True)
-    wait_file(gpu.path("ran"))
-    scheduler.send(program.pid, p.DropLock(0, 0))
+    scheduler.turn(program, gpu.path("ran"), others_ran=True)
+    scheduler.drop(program.pid)
     scheduler.wait_for(program.pid, p.LockReleased)
-    gpu.path("reset").touch()
-    scheduler.wait_for(program.pid, p.RequestLock, count=2)
-    scheduler.grant(program.pid, after_wait=True)
-    result = program.wait()
-    assert result.returncode == 0, result.describe()
+    result = scheduler.last_turn(program, gpu.path("reset"), others_ran=True)
 
     events = gpu.events()
     assert not fakelog.named(events, "stream_dead", pid=program.pid), \
         "libnvs used the stream the reset destroyed"
     sent = fakelog.prefetches(events, program.pid, to_host=False)
-    ptr = pointers(result)
+    ptr = result.pointers()
     assert [int(e["ptr"], 16) for e in sent] == [ptr["a"], ptr["b"]]
-    assert sent[0]["stream"] != sent[1]["stream"]
-    assert {e["stream"] for e in sent} == swap_streams(events, program.pid)
+    streams = fakelog.library_streams(events, program.pid)
+    assert len(streams) == 2 * MOVE_STREAMS, "the streams were not made again after the reset"
+    assert sent[0]["stream"] != sent[1]["stream"] and {e["stream"] for e in sent} <= streams

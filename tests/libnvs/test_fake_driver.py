@@ -216,3 +216,25 @@ def test_prefetches_last_until_the_hold_file_exists(fake_gpu):
     assert result.returncode == 0, result.describe()
     (prefetch,) = fakelog.named(fake_gpu.events(), "prefetch")
     assert fakelog.exec_ends(fake_gpu.events(), result.pid)[prefetch["seq"]] > released
+
+
+def test_a_prefetch_lasts_its_bytes_at_the_migrate_rate(fake_gpu):
+    # 5 MiB at 0.05 GB/s: 105 ms on the simulated device.
+    result = run(fake_gpu, ["init", "alloc-managed", "m", "5M", "prefetch", "m", "sync"],
+                 env={"FAKECUDA_MIGRATE_GBPS": "0.05"})
+    assert result.returncode == 0, result.describe()
+    (took,) = fakelog.exec_intervals(fake_gpu.events(), result.pid, {"prefetch"})
+    assert took[1] - took[0] >= 104_000_000
+
+
+def test_prefetches_to_the_host_past_the_limit_are_refused(fake_gpu):
+    result = run(fake_gpu, ["init", "alloc-managed", "a", "2M", "alloc-managed", "b", "2M",
+                            "prefetch-host", "a", "prefetch-host", "b", "prefetch", "b", "sync"],
+                 env={"FAKECUDA_HOST_PREFETCH_LIMIT": "3M"})
+    assert [s["result"] for s in result.steps("prefetch-host")] == \
+        [CUDA_SUCCESS, CUDA_ERROR_OUT_OF_MEMORY]
+    assert result.ok("prefetch")
+    events = fake_gpu.events()
+    assert [e["dst"] for e in fakelog.named(events, "prefetch")] == ["-1", "0"]
+    (refused,) = fakelog.named(events, "prefetch_refused")
+    assert (refused["size"], refused["dst"]) == (str(2 << 20), "-1")

@@ -11,17 +11,26 @@ class Driver:
     def __init__(self, tq: int = 30, mode: p.Mode = p.Mode.ON, grace: float = 10.0,
                  max_clients: int = 1024, start: float = 100.0, reserve: int = 512 << 20,
                  nvml: dict[int, int] | None = None, limit: int | None = None,
-                 nvml_uuids: dict[str, int] | None = None):
+                 nvml_uuids: dict[str, int] | None = None, answer_evictions: bool = False):
         self.policy = Policy(tq, mode, grace, max_clients, reserve_bytes=reserve,
                              nvml_capacity=nvml, capacity_limit=limit, nvml_uuids=nvml_uuids)
         self.now = start
         self.sent: list[tuple[int, object]] = []
         self.closed: list[Close] = []
         self.logs: list[Log] = []
+        self.hints: list[tuple[int, p.IdleHint]] = []  # kept apart: most tests look elsewhere
+        # As libnvs does when it does not hold the lock: move at once and say so.
+        self.answer_evictions = answer_evictions
 
     def _take(self, actions: list) -> list:
         for action in actions:
-            if isinstance(action, Send):
+            if isinstance(action, Send) and isinstance(action.message, p.IdleHint):
+                self.hints.append((action.client, action.message))
+            elif isinstance(action, Send) and isinstance(action.message, p.Evict) and \
+                    self.answer_evictions:
+                self.moved(action.client, action.message.bytes, seconds=0,
+                           device=action.message.device)
+            elif isinstance(action, Send):
                 self.sent.append((action.client, action.message))
             elif isinstance(action, Close):
                 self.closed.append(action)
@@ -53,6 +62,13 @@ class Driver:
 
     def mem(self, cid: int, allocated: int, device: int = 0, total: int = 0) -> list:
         return self._take(self.policy.mem_report(cid, device, allocated, total, self.now))
+
+    def moved(self, cid: int, size: int, to_host: bool = True, done: bool = True,
+              seconds: float = 1.0, failed: bool = False, device: int = 0) -> list:
+        flags = (p.MOVED_TO_HOST if to_host else 0) | (p.MOVED_DONE if done else 0) | \
+            (p.MOVED_FAILED if failed else 0)
+        return self._take(self.policy.moved(cid, device, flags, size, round(seconds * 1e6),
+                                            self.now))
 
     def advance(self, seconds: float) -> list:
         """Move the clock and fire the timers, as the shell's timer task does."""

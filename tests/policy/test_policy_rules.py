@@ -345,8 +345,10 @@ def test_drop_asks_for_eviction_when_the_next_holder_needs_the_room(mode):
     driver.request(2)
     driver.take_sent()
     driver.advance_to_deadline()
-    assert driver.take_sent() == [(1, p.DropLock(0, p.DROP_EVICT))]
-    assert any("evict to host" in log.text for log in driver.logs)
+    # 6 + 6 GiB and the next holder's context reserve of 512 MiB in 10 GiB: 2.5 GiB over, plus
+    # the 256 MiB margin, all of it the holder's to move.
+    assert driver.take_sent() == [(1, p.DropLock(0, 0, 2816 << 20))]
+    assert any("evict 2816 MiB to the host" in log.text for log in driver.logs)
 
 
 @pytest.mark.parametrize("sizes, total", [((2 * GIB, 2 * GIB), 10 * GIB),  # both fit

@@ -46,24 +46,44 @@ async def test_two_clients_that_fit_hold_the_device_at_once(inprocess_scheduler)
     assert device["holders_allocated_bytes"] == 5 * G
 
 
-async def test_two_clients_that_do_not_fit_take_turns_by_quantum(inprocess_scheduler):
+async def recv_lock_message(peer: Peer):
+    """The next message about the lock, past the idle-release advice that may come first."""
+    while isinstance(message := await peer.recv(), p.IdleHint):
+        pass
+    return message
+
+
+async def test_two_clients_that_do_not_fit_take_turns_moving_only_the_room_needed(
+        inprocess_scheduler):
     running = await inprocess_scheduler(mode=Mode.AUTO, tq=1, grace_ms=5000)
     first = await client(running, "big-a", 5 * G)
     second = await client(running, "big-b", 5 * G)
     holder, waiter = first, second
     assert await grant_to(holder) == p.LockGranted(0, 0, 1000)
     await waiter.send(p.RequestLock(0))
+    # 5 + 5 GiB and the next holder's 512 MiB reserve on 8 GiB: 2.5 GiB over, plus the margin.
+    room = 2 * G + (512 << 20) + (256 << 20)
+    flags = p.GRANT_AFTER_WAIT  # the first turn: nobody else ran before the waiter
     for _ in range(3):  # each turn: the quantum ends, the holder hands over and asks again
         with trio.fail_after(DEADLINE):
-            assert await holder.recv() == p.DropLock(0, p.DROP_EVICT)  # they do not fit together
+            assert await recv_lock_message(holder) == p.DropLock(0, 0, room)
             device = await device_status(running)
             assert len(device["holders"]) == 1 and len(device["waiters"]) == 1
+            await holder.send(p.Moved(0, p.MOVED_TO_HOST, room // 2, 200_000))  # progress
+            await holder.send(p.Moved(0, p.MOVED_TO_HOST | p.MOVED_DONE, room, 400_000))
             await holder.send(p.LockReleased(0, p.ReleaseReason.DROPPED))
-            assert await waiter.recv() == p.LockGranted(0, p.GRANT_AFTER_WAIT, 1000)
+            assert await recv_lock_message(waiter) == p.LockGranted(0, flags, 1000)
+            await waiter.send(p.Moved(0, p.MOVED_DONE, room, 100_000))  # its memory is back
             await holder.send(p.RequestLock(0))
         holder, waiter = waiter, holder
+        flags = p.GRANT_AFTER_WAIT | p.GRANT_OTHERS_RAN
     status = await running.server.status()
     assert [c["revocations"] for c in status["clients"]] == [0, 0]
+    device, = status["devices"]
+    assert device["moves"]["to_host"] == {"count": 3, "bytes": 3 * room, "seconds": 1.2}
+    assert device["move_rates"]["to_host_gbps"] == round(room / 0.4 / 1e9, 2)
+    # The one holding has all of its memory there, the other what it did not move.
+    assert sorted(c["resident_bytes"] for c in status["clients"]) == [5 * G - room, 5 * G]
 
 
 async def test_a_holder_that_grows_sends_the_younger_one_to_the_back(inprocess_scheduler):
@@ -73,7 +93,8 @@ async def test_a_holder_that_grows_sends_the_younger_one_to_the_back(inprocess_s
     await grant_to(older)
     assert (await grant_to(younger)).flags == p.GRANT_SHARED
     await older.send(p.MemReport(0, 0, 7 * G, 8 * G))  # 7 + 2 > 8
-    assert await younger.recv() == p.DropLock(0, p.DROP_EVICT)
+    # 7 + 2 GiB (no reserve here) on 8 GiB: 1 GiB over, plus the margin, is the younger's to move.
+    assert await younger.recv() == p.DropLock(0, 0, 1 * G + (256 << 20))
     await younger.send(p.LockReleased(0, p.ReleaseReason.DROPPED))
     await younger.send(p.RequestLock(0))
     with trio.fail_after(DEADLINE):

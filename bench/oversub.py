@@ -1,0 +1,286 @@
+"""bench-gpu part `oversub`: two programs whose memory does not fit on the card together.
+
+Each scenario runs two copies of bench/gpu/oversub_pass.py: one after the other with no layer,
+then together under libnvs.so with a fresh scheduler in mode `on`, then in mode `auto`. The card
+is never really oversubscribed: the scheduler's --capacity-mib makes it act as if the card held
+only that much, so each handoff moves memory as on a full card of that size, while the pair stays
+within half the real card's free memory (it may be shared with others).
+
+Environment: OVERSUB_GIB (each program's GiB, default 16), OVERSUB_PASSES (default 20),
+OVERSUB_CAPACITY_MIB (the capacity the scheduler acts on, default 24576).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from gemshare_nvs.connection import Connection, SchedulerUnavailable
+from gemshare_nvs.protocol import ProtocolError
+from scheduler_process import SchedulerProcess
+
+WORKLOAD = Path(__file__).resolve().parent / "gpu" / "oversub_pass.py"
+SCENARIOS = {"oversubscribed pair": 0.0, "oversubscribed pair, half busy": 0.5}  # name: gap
+TQ = 10
+START_GAP_S = 1.0  # the second program starts this long after the first
+TIMEOUT_S = 600  # for one run, both programs together
+GIB = 1 << 30
+# Inherited settings that would change what is measured or endanger a shared card: debug logging
+# slows every handoff, and single-process oversubscription must never be enabled here.
+UNWANTED = ("GEMSHARE_DEBUG", "GEMSHARE_ENABLE_SINGLE_OVERSUB")
+MOVED = re.compile(r"\bmoved client \d+ .*?: device \d+, (\d+) bytes to the (host|device) "
+                   r"in ([0-9.]+) s")
+# As the scheduler does: smaller moves are mostly fixed costs and say nothing about the link.
+RATE_MIN_BYTES = 64 << 20
+
+
+def settings() -> dict:
+    return {"gib": int(os.environ.get("OVERSUB_GIB", "16")),
+            "passes": int(os.environ.get("OVERSUB_PASSES", "20")),
+            "capacity_mib": int(os.environ.get("OVERSUB_CAPACITY_MIB", "24576")),
+            "tq": TQ, "start_gap_s": START_GAP_S}
+
+
+def free_mib() -> list[int]:
+    """Free memory of each GPU nvidia-smi lists, in MiB; none if it does not answer."""
+    try:
+        done = subprocess.run(["nvidia-smi", "--query-gpu=memory.free",
+                               "--format=csv,noheader,nounits"],
+                              capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [int(field) for field in done.stdout.split() if field.isdigit()]
+
+
+def refusal(gib: int, free: list[int]) -> str | None:
+    """Why the pair must not run now, or None. The least free GPU counts: nvidia-smi does not
+    follow CUDA_VISIBLE_DEVICES, so which one the programs get is not known here."""
+    if not free:
+        return "nvidia-smi reported no free memory"
+    if 2 * gib * 1024 > min(free) / 2:
+        return (f"the pair needs 2 x {gib} GiB, more than half of the {min(free)} MiB free "
+                f"(lower OVERSUB_GIB, or wait until the card is less busy)")
+    return None
+
+
+def inherited() -> dict:
+    return {name: value for name, value in os.environ.items() if name not in UNWANTED}
+
+
+def launch(command: list[str], env: dict, stem: Path) -> subprocess.Popen:
+    # Output to files, not pipes: a program blocked on a full pipe while it holds the GPU lock
+    # would stall its partner as well.
+    with open(stem.with_suffix(".out"), "w") as out, open(stem.with_suffix(".err"), "w") as err:
+        return subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=out,
+                                stderr=err)
+
+
+def printed(process: subprocess.Popen, stem: Path) -> dict:
+    """The program's JSON line; one that exited non-zero counts only if it says why (intact
+    false), so that lost data is reported rather than raised."""
+    lines = stem.with_suffix(".out").read_text().strip().splitlines()
+    try:
+        result = json.loads(lines[-1])
+    except (IndexError, ValueError):
+        result = {}
+    if process.returncode != 0 and result.get("intact") is not False:
+        raise RuntimeError(f"{' '.join(process.args)} exited {process.returncode}:\n"
+                           f"{stem.with_suffix('.err').read_text()[-4000:]}")
+    if not result:
+        raise RuntimeError(f"{' '.join(process.args)} printed no JSON line")
+    return result
+
+
+def run_pair(command: list[str], env: dict, directory: Path, together: bool) -> dict:
+    """Two copies of `command`, together (the second START_GAP_S after the first) or one after
+    the other; seconds from the first's start to the last's end."""
+    directory.mkdir(parents=True, exist_ok=True)
+    stems = [directory / "first", directory / "second"]
+    deadline = time.monotonic() + TIMEOUT_S
+    processes: list[subprocess.Popen] = []
+    try:
+        start = time.perf_counter()
+        for stem in stems:
+            if processes and together:
+                time.sleep(START_GAP_S)
+            elif processes:
+                processes[-1].wait(max(0.0, deadline - time.monotonic()))
+            processes.append(launch(command, env, stem))
+        for process in processes:
+            process.wait(max(0.0, deadline - time.monotonic()))
+        seconds = time.perf_counter() - start
+    finally:
+        for process in processes:  # stragglers, after a timeout or an error
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    programs = [printed(process, stem) for process, stem in zip(processes, stems)]
+    return {"seconds": seconds, "intact": all(program["intact"] for program in programs),
+            "programs": programs}
+
+
+def read_status(socket: Path) -> dict | None:
+    """The scheduler's status object; None if it could not be had, which is reported."""
+    try:
+        with Connection(socket, timeout=10) as connection:
+            status = connection.request({"op": "status"}).get("status")
+    except (OSError, SchedulerUnavailable, ProtocolError):
+        return None
+    return status if isinstance(status, dict) else None
+
+
+def moved_bytes(moves) -> int:
+    try:
+        return sum(int(moves[side]["bytes"]) for side in ("to_host", "to_device"))
+    except (TypeError, KeyError, ValueError):
+        return 0
+
+
+def device_moves(status: dict | None) -> dict:
+    """`moves` and `move_rates` of the device the pair used (the one that moved the most);
+    None where the status lacks them."""
+    devices = status.get("devices") if isinstance(status, dict) else None
+    entries = [entry for entry in devices or [] if isinstance(entry, dict)]
+    used = max(entries, key=lambda entry: moved_bytes(entry.get("moves")), default={})
+    return {"moves": used.get("moves"), "move_rates": used.get("move_rates")}
+
+
+def move_summary(moves: list[tuple[int, float]]) -> dict | None:
+    if not moves:
+        return None
+    sizes = [size for size, _ in moves]
+    rates = [size / seconds / 1e9 for size, seconds in moves
+             if seconds > 0 and size >= RATE_MIN_BYTES]
+    return {"count": len(moves), "bytes_median": statistics.median(sizes),
+            "bytes_max": max(sizes), "gbps_median": statistics.median(rates) if rates else None}
+
+
+def log_figures(log: str) -> dict:
+    """Grants, revocations and the moves of each direction, from the scheduler's log."""
+    moves: dict[str, list[tuple[int, float]]] = {"host": [], "device": []}
+    for size, where, seconds in MOVED.findall(log):
+        moves[where].append((int(size), float(seconds)))
+    return {"grants": len(re.findall(r"\bgrant client ", log)),
+            "revocations": len(re.findall(r"\brevoke client ", log)),
+            "moved": {"to_host": move_summary(moves["host"]),
+                      "to_device": move_summary(moves["device"])}}
+
+
+def shared_pair(command: list[str], library: Path, directory: Path, mode: str,
+                capacity_mib: int) -> dict:
+    """The pair together under a scheduler of its own, so that its log is this run's alone."""
+    directory.mkdir(parents=True)
+    scheduler = SchedulerProcess(directory, env=inherited(), tq=TQ, anti_thrash=mode,
+                                 capacity_mib=capacity_mib)
+    # REQUIRE_SCHEDULER: a program that failed to register fails instead of running unlocked.
+    env = {**inherited(), "LD_PRELOAD": str(library), "GEMSHARE_SOCKET": str(scheduler.socket),
+           "GEMSHARE_REQUIRE_SCHEDULER": "1"}
+    try:
+        run = run_pair(command, env, directory, together=True)
+        scheduler.check_running()
+        status = read_status(scheduler.socket)
+    finally:
+        scheduler.stop()
+    return {**run, **log_figures(scheduler.log_path.read_text()), **device_moves(status)}
+
+
+def attempt(name: str, measure, *args) -> dict:
+    """One run's figures, or its error: a failed run must not lose the other runs' figures."""
+    try:
+        run = measure(*args)
+    except Exception as exc:
+        run = {"error": f"{type(exc).__name__}: {exc}"}
+    print(run_line(name, run), file=sys.stderr, flush=True)  # progress, should the rest not end
+    return run
+
+
+def scenario(python: str, library: Path, directory: Path, name: str, gap: float,
+             chosen: dict) -> dict:
+    command = [python, str(WORKLOAD), str(chosen["gib"]), str(chosen["passes"]), str(gap)]
+    result = {"gap_s": gap, "one_after_another": attempt(
+        f"{name}, one after another, no layer", run_pair, command, inherited(),
+        directory / "plain", False)}
+    alone = result["one_after_another"].get("seconds")
+    for mode in ("on", "auto"):
+        run = attempt(f"{name}, together, {mode}", shared_pair, command, library,
+                      directory / mode, mode, chosen["capacity_mib"])
+        result[f"together_{mode}"] = run
+        result[f"ratio_{mode}"] = run["seconds"] / alone if alone and "seconds" in run else None
+    return result
+
+
+def measure(python: str, library: Path, directory: Path) -> dict:
+    chosen = settings()
+    reason = refusal(chosen["gib"], free_mib())
+    if reason:
+        print(f"oversub skipped: {reason}", file=sys.stderr)
+        return {**chosen, "skipped": reason}
+    if 2 * chosen["gib"] * 1024 <= chosen["capacity_mib"]:
+        print("oversub: the pair fits in OVERSUB_CAPACITY_MIB, so no handoff needs to move "
+              "memory", file=sys.stderr)
+    return {**chosen, "scenarios": {
+        name: scenario(python, library, directory / f"gap{gap:g}", name, gap, chosen)
+        for name, gap in SCENARIOS.items()}}
+
+
+def gib(size) -> str:
+    return f"{size / GIB:.2f}"
+
+
+def direction(name: str, summary: dict | None) -> str:
+    if summary is None:
+        return f"{name} none"
+    rate = summary["gbps_median"]
+    return (f"{name} {summary['count']} x {gib(summary['bytes_median'])}/"
+            f"{gib(summary['bytes_max'])} GiB " + ("rate n/a" if rate is None else
+                                                    f"at {rate:.1f} GB/s"))
+
+
+def status_moves(run: dict) -> str:
+    moves, rates = run.get("moves"), run.get("move_rates")
+    try:
+        text = (f"status: {gib(moves['to_host']['bytes'])} GiB out in "
+                f"{moves['to_host']['seconds']:.1f} s, {gib(moves['to_device']['bytes'])} GiB "
+                f"back in {moves['to_device']['seconds']:.1f} s")
+    except (TypeError, KeyError, ValueError):
+        text = "status: moves n/a"
+    try:
+        measured = "measured" if rates["measured"] else "defaults"
+        return (text + f", rates {rates['to_host_gbps']:.1f} out / "
+                f"{rates['to_device_gbps']:.1f} back GB/s ({measured})")
+    except (TypeError, KeyError, ValueError):
+        return text
+
+
+def run_line(name: str, run: dict, ratio: float | None = None) -> str:
+    if "error" in run:
+        lines = run["error"].strip().splitlines()  # what failed, and the program's last word
+        return f"{name}: FAILED ({' ... '.join(dict.fromkeys([lines[0], lines[-1]]))})"
+    line = f"{name}: {run['seconds']:.1f} s"
+    if ratio is not None:
+        line += f" ({ratio:.2f} of one after another)"
+    if "grants" in run:
+        moved = run["moved"]
+        line += (f"; {run['grants']} grants, {run['revocations']} revocations; per handoff "
+                 f"(median/max) {direction('out', moved['to_host'])}, "
+                 f"{direction('back', moved['to_device'])}; {status_moves(run)}")
+    return line + ("; intact" if run["intact"] else "; DATA NOT INTACT")
+
+
+def print_oversub(part: dict) -> None:
+    if "skipped" in part:
+        print(f"oversub: skipped ({part['skipped']})")
+        return
+    print(f"oversub: 2 x {part['gib']} GiB, {part['passes']} passes each, scheduler capacity "
+          f"{part['capacity_mib']} MiB, TQ {part['tq']} s")
+    for name, result in part["scenarios"].items():
+        print(run_line(f"{name}, one after another, no layer", result["one_after_another"]))
+        for mode in ("on", "auto"):
+            print(run_line(f"{name}, together, {mode}", result[f"together_{mode}"],
+                           result[f"ratio_{mode}"]))

@@ -1,0 +1,356 @@
+/* Bulk moves of managed memory. Each move is cut into chunks spread round robin over
+ * GEMSHARE_MOVE_STREAMS non-blocking streams of each context, so that the driver can overlap one
+ * prefetch's page-table work with another's copy. An event after each chunk lets the client
+ * thread wait chunk by chunk, report progress and know exactly what arrived when the driver
+ * refuses part of a move. */
+#include "migrate.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "config.h"
+#include "contexts.h"
+#include "gemshare_protocol.h"
+#include "impl.h"
+#include "log.h"
+#include "memory.h"
+
+/* Moves out are rounded up to whole large pages, the driver's unit of migration. */
+#define GS_MOVE_ALIGN (2ull << 20)
+/* Small enough for progress and an even spread over the streams, large enough that a prefetch
+ * and its event cost nothing beside the copy (20 ms at 13 GB/s). */
+#define GS_MOVE_CHUNK (256ull << 20)
+#define GS_MOVE_POLL_NS 200000
+
+/* Since the lock was last granted: how much moved to the host, and how far into the device's
+ * allocations, oldest first. A move out always takes the oldest first, so what is out is
+ * everything allocated before `stamp` and the first `offset` bytes of the allocation `stamp`
+ * (new allocations are newer: they never fall inside). */
+struct gs_moved_out {
+    uint64_t bytes;
+    uint64_t stamp;
+    uint64_t offset;
+};
+
+/* Owned by the client thread, the only caller; reset after fork. */
+static struct gs_migrate_state {
+    int driver_version; /* 0 until asked, -1 when the driver would not say */
+    struct gs_moved_out out[GS_MAX_DEVICES];
+} gs_mig;
+
+/* A piece of an allocation, prefetched with one call. */
+struct gs_chunk {
+    CUdeviceptr ptr;
+    size_t size;
+    CUcontext ctx;
+    uint64_t stamp, end; /* its allocation, and how far into it the chunk reaches */
+    CUevent done;
+};
+
+/* One move in progress. */
+struct gs_mover {
+    int device;
+    bool to_host, wait;
+    gs_move_progress progress;
+    int64_t began_ns, reported_ns;
+    struct gs_move result;
+    bool in_order;  /* every chunk so far arrived: the oldest-first prefix grows */
+    bool unusable;  /* an event reported an error: nothing more is waited for */
+};
+
+static int64_t gs_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static bool gs_device_ok(int device)
+{
+    return device >= 0 && device < GS_MAX_DEVICES;
+}
+
+static int gs_oldest_first(const void *x, const void *y)
+{
+    uint64_t a = ((const struct gs_managed *)x)->stamp;
+    uint64_t b = ((const struct gs_managed *)y)->stamp;
+    return a < b ? -1 : a > b ? 1 : 0;
+}
+
+static int gs_newest_first(const void *x, const void *y)
+{
+    return gs_oldest_first(y, x);
+}
+
+/* Prefetches one range, with the v2 entry point where the driver has it (CUDA 12.2) and the
+ * older one otherwise. */
+static CUresult gs_prefetch(const struct gs_chunk *c, int device, bool to_host, CUstream stream)
+{
+    if (gs_mig.driver_version == 0 &&
+        GS_REAL(cuDriverGetVersion, GS_LEGACY)(&gs_mig.driver_version) != CUDA_SUCCESS)
+        gs_mig.driver_version = -1;
+    if (gs_mig.driver_version >= 12020) {
+        CUmemLocation where = {to_host ? CU_MEM_LOCATION_TYPE_HOST : CU_MEM_LOCATION_TYPE_DEVICE,
+                               to_host ? 0 : device};
+        return GS_REAL(cuMemPrefetchAsync_v2, GS_LEGACY)(c->ptr, c->size, where, 0, stream);
+    }
+    const CUdevice cpu = -1; /* CU_DEVICE_CPU */
+    return GS_REAL(cuMemPrefetchAsync, GS_LEGACY)(c->ptr, c->size, to_host ? cpu : device,
+                                                  stream);
+}
+
+static void gs_refused(struct gs_mover *mv, const char *what, const struct gs_chunk *c,
+                       CUresult r)
+{
+    mv->result.failed = true;
+    gs_warn("moving memory to the %s: %s for %zu bytes at %#llx failed (error %d); stopping "
+            "there, the rest stays where it is and page faults move it",
+            mv->to_host ? "host" : "device", what, c->size, (unsigned long long)c->ptr, r);
+}
+
+static void gs_tick(struct gs_mover *mv)
+{
+    int64_t now = gs_now_ns();
+    if (mv->progress && now - mv->reported_ns >= GS_MOVE_PROGRESS_MS * 1000000ll) {
+        mv->reported_ns = now;
+        mv->progress(mv->device, mv->result.bytes, (uint64_t)(now - mv->began_ns) / 1000);
+    }
+}
+
+/* Polls rather than blocks, so that progress goes out on time however long a chunk takes. */
+static bool gs_wait_chunk(struct gs_mover *mv, const struct gs_chunk *c)
+{
+    for (;;) {
+        CUresult r = GS_REAL(cuEventQuery, GS_LEGACY)(c->done);
+        if (r == CUDA_SUCCESS)
+            return true;
+        if (r != CUDA_ERROR_NOT_READY) {
+            gs_refused(mv, "the prefetch", c, r);
+            mv->unusable = true;
+            return false;
+        }
+        gs_tick(mv);
+        struct timespec pause = {0, GS_MOVE_POLL_NS};
+        nanosleep(&pause, NULL);
+    }
+}
+
+/* Queues the chunk with an event after it when the move waits. */
+static bool gs_submit_chunk(struct gs_mover *mv, struct gs_chunk *c, CUstream stream)
+{
+    CUresult r = CUDA_SUCCESS;
+    c->done = NULL;
+    if (mv->wait)
+        r = GS_REAL(cuEventCreate, GS_LEGACY)(&c->done, CU_EVENT_DISABLE_TIMING);
+    if (r != CUDA_SUCCESS) {
+        c->done = NULL;
+        gs_refused(mv, "cuEventCreate", c, r);
+        return false;
+    }
+    if ((r = gs_prefetch(c, mv->device, mv->to_host, stream)) != CUDA_SUCCESS) {
+        gs_refused(mv, "cuMemPrefetchAsync", c, r);
+        return false;
+    }
+    if (c->done && (r = GS_REAL(cuEventRecord, GS_LEGACY)(c->done, stream)) != CUDA_SUCCESS) {
+        gs_refused(mv, "cuEventRecord", c, r);
+        return false;
+    }
+    return true;
+}
+
+static void gs_arrived(struct gs_mover *mv, const struct gs_chunk *c)
+{
+    mv->result.bytes += c->size;
+    if (!mv->to_host)
+        return;
+    struct gs_moved_out *out = &gs_mig.out[mv->device];
+    out->bytes += c->size;
+    if (mv->in_order) {
+        out->stamp = c->stamp;
+        out->offset = c->end;
+    }
+}
+
+/* One context's run of chunks, inside that context: all queued, then awaited in order. */
+static void gs_move_run(struct gs_mover *mv, struct gs_chunk *chunks, size_t n,
+                        const CUstream *streams, int stream_count)
+{
+    size_t queued = 0;
+    while (queued < n && gs_submit_chunk(mv, &chunks[queued], streams[queued % stream_count]))
+        queued++;
+    if (queued < n && chunks[queued].done)
+        GS_REAL(cuEventDestroy_v2, GS_LEGACY)(chunks[queued].done);
+    for (size_t i = 0; i < queued; i++) {
+        bool arrived = !mv->wait || (!mv->unusable && gs_wait_chunk(mv, &chunks[i]));
+        if (chunks[i].done)
+            GS_REAL(cuEventDestroy_v2, GS_LEGACY)(chunks[i].done);
+        mv->in_order = mv->in_order && arrived;
+        if (arrived) {
+            gs_arrived(mv, &chunks[i]);
+            gs_tick(mv);
+        }
+    }
+    if (queued < n)
+        mv->in_order = false;
+}
+
+/* Moves the chunks, a run of one context at a time; a context gone or unusable is skipped (its
+ * memory is gone, or page faults move it). */
+static void gs_move_chunks(struct gs_mover *mv, struct gs_chunk *chunks, size_t n)
+{
+    mv->began_ns = mv->reported_ns = gs_now_ns();
+    mv->in_order = true;
+    for (size_t i = 0; i < n && !mv->result.failed;) {
+        size_t end = i;
+        while (end < n && chunks[end].ctx == chunks[i].ctx)
+            end++;
+        CUstream streams[GS_MAX_MOVE_STREAMS];
+        int count = (int)gs_config()->move_streams;
+        if (chunks[i].ctx != NULL && gs_contexts_enter(chunks[i].ctx, streams, &count)) {
+            gs_move_run(mv, chunks + i, end - i, streams, count);
+            gs_contexts_leave();
+        } else {
+            mv->in_order = false;
+        }
+        i = end;
+    }
+    mv->result.elapsed_us = (uint64_t)(gs_now_ns() - mv->began_ns) / 1000;
+    mv->result.waited = mv->wait;
+}
+
+/* The chunks a move prefetches, in order. */
+struct gs_plan {
+    struct gs_chunk *chunks;
+    size_t count, cap;
+    size_t ranges;
+};
+
+/* Appends [from, to) of the allocation as chunks; false when out of memory for the list. */
+static bool gs_plan_add(struct gs_plan *plan, const struct gs_managed *a, uint64_t from,
+                        uint64_t to)
+{
+    for (uint64_t at = from; at < to;) {
+        if (plan->count == plan->cap) {
+            size_t more = plan->cap ? plan->cap * 2 : 64;
+            struct gs_chunk *grown = realloc(plan->chunks, more * sizeof *grown);
+            if (grown == NULL)
+                return false; /* move what the plan holds */
+            plan->chunks = grown;
+            plan->cap = more;
+        }
+        uint64_t size = to - at < GS_MOVE_CHUNK ? to - at : GS_MOVE_CHUNK;
+        plan->chunks[plan->count++] =
+            (struct gs_chunk){a->ptr + at, size, a->ctx, a->stamp, at + size, NULL};
+        at += size;
+    }
+    plan->ranges++;
+    return true;
+}
+
+/* The device's managed allocations (the program's own too when own_too), sorted; NULL when
+ * there are none. */
+static struct gs_managed *gs_sorted(int device, bool own_too,
+                                    int (*order)(const void *, const void *), size_t *n)
+{
+    *n = 0;
+    struct gs_managed *list = gs_device_ok(device) ? gs_memory_managed(device, own_too, n) : NULL;
+    if (list)
+        qsort(list, *n, sizeof *list, order);
+    return list;
+}
+
+/* Runs the plan and frees it. */
+static void gs_plan_run(struct gs_mover *mv, struct gs_plan *plan)
+{
+    gs_move_chunks(mv, plan->chunks, plan->count);
+    free(plan->chunks);
+    mv->result.ranges = plan->ranges;
+}
+
+static uint64_t gs_round_up(uint64_t bytes)
+{
+    if (bytes > UINT64_MAX - GS_MOVE_ALIGN)
+        return UINT64_MAX; /* GS_EVICT_ALL, or as good as */
+    return (bytes + GS_MOVE_ALIGN - 1) / GS_MOVE_ALIGN * GS_MOVE_ALIGN;
+}
+
+/* Oldest first: libnvs approximates "recently used" by "recently allocated", so what stays on
+ * the device is what the program most likely touches first when it returns, and it comes back
+ * first too (gs_migrate_in goes newest first). The program's own managed memory goes too: the
+ * next holder needs the room whatever made it. */
+struct gs_move gs_migrate_out(int device, uint64_t bytes, gs_move_progress progress)
+{
+    struct gs_mover mv = {.device = device, .to_host = true, .wait = true, .progress = progress};
+    size_t n;
+    struct gs_managed *list = gs_sorted(device, true, gs_oldest_first, &n);
+    if (list == NULL)
+        return mv.result;
+    const struct gs_moved_out *out = &gs_mig.out[device];
+    struct gs_plan plan = {0};
+    uint64_t left = gs_round_up(bytes);
+    for (size_t i = 0; i < n && left > 0; i++) {
+        uint64_t from = list[i].stamp < out->stamp    ? list[i].size
+                        : list[i].stamp == out->stamp ? out->offset
+                                                      : 0;
+        if (from >= list[i].size)
+            continue; /* out already */
+        uint64_t take = list[i].size - from < left ? list[i].size - from : left;
+        if (!gs_plan_add(&plan, &list[i], from, from + take))
+            break;
+        left -= take;
+    }
+    free(list);
+    gs_plan_run(&mv, &plan);
+    gs_debug("moved %llu bytes (%zu ranges, oldest first) of managed memory to the host from "
+             "device %d in %llu us%s; %llu bytes out since the last grant",
+             (unsigned long long)mv.result.bytes, mv.result.ranges, device,
+             (unsigned long long)mv.result.elapsed_us, mv.result.failed ? ", then failed" : "",
+             (unsigned long long)out->bytes);
+    return mv.result;
+}
+
+struct gs_move gs_migrate_in(int device)
+{
+    struct gs_mover mv = {.device = device, .wait = gs_config()->swap_in_wait};
+    /* Newest first, what fits in 15/16 of the device (room to work); the program's own managed
+     * memory stays where it is, it may be meant for the host. */
+    size_t n;
+    struct gs_managed *list = gs_sorted(device, false, gs_newest_first, &n);
+    if (list == NULL)
+        return mv.result;
+    struct gs_plan plan = {0};
+    uint64_t budget = gs_memory_device_total(device) / 16 * 15, left_out = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (list[i].size > budget)
+            left_out += list[i].size;
+        else if (gs_plan_add(&plan, &list[i], 0, list[i].size))
+            budget -= list[i].size;
+        else
+            break;
+    }
+    free(list);
+    gs_plan_run(&mv, &plan);
+    gs_debug("prefetching %llu bytes (%zu allocations, newest first) back to device %d: %s in "
+             "%llu us%s; %llu bytes over 15/16 of the device left to page faults",
+             (unsigned long long)mv.result.bytes, mv.result.ranges, device,
+             mv.wait ? "arrived" : "submitted", (unsigned long long)mv.result.elapsed_us,
+             mv.result.failed ? ", then failed" : "", (unsigned long long)left_out);
+    return mv.result;
+}
+
+uint64_t gs_migrate_moved_out(int device)
+{
+    return gs_device_ok(device) ? gs_mig.out[device].bytes : 0;
+}
+
+void gs_migrate_granted(int device)
+{
+    if (gs_device_ok(device))
+        gs_mig.out[device] = (struct gs_moved_out){0, 0, 0};
+}
+
+void gs_migrate_after_fork_child(void)
+{
+    memset(&gs_mig, 0, sizeof gs_mig);
+}

@@ -1,0 +1,41 @@
+/* Moving a device's managed memory in bulk: to the host to make room for another process, back to
+ * the device when the lock returns (README.md, "Moving memory"). For the client thread only,
+ * while stream captures are held off. */
+#ifndef GS_MIGRATE_H
+#define GS_MIGRATE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* What one move did. */
+struct gs_move {
+    uint64_t bytes;      /* arrived where they were sent (to the device without waiting: queued) */
+    uint64_t elapsed_us; /* from the first prefetch to the last arrival (or the last queued) */
+    size_t ranges;       /* prefetched ranges, the split one included */
+    bool waited;         /* it waited until the memory arrived */
+    bool failed;         /* the driver refused part of it: the rest stays where it was */
+};
+
+/* While a move to the host lasts, called at least every GS_MOVE_PROGRESS_MS with what has
+ * arrived so far. */
+#define GS_MOVE_PROGRESS_MS 250
+typedef void (*gs_move_progress)(int device, uint64_t bytes, uint64_t elapsed_us);
+
+/* Moves `bytes` (GS_EVICT_ALL: all) of this process's managed memory on the device to the host,
+ * the program's own managed memory included, least recently allocated first, and waits until it
+ * is there. What moved out since the lock was last granted is not moved again. */
+struct gs_move gs_migrate_out(int device, uint64_t bytes, gs_move_progress progress);
+
+/* Brings the converted allocations back to the device, newest first, as many as fit in 15/16 of
+ * it, waiting until they are there unless GEMSHARE_SWAP_IN_WAIT=0. */
+struct gs_move gs_migrate_in(int device);
+
+/* Bytes moved to the host since the lock was last granted. */
+uint64_t gs_migrate_moved_out(int device);
+/* The lock is granted again: what moved out is counted from here. */
+void gs_migrate_granted(int device);
+
+void gs_migrate_after_fork_child(void);
+
+#endif

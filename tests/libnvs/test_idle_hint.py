@@ -1,0 +1,52 @@
+"""IDLE_HINT: while it holds the lock, a process releases early only after
+max(GEMSHARE_IDLE_RELEASE_MS, hint) with nothing submitted; its own 0 still means never; each
+grant starts without a hint. Frames come from `scripted` (scripted_scheduler.py)."""
+
+from __future__ import annotations
+
+import time
+
+from gemshare_nvs import protocol as p
+
+import libnvs_fakelog as fakelog
+
+SECOND = 1_000_000_000
+
+
+def test_a_hint_lengthens_the_early_release_until_the_next_grant(scripted):
+    gpu, scheduler = scripted
+    program = gpu.start(["init", "launch", 100, "sync", "wait-file", gpu.path("again"),
+                         "launch", 100, "sync", "wait-file", gpu.path("end")],
+                        env={"GEMSHARE_IDLE_RELEASE_MS": "100"})
+    scheduler.wait_for(program.pid, p.RequestLock)
+    scheduler.grant(program.pid)
+    scheduler.send(program.pid, p.IdleHint(0, 1000))
+    ((hinted_ns, hinted),) = scheduler.wait_for(program.pid, p.LockReleased)
+    gpu.path("again").touch()
+    scheduler.wait_for(program.pid, p.RequestLock, count=2)
+    scheduler.grant(program.pid)
+    (_, (plain_ns, plain)) = scheduler.wait_for(program.pid, p.LockReleased, count=2)
+    gpu.path("end").touch()
+    result = program.wait()
+    assert result.returncode == 0, result.describe()
+
+    assert hinted.reason == plain.reason == p.ReleaseReason.IDLE
+    first, second = fakelog.named(gpu.events(), "launch", pid=program.pid)
+    assert hinted_ns - first.ns >= 1 * SECOND, "released before the hinted idle time"
+    assert plain_ns - second.ns < 0.9 * SECOND, "the hint outlived its grant"
+
+
+def test_a_hint_never_turns_early_release_on(scripted):
+    gpu, scheduler = scripted
+    program = gpu.start(["init", "launch", 100, "sync", "wait-file", gpu.path("end")],
+                        env={"GEMSHARE_IDLE_RELEASE_MS": "0"})
+    scheduler.wait_for(program.pid, p.RequestLock)
+    scheduler.grant(program.pid)
+    scheduler.send(program.pid, p.IdleHint(0, 200))
+    time.sleep(0.8)
+    assert not scheduler.received(program.pid, p.LockReleased)
+    scheduler.drop(program.pid)
+    ((_, released),) = scheduler.wait_for(program.pid, p.LockReleased)
+    assert released.reason == p.ReleaseReason.DROPPED
+    gpu.path("end").touch()
+    assert program.wait().returncode == 0

@@ -1,0 +1,240 @@
+"""Moving memory at handoffs: only what the next holder needs leaves, a holder that moves is not
+revoked for it, a grant waits for room, memory comes back where it left, and idle holders keep
+the lock through gaps shorter than the swap their release would cause."""
+
+import pytest
+
+from gemshare_nvs import protocol as p
+from gemshare_nvs.cost import DEFAULT_TO_HOST_BPS, margin
+from gemshare_nvs.status import build_status
+
+from policy_driver import Driver
+
+G = 1 << 30
+M = 1 << 20
+CAPACITY = 24 * G
+RESERVE = 512 * M
+MARGIN = margin(CAPACITY)  # 384 MiB
+
+
+def pair(mode: p.Mode = p.Mode.ON, tq: int = 10, grace: float = 2.0,
+         sizes: tuple = (16 * G, 16 * G)) -> Driver:
+    """Clients 1 and 2 (and more for longer `sizes`) on a 24 GiB device; 1 holds, 2 waits."""
+    driver = Driver(tq=tq, mode=mode, grace=grace, limit=CAPACITY)
+    for cid, size in enumerate(sizes, start=1):
+        driver.register(cid)
+        driver.mem(cid, size, total=80 * G)
+    driver.request(1)
+    driver.request(2)
+    driver.take_sent()
+    return driver
+
+
+def drop_bytes(driver: Driver, cid: int) -> int:
+    (drop,) = [m for m in driver.take_sent(cid) if isinstance(m, p.DropLock)]
+    return drop.evict_bytes
+
+
+def test_a_drop_moves_only_the_room_the_next_holder_needs():
+    driver = pair()
+    driver.advance_to_deadline()
+    # 16 + 16 GiB and one context reserve in 24 GiB: 8.5 GiB over, plus the margin.
+    assert drop_bytes(driver, 1) == 8 * G + RESERVE + MARGIN
+    driver.moved(1, 8 * G + RESERVE + MARGIN, seconds=1.0)
+    driver.release(1)
+    assert driver.take_sent(2) == [p.LockGranted(0, p.GRANT_AFTER_WAIT, 10_000)]
+    # Back the other way: client 1 must bring back what it moved out, and 2 holds all of its.
+    driver.request(1)
+    driver.advance_to_deadline()
+    assert drop_bytes(driver, 2) == 8 * G + RESERVE + MARGIN
+    driver.moved(2, 8 * G + RESERVE + MARGIN)
+    driver.release(2)
+    assert driver.take_sent(1) == [
+        p.LockGranted(0, p.GRANT_AFTER_WAIT | p.GRANT_OTHERS_RAN, 10_000)]
+
+
+def test_nothing_moves_when_the_next_holder_fits_or_the_capacity_is_unknown():
+    driver = pair(sizes=(8 * G, 8 * G))
+    driver.advance_to_deadline()
+    assert drop_bytes(driver, 1) == 0
+    unknown = Driver(tq=10)
+    for cid in (1, 2):
+        unknown.register(cid)
+        unknown.mem(cid, 64 * G)  # no total reported, no NVML, no limit
+    unknown.request(1)
+    unknown.request(2)
+    unknown.take_sent()
+    unknown.advance_to_deadline()
+    assert drop_bytes(unknown, 1) == 0
+
+
+def test_with_several_waiters_room_is_made_for_the_next_one_only():
+    driver = pair(sizes=(16 * G, 8 * G, 16 * G))
+    driver.request(3)
+    driver.advance_to_deadline()
+    # 16 + 8 GiB and a reserve are 0.5 GiB past 24: room for client 2 alone, not for 3 as well.
+    assert drop_bytes(driver, 1) == RESERVE + MARGIN
+
+
+def test_a_holder_that_moves_slower_than_the_grace_is_not_revoked():
+    driver = pair(grace=2.0)
+    driver.advance_to_deadline()
+    evict = drop_bytes(driver, 1)
+    dropped = driver.now
+    budget = 2.0 + evict / DEFAULT_TO_HOST_BPS  # grace plus the move at the assumed rate
+    assert driver.policy.next_deadline() == pytest.approx(dropped + budget)
+    # Slower than assumed, but reporting progress: every report buys a grace period.
+    for moved in range(1, 6):
+        driver.advance(1.9)
+        driver.moved(1, moved * G, done=False)
+    assert driver.now > dropped + budget
+    driver.advance(1.9)  # inside the last report's grace
+    assert driver.take_sent() == []
+    driver.advance(0.2)  # silence for a whole grace period: now it is revoked
+    assert driver.take_sent()[0] == (1, p.LockRevoked(0))
+
+
+def test_a_revoked_client_that_later_reports_its_move_is_believed_and_prefetches_back():
+    driver = pair(grace=1.0)
+    driver.advance_to_deadline()
+    evict = drop_bytes(driver, 1)
+    driver.advance_to_deadline()
+    sent = driver.take_sent()
+    assert sent[0] == (1, p.LockRevoked(0))
+    # Revoked, so not waited for: the grant went ahead, its bytes taken as gone.
+    assert (1, p.Evict(0, 0, evict)) in sent and sent[-1][0] == 2
+    assert driver.policy.residency.of(0, 1) == 16 * G - evict
+    driver.moved(1, evict)  # the same move, reported late: not taken twice
+    driver.release(1, reason=p.ReleaseReason.REVOKED)  # late: ignored
+    assert driver.policy.residency.of(0, 1) == 16 * G - evict
+    driver.request(1)
+    driver.advance_to_deadline()
+    driver.moved(2, drop_bytes(driver, 2))
+    driver.release(2)
+    grant = driver.take_sent(1)[0]
+    assert grant.flags & p.GRANT_OTHERS_RAN
+
+
+def test_a_grant_waits_for_idle_clients_to_make_room():
+    driver = pair(sizes=(16 * G, 16 * G))
+    driver.release(1, reason=p.ReleaseReason.IDLE)  # idle with its memory on the device
+    assert driver.take_sent() == [(1, p.Evict(0, 0, 8 * G + RESERVE + MARGIN))]
+    assert driver.holders() == [] and driver.waiters() == [2]
+    driver.advance(0.5)
+    driver.moved(1, 8 * G + RESERVE + MARGIN)
+    assert driver.take_sent() == [(2, p.LockGranted(0, p.GRANT_AFTER_WAIT, 10_000))]
+
+
+def test_a_silent_eviction_delays_the_grant_by_its_deadline_only():
+    driver = pair(grace=2.0)
+    driver.release(1, reason=p.ReleaseReason.IDLE)
+    (_, evict), = driver.take_sent()
+    deadline = driver.now + 2.0 + evict.bytes / DEFAULT_TO_HOST_BPS
+    assert driver.policy.next_deadline() == pytest.approx(deadline)
+    driver.advance_to_deadline()
+    assert driver.take_sent() == [(2, p.LockGranted(0, p.GRANT_AFTER_WAIT, 10_000))]
+    assert any("no answer in time" in log.text for log in driver.logs)
+
+
+def test_an_evicting_client_that_leaves_lets_the_grant_go_at_once():
+    driver = pair()
+    driver.release(1, reason=p.ReleaseReason.IDLE)
+    driver.take_sent()
+    driver.disconnect(1)
+    assert driver.take_sent() == [(2, p.LockGranted(0, p.GRANT_AFTER_WAIT, 10_000))]
+
+
+def test_idle_clients_are_asked_before_waiting_ones_and_largest_first():
+    driver = Driver(tq=10, limit=CAPACITY)
+    for cid, size in {1: 8 * G, 2: 4 * G, 3: 0, 5: 6 * G}.items():
+        driver.register(cid)
+        driver.mem(cid, size, total=80 * G)
+    driver.configure(mode=p.Mode.OFF)  # all of them run: 18 GiB on the device
+    driver.configure(mode=p.Mode.ON)
+    driver.register(4)
+    driver.mem(4, 14 * G)
+    driver.request(3)  # holds, with nothing on the device
+    driver.request(4)
+    driver.request(1)  # waits behind 4, with the most memory there
+    driver.take_sent()
+    driver.release(3, reason=p.ReleaseReason.IDLE)
+    # 18 + 14 GiB and a reserve in 24: 8.5 GiB over, with the margin 8.875 GiB; the idle ones
+    # give it, largest first, and the waiting client 1 keeps all of its 8 GiB.
+    evicts = [(cid, m.bytes) for cid, m in driver.take_sent() if isinstance(m, p.Evict)]
+    assert evicts == [(5, 6 * G), (2, 8 * G + RESERVE + MARGIN - 6 * G)]
+    driver.moved(5, 6 * G)
+    assert driver.waiters() == [4, 1]  # still waiting for client 2
+    driver.moved(2, 4 * G)
+    assert driver.take_sent(4)[0].flags & p.GRANT_AFTER_WAIT
+
+
+def test_a_client_cannot_lie_its_way_below_zero_or_above_what_it_has():
+    driver = pair()
+    driver.advance_to_deadline()
+    driver.take_sent()
+    driver.moved(1, 1 << 63)  # more than it ever allocated
+    assert driver.policy.residency.of(0, 1) == 0
+    driver.moved(1, 1 << 40)
+    assert driver.policy.residency.of(0, 1) == 0
+    driver.moved(1, 5 * G, device=7)  # a device it never named: counted nowhere
+    assert driver.policy.residency.total(7) == 0
+    driver.moved(1, 5 * G, device=4096)  # out of range: the connection is closed
+    assert driver.closed and "out of range" in driver.closed[-1].reason
+
+
+def test_rates_come_from_the_moves_and_show_in_status():
+    driver = pair()
+    driver.advance_to_deadline()
+    driver.moved(1, 10 * G, seconds=1.0)
+    driver.moved(1, 1 * M, seconds=1.0)  # too small to say anything about the link
+    driver.release(1)
+    driver.moved(2, 12 * G, to_host=False, seconds=0.25)
+    device = build_status(driver.policy, driver.now, 0.0, grace_ms=2000)["devices"][0]
+    assert device["move_rates"] == {"to_host_gbps": round(10 * G / 1e9, 2),
+                                    "to_device_gbps": round(12 * G / 0.25 / 1e9, 2),
+                                    "measured": True}
+    assert device["moves"]["to_host"] == {"count": 2, "bytes": 10 * G + M, "seconds": 2.0}
+    assert device["moves"]["to_device"]["count"] == 1
+    assert any("moved client 1" in log.text and "GB/s" in log.text for log in driver.logs)
+
+
+def test_an_idle_holder_keeps_the_lock_through_gaps_shorter_than_its_swap():
+    driver = pair(tq=10)
+    out = 8 * G + RESERVE + MARGIN
+    # Handing over moves that much out (3 GB/s assumed) and back when the holder returns (10 GB/s
+    # assumed): idle gaps shorter than twice that are not worth handing over.
+    expected = round(2 * (out / 3e9 + out / 10e9) * 1000)
+    assert driver.hints == [(1, p.IdleHint(0, expected))]
+    driver.hints.clear()
+    driver.advance_to_deadline()
+    driver.moved(1, out, seconds=0.4)  # a fast link after all
+    driver.release(1)
+    driver.request(1)
+    ((cid, hint),) = driver.hints
+    assert cid == 2 and hint.idle_release_ms == round(2 * (0.4 + out / 10e9) * 1000)
+
+
+def test_a_swap_longer_than_the_quantum_keeps_the_lock_for_the_quantum():
+    driver = pair(tq=2)
+    assert driver.hints == [(1, p.IdleHint(0, 2_000))]
+
+
+def test_holders_that_fit_beside_their_waiter_get_the_usual_idle_release():
+    driver = pair(sizes=(6 * G, 6 * G))
+    assert driver.hints == []  # nothing to move: hint 0, never sent
+    driver.advance_to_deadline()
+    driver.release(1)
+    assert driver.hints == []
+
+
+def test_mode_off_puts_all_memory_back_and_every_next_grant_says_others_ran():
+    driver = pair(sizes=(16 * G, 16 * G))
+    driver.configure(mode=p.Mode.OFF)
+    assert driver.policy.residency.total(0) == 32 * G
+    driver.configure(mode=p.Mode.ON)
+    driver.take_sent()
+    driver.request(1)
+    # 32 GiB on a 24 GiB device: the idle client makes room before the grant.
+    assert driver.take_sent() == [(2, p.Evict(0, 0, 8 * G + RESERVE + MARGIN))]
+    driver.moved(2, 8 * G + RESERVE + MARGIN)
+    assert driver.take_sent(1)[0].flags & p.GRANT_OTHERS_RAN
