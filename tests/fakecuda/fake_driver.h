@@ -92,8 +92,15 @@ struct fake_alloc {
     CUcontext ctx;
     uint64_t buffer_id;
     void *pool;           /* FAKE_MEM_ASYNC: its pool; FAKE_MEM_VMM_MAP: its handle */
+    uint8_t *on_host;     /* FAKE_MEM_MANAGED: a bit per FAKE_MIGRATE_PAGE, set while a prefetch
+                             left it on the host; NULL: all on the device */
     struct fake_alloc *next;
 };
+/* Managed memory is placed by prefetches in pages of this size. */
+#define FAKE_MIGRATE_PAGE (2u << 20)
+/* Records that [p, p + len) of a managed allocation is now on the host (or a device), and returns
+ * how many of its bytes were elsewhere: what the prefetch moves. All of len when p is unknown. */
+size_t fake_managed_move(uintptr_t p, size_t len, bool to_host);
 /* Copy of the registry entry holding address p (any byte inside it); false when none does. */
 bool fake_alloc_lookup(uintptr_t p, struct fake_alloc *out);
 /* Device memory bytes in use on dev (device + async + VMM physical; managed counted apart). */

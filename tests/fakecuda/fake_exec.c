@@ -93,12 +93,15 @@ static void hold_prefetch(void)
         fake_sleep_us(1000);
 }
 
-/* FAKECUDA_MIGRATE_GBPS: a migration that takes the time its bytes need at that rate. */
-static void migrate_time(const struct fake_op *op)
+/* FAKECUDA_MIGRATE_GBPS: a migration takes the time its bytes need at that rate; pages already
+ * where it sends them cost nothing, as on the driver. */
+static void migrate(const struct fake_op *op)
 {
+    const typeof(op->u.prefetch) *m = &op->u.prefetch;
+    size_t moved = fake_managed_move(m->ptr, m->len, m->dst < 0);
     double gbps = fake_config()->migrate_gbps;
     if (gbps > 0)
-        fake_sleep_us((uint64_t)((double)op->u.prefetch.len / (gbps * 1e3)));
+        fake_sleep_us((uint64_t)((double)moved / (gbps * 1e3)));
 }
 
 void fake_execute(const struct fake_op *op, uint64_t seq, uint64_t stream_id)
@@ -122,7 +125,7 @@ void fake_execute(const struct fake_op *op, uint64_t seq, uint64_t stream_id)
     case FAKE_OP_FREE_ASYNC: fake_free_async_now(op->u.free_async.ptr, "cuMemFreeAsync"); break;
     case FAKE_OP_PREFETCH:
         hold_prefetch();
-        migrate_time(op);
+        migrate(op);
         break;
     case FAKE_OP_NOP: break;
     }

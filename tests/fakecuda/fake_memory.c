@@ -149,6 +149,34 @@ bool fake_alloc_lookup(uintptr_t p, struct fake_alloc *out)
     return found;
 }
 
+size_t fake_managed_move(uintptr_t p, size_t len, bool to_host)
+{
+    size_t moved = len;
+    pthread_mutex_lock(&registry_lock);
+    struct fake_alloc *n = registry;
+    while (n && !(p >= n->base && p < n->base + n->size))
+        n = n->next;
+    if (n && n->kind == FAKE_MEM_MANAGED && p + len <= n->base + n->size) {
+        size_t pages = (n->size + FAKE_MIGRATE_PAGE - 1) / FAKE_MIGRATE_PAGE;
+        if (!n->on_host && to_host)
+            n->on_host = calloc((pages + 7) / 8, 1);
+        moved = 0;
+        for (uintptr_t at = p; n->on_host && at < p + len;) {
+            size_t page = (at - n->base) / FAKE_MIGRATE_PAGE;
+            uintptr_t next = n->base + (page + 1) * FAKE_MIGRATE_PAGE;
+            uintptr_t end = next < p + len ? next : p + len;
+            bool there = n->on_host[page / 8] >> (page % 8) & 1;
+            if (there != to_host) {
+                moved += end - at;
+                n->on_host[page / 8] ^= (uint8_t)(1u << (page % 8));
+            }
+            at = end;
+        }
+    }
+    pthread_mutex_unlock(&registry_lock);
+    return moved;
+}
+
 static const char *kind_name(enum fake_mem_kind k)
 {
     switch (k) {
@@ -268,6 +296,7 @@ FAKE_API CUresult cuMemFree_v2(CUdeviceptr dptr)
 
 void fake_release(const struct fake_alloc *a, const char *api)
 {
+    free(a->on_host);
     fake_unmap_bytes((void *)a->base, a->mapped);
     if (a->kind == FAKE_MEM_MANAGED)
         atomic_fetch_sub(&usage_of()->managed[a->device], a->size);

@@ -119,7 +119,8 @@ def test_every_grant_after_a_move_out_prefetches_back_before_the_first_launch(sc
         batch = back[2 * (turn - 1):2 * turn]
         assert launches[turn - 1].ns < batch[0].ns and \
             max(done[e["seq"]] for e in batch) < launches[turn].ns, f"turn {turn}"
-    # Reported as what had been moved out.
+    # Reported as what had been moved out (2 moves each way).
+    scheduler.wait_moved_done(result.pid, count=4)
     assert [(m.flags, m.bytes) for _, m in scheduler.moved(result.pid)
             if not m.flags & p.MOVED_TO_HOST] == [(p.MOVED_DONE, 3 * MiB), (p.MOVED_DONE, 2 * MiB)]
 

@@ -218,13 +218,19 @@ def test_prefetches_last_until_the_hold_file_exists(fake_gpu):
     assert fakelog.exec_ends(fake_gpu.events(), result.pid)[prefetch["seq"]] > released
 
 
-def test_a_prefetch_lasts_its_bytes_at_the_migrate_rate(fake_gpu):
-    # 5 MiB at 0.05 GB/s: 105 ms on the simulated device.
-    result = run(fake_gpu, ["init", "alloc-managed", "m", "5M", "prefetch", "m", "sync"],
+def test_a_prefetch_lasts_the_bytes_it_moves_at_the_migrate_rate(fake_gpu):
+    # At 0.05 GB/s, 5 MiB to the host take 105 ms, and so does the way back; a prefetch that finds
+    # the memory where it sends it (to the device again, to the host again) moves nothing.
+    result = run(fake_gpu, ["init", "alloc-managed", "m", "5M", "prefetch-host", "m", "prefetch",
+                            "m", "prefetch", "m", "alloc-managed", "h", "4M", "prefetch-host",
+                            "h", "prefetch-host", "h", "sync"],
                  env={"FAKECUDA_MIGRATE_GBPS": "0.05"})
     assert result.returncode == 0, result.describe()
-    (took,) = fakelog.exec_intervals(fake_gpu.events(), result.pid, {"prefetch"})
-    assert took[1] - took[0] >= 104_000_000
+    took = [end - begin for begin, end in
+            fakelog.exec_intervals(fake_gpu.events(), result.pid, {"prefetch"})]
+    assert took[0] >= 104_000_000 and took[1] >= 104_000_000, took
+    assert took[2] < 20_000_000, "moving memory that is already there took time"
+    assert took[3] >= 83_000_000 and took[4] < 20_000_000, took
 
 
 def test_prefetches_to_the_host_past_the_limit_are_refused(fake_gpu):
