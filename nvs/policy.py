@@ -5,12 +5,12 @@ monotonic clock) and returns a list of actions (see actions.py) for the shell to
 `tick(now)` fires the timers and `next_deadline()` says when the next one is due, so a test can
 drive every rule with a fake clock.
 
-Rules (docs/protocol.md, issue 2): one lock per device, granted first come first served for a
+Rules (docs/protocol.md): one lock per device, granted first come first served for a
 time quantum (TQ). When the quantum is over and someone waits, the holder gets DROP_LOCK; if it
 does not answer with LOCK_RELEASED within the grace period it is revoked and the next waiter is
 granted. Nobody waiting means no drop. In mode `off` no lock exists at all.
 
-Mode `auto` (issue 5) lets several clients hold one device's lock while their memory fits
+Mode `auto` lets several clients hold one device's lock while their memory fits
 (admission.py does the arithmetic):
 
 - Capacity: NVML's total for the device when the shell gave one, else the largest total that a
@@ -596,12 +596,10 @@ class Policy:
         """Clients with memory on the device that may be asked to move it out now, in the order
         they are asked: those not waiting for it before those waiting (the last in the queue
         first, as it runs last), largest first within each."""
-        queue = list(dev.waiters)
+        place = {cid: i for i, cid in enumerate(dev.waiters)}  # not waiting: ahead of them all
         candidates = [(cid, size) for cid, size in self.residency.on(dev.index).items()
                       if cid not in dev.holders and cid not in exclude]
-        return sorted(candidates, key=lambda item: (
-            item[0] in dev.waiters, -queue.index(item[0]) if item[0] in dev.waiters else 0,
-            -item[1]))
+        return sorted(candidates, key=lambda item: (-place.get(item[0], len(place)), -item[1]))
 
     def _evict_on_drop(self, dev: Device, cid: int) -> int:
         """What a holder being dropped moves out as it releases: the room the head waiter (or, with

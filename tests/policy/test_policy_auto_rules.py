@@ -1,4 +1,4 @@
-"""Each rule of mode `auto` (issue 5), driven through the policy core with a fake clock.
+"""Each rule of mode `auto`, driven through the policy core with a fake clock.
 
 Most tests use a device of 10 GiB whose total the clients report, and a context reserve of
 1 GiB per holder: holders fit while their GiB plus one per holder stay within 10.

@@ -1,4 +1,4 @@
-"""Each scheduling rule of issue 2, driven through the policy core with a fake clock."""
+"""Each scheduling rule of mode `on`, driven through the policy core with a fake clock."""
 
 import pytest
 
