@@ -19,8 +19,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from gemshare_nvs.connection import DEFAULT_SOCKET, socket_path
-from gemshare_nvs.settings import (DEFAULT_CONTROL_GROUP, MODE_LABELS, TQ_MAX, TQ_MIN, check_mode,
-                                   check_tq)
+from gemshare_nvs.settings import (DEFAULT_CONTROL_GROUP, MODE_LABELS, TQ, TQ_MAX, TQ_MIN,
+                                   check_mode)
 
 from . import client, render
 from .errors import CtlError, ExitCode
@@ -86,9 +86,8 @@ def _parse_tq(text: Optional[str]) -> Optional[int]:
         return None
     try:
         if not re.fullmatch(r"\s*[+-]?\d+\s*", text):
-            raise ValueError(f"tq must be a whole number of seconds from {TQ_MIN} to {TQ_MAX}, "
-                             f"not {text!r}")
-        return check_tq(int(text))
+            raise TQ.refusal(text)
+        return TQ.check(int(text))
     except ValueError as exc:
         raise typer.BadParameter(f"{exc} (for example --set-tq 30)") from None
 

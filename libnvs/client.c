@@ -158,6 +158,12 @@ static void gs_maybe_request(void)
         gs_lock != GS_LOCK_NONE)
         return;
     gs_send_device_uuid();
+    /* Memory allocated just before the first launch must be known to the scheduler when it
+     * decides the grant, or it makes no room for it. */
+    if (gs_memory_has_changes()) {
+        gs_send_mem_reports(false);
+        gs_last_mem_report = gs_now_ms();
+    }
     struct gs_request_lock m = {0, 0};
     if (gs_send(GS_MSG_REQUEST_LOCK, &m, sizeof m)) {
         gs_lock = GS_LOCK_REQUESTED;
@@ -189,9 +195,60 @@ static void gs_send_moved(uint32_t device, uint32_t flags, uint64_t bytes, uint6
         gs_send(GS_MSG_MOVED, &m, sizeof m);
 }
 
-static void gs_report_progress(int device, uint64_t bytes, uint64_t elapsed_us)
+static void gs_report_progress_out(int device, uint64_t bytes, uint64_t elapsed_us)
 {
     gs_send_moved((uint32_t)device, GS_MOVED_TO_HOST, bytes, elapsed_us);
+}
+
+/* A drop that comes while memory is still coming back is answered once it is here: progress
+ * tells the scheduler the holder is moving, not hung. */
+static void gs_report_progress_in(int device, uint64_t bytes, uint64_t elapsed_us)
+{
+    gs_send_moved((uint32_t)device, 0, bytes, elapsed_us);
+}
+
+/* Memory that went to staging memory must be back before the program runs without the lock (mode
+ * off, no scheduler). Losing the scheduler while a move holds captures off (a frame that cannot
+ * be sent) defers that to the end of the move, once captures are allowed again. */
+static bool gs_moving, gs_run_freely_pending;
+#define GS_RESTORE_CAPTURE_WAIT_MS 10000
+
+static void gs_restore_staged(void)
+{
+    bool staged = false;
+    for (int d = 0; d < GS_MAX_DEVICES && !staged; d++)
+        staged = gs_migrate_staged(d);
+    if (!staged)
+        return;
+    bool quiet = gs_capture_hold_off(GS_RESTORE_CAPTURE_WAIT_MS);
+    if (!quiet)
+        gs_warn("a CUDA graph capture has run for %d ms: copying memory moved off the GPU back "
+                "beside it, before the program's next GPU work",
+                GS_RESTORE_CAPTURE_WAIT_MS);
+    gs_migrate_restore_all();
+    if (quiet)
+        gs_capture_allow();
+}
+
+static void gs_run_freely(void)
+{
+    if (gs_moving) {
+        gs_run_freely_pending = true;
+        return;
+    }
+    gs_restore_staged();
+    gs_gate_open();
+}
+
+/* After a move, with captures allowed again. */
+static void gs_moved_on(void)
+{
+    gs_moving = false;
+    if (gs_run_freely_pending) {
+        gs_run_freely_pending = false;
+        if (gs_lock != GS_LOCK_HELD)
+            gs_run_freely();
+    }
 }
 
 /* After gs_quiesce succeeded (quiet), moves `bytes` to the host with progress frames, and says
@@ -200,7 +257,7 @@ static void gs_move_out(uint32_t device, uint64_t bytes, bool quiet)
 {
     struct gs_move done = {0};
     if (quiet && bytes > 0 && gs_config()->unified_memory)
-        done = gs_migrate_out((int)device, bytes, gs_report_progress);
+        done = gs_migrate_out((int)device, bytes, gs_report_progress_out);
     gs_send_moved(device, GS_MOVED_TO_HOST | GS_MOVED_DONE | (done.failed ? GS_MOVED_FAILED : 0),
                   done.bytes, done.elapsed_us);
 }
@@ -210,11 +267,13 @@ static void gs_move_out(uint32_t device, uint64_t bytes, bool quiet)
  * stays closed until the next grant. */
 static void gs_release(uint32_t device, uint32_t reason, uint64_t evict_bytes)
 {
+    gs_moving = true;
     bool quiet = gs_quiesce();
     if (evict_bytes > 0)
         gs_move_out(device, evict_bytes, quiet);
     if (quiet)
         gs_capture_allow();
+    gs_moved_on();
     struct gs_lock_released m = {device, reason};
     if (gs_send(GS_MSG_LOCK_RELEASED, &m, sizeof m)) {
         gs_lock = GS_LOCK_NONE;
@@ -235,28 +294,36 @@ static void gs_evict(const struct gs_evict *m)
         gs_send_moved(m->device, GS_MOVED_TO_HOST | GS_MOVED_DONE, 0, 0);
         return;
     }
+    gs_moving = true;
     bool quiet = gs_quiesce();
     gs_move_out(m->device, m->bytes, quiet);
     if (quiet)
         gs_capture_allow();
+    gs_moved_on();
 }
 
 /* Another holder may have pushed our memory out: bring it back in bulk rather than page by page
- * (never into a capture: then faults do it). Before the gate opens: by default the program's
- * kernels start once it has arrived, and even with GEMSHARE_SWAP_IN_WAIT=0 the move is queued
- * ahead of them, where a synchronize the program calls covers it. */
+ * (never into a capture: then faults do it, except for staged memory, which faults cannot bring
+ * back). Before the gate opens: by default the program's kernels start once it has arrived, and
+ * even with GEMSHARE_SWAP_IN_WAIT=0 the move is queued ahead of them, where a synchronize the
+ * program calls covers it. */
 static void gs_move_back(uint32_t device, uint32_t flags)
 {
     uint64_t out = gs_migrate_moved_out((int)device);
     gs_migrate_granted((int)device);
-    if ((out == 0 && !(flags & GS_GRANT_OTHERS_RAN)) || !gs_config()->unified_memory)
+    bool staged = gs_migrate_staged((int)device);
+    if (!staged && ((out == 0 && !(flags & GS_GRANT_OTHERS_RAN)) || !gs_config()->unified_memory))
         return;
-    if (!gs_capture_hold_off(0)) {
+    bool quiet = gs_capture_hold_off(staged ? GS_RESTORE_CAPTURE_WAIT_MS : 0);
+    if (!quiet && !staged) {
         gs_debug("a CUDA graph capture is running: no prefetch, page faults bring the memory back");
         return;
     }
-    struct gs_move done = gs_migrate_in((int)device);
-    gs_capture_allow();
+    gs_moving = true;
+    struct gs_move done = gs_migrate_in((int)device, gs_report_progress_in);
+    if (quiet)
+        gs_capture_allow();
+    gs_moved_on();
     /* What we had moved out is what came back. Without it the prefetch covered memory that was
      * there already, and a rate from it would be fiction: the scheduler hears nothing then. */
     if (done.waited && done.ranges > 0 && out > 0)
@@ -336,7 +403,7 @@ static void gs_apply_mode(uint32_t mode)
     if (mode == GS_MODE_OFF) {
         /* No lock exists in mode off: any we held or waited for is gone. */
         gs_lock = GS_LOCK_NONE;
-        gs_gate_open();
+        gs_run_freely();
     } else if (old == GS_MODE_OFF || gs_registering) {
         gs_lock = GS_LOCK_NONE;
         gs_gate_close();
@@ -412,9 +479,13 @@ static void gs_handle(const struct gs_header *h, const uint8_t *payload)
     case GS_MSG_IDLE_HINT: {
         struct gs_idle_hint m;
         memcpy(&m, payload, sizeof m);
-        if (gs_lock == GS_LOCK_HELD)
+        if (gs_lock == GS_LOCK_HELD) {
             gs_idle_hint_ms = m.idle_release_ms;
-        gs_debug("idle hint %u ms%s", m.idle_release_ms,
+            if (gs_config()->unified_memory)
+                gs_migrate_prepare((int)m.device, m.evict_bytes, gs_client_wake);
+        }
+        gs_debug("idle hint %u ms, %llu bytes to move out at a drop%s", m.idle_release_ms,
+                 (unsigned long long)m.evict_bytes,
                  gs_lock == GS_LOCK_HELD ? "" : " while not holding the lock: ignored");
         break;
     }
@@ -484,7 +555,7 @@ static void gs_disconnect(const char *why)
     bool was_registered = !gs_registering;
     gs_registering = false;
     gs_lock = GS_LOCK_NONE;
-    gs_gate_open();
+    gs_run_freely();
     if (!gs_outage_reported && !(cfg->require && !gs_ever_registered)) {
         if (gs_ever_registered && was_registered)
             gs_warn("lost the scheduler at %s (%s); running unscheduled until it is back",
@@ -580,9 +651,20 @@ static int gs_poll_timeout(int64_t now)
     return due <= now ? 0 : (int)(due - now);
 }
 
+/* Staging memory faulted in ahead (gs_migrate_prepare) is pinned here, on the client thread,
+ * which knows the contexts; never inside a capture. */
+static void gs_pin_prepared(void)
+{
+    if (!gs_migrate_prepared() || !gs_capture_hold_off(0))
+        return;
+    gs_migrate_pin_prepared();
+    gs_capture_allow();
+}
+
 static void gs_service(int64_t now)
 {
     gs_reap_freed(now); /* before a report, which then has the freed memory gone */
+    gs_pin_prepared();
     if (gs_sock < 0) {
         if (now >= gs_next_retry || atomic_exchange(&gs_retry_now, 0))
             gs_connect();
@@ -637,6 +719,7 @@ static void gs_after_fork_child(void)
     gs_lock = GS_LOCK_NONE;
     gs_mode = GS_MODE_ON;
     gs_idle_hint_ms = 0;
+    gs_moving = gs_run_freely_pending = false;
     gs_rlen = 0;
     gs_retry_ms = GS_RETRY_FIRST_MS;
     gs_outage_reported = gs_ever_registered = false;

@@ -64,6 +64,7 @@ static void gs_config_load(void)
     gs_cfg.require = gs_env_bool("GEMSHARE_REQUIRE_SCHEDULER", false);
     gs_cfg.unified_memory = gs_env_bool("GEMSHARE_UNIFIED_MEMORY", true);
     gs_cfg.swap_in_wait = gs_env_bool("GEMSHARE_SWAP_IN_WAIT", true);
+    gs_cfg.move_copy = gs_env_bool("GEMSHARE_MOVE_COPY", true);
     gs_cfg.idle_release_ms = gs_env_uint("GEMSHARE_IDLE_RELEASE_MS", GS_DEFAULT_IDLE_RELEASE_MS, 0,
                                          GS_MAX_IDLE_RELEASE_MS, "whole milliseconds");
     gs_cfg.move_streams = gs_env_uint("GEMSHARE_MOVE_STREAMS", GS_DEFAULT_MOVE_STREAMS, 1,

@@ -12,6 +12,7 @@ struct gs_config {
     bool require;        /* GEMSHARE_REQUIRE_SCHEDULER=1 */
     bool unified_memory; /* GEMSHARE_UNIFIED_MEMORY (default 1) */
     bool swap_in_wait;   /* GEMSHARE_SWAP_IN_WAIT (default 1) */
+    bool move_copy;      /* GEMSHARE_MOVE_COPY (default 1): moves out copy to pinned memory */
     unsigned idle_release_ms; /* GEMSHARE_IDLE_RELEASE_MS (default 250; 0 disables) */
     unsigned move_streams;    /* GEMSHARE_MOVE_STREAMS (default 4, 1 to GS_MAX_MOVE_STREAMS) */
     char socket_path[108];    /* GEMSHARE_SOCKET, else the default path */

@@ -89,6 +89,9 @@ typedef enum CUmemAttach_flags_enum {
     CU_MEM_ATTACH_SINGLE = 0x4
 } CUmemAttach_flags;
 
+/* cuMemHostRegister flags (the one libnvs uses). */
+#define CU_MEMHOSTREGISTER_PORTABLE 0x01
+
 typedef enum CUevent_flags_enum {
     CU_EVENT_DEFAULT = 0x0,
     CU_EVENT_BLOCKING_SYNC = 0x1,

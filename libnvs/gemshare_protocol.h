@@ -112,6 +112,7 @@ struct gs_moved {
 struct gs_idle_hint {
     uint32_t device;
     uint32_t idle_release_ms;
+    uint64_t evict_bytes; /* what a drop now would ask to move out: prepare for it */
 };
 
 struct gs_lock_released {
@@ -155,6 +156,6 @@ _Static_assert(sizeof(struct gs_device_uuid) == 56, "gs_device_uuid layout");
 _Static_assert(sizeof(struct gs_drop_lock) == 16, "gs_drop_lock layout");
 _Static_assert(sizeof(struct gs_evict) == 16, "gs_evict layout");
 _Static_assert(sizeof(struct gs_moved) == 24, "gs_moved layout");
-_Static_assert(sizeof(struct gs_idle_hint) == 8, "gs_idle_hint layout");
+_Static_assert(sizeof(struct gs_idle_hint) == 16, "gs_idle_hint layout");
 
 #endif

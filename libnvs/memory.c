@@ -736,7 +736,8 @@ struct gs_managed *gs_memory_managed(int device, bool own_too, size_t *count)
                 list = more;
                 cap *= 2;
             }
-            list[n++] = (struct gs_managed){(CUdeviceptr)a->key, a->size, a->ctx, a->stamp};
+            list[n++] = (struct gs_managed){(CUdeviceptr)a->key, a->size, a->ctx, a->stamp,
+                                             a->kind == GS_ALLOC_CONVERTED};
         }
     }
     pthread_mutex_unlock(&gs_mem_mu);

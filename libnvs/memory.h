@@ -27,6 +27,8 @@ struct gs_managed {
     size_t size;
     CUcontext ctx;
     uint64_t stamp; /* allocation order: larger is newer */
+    bool converted; /* turned into managed memory by libnvs: the program never reads it on the
+                       host, so its contents may leave the device other than by migration */
 };
 
 /* A copy of the device's converted allocations, and of the program's own managed ones too when

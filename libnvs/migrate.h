@@ -17,19 +17,35 @@ struct gs_move {
     bool failed;         /* the driver refused part of it: the rest stays where it was */
 };
 
-/* While a move to the host lasts, called at least every GS_MOVE_PROGRESS_MS with what has
- * arrived so far. */
+/* While a move lasts, called at least every GS_MOVE_PROGRESS_MS with what has arrived so far. */
 #define GS_MOVE_PROGRESS_MS 250
 typedef void (*gs_move_progress)(int device, uint64_t bytes, uint64_t elapsed_us);
 
-/* Moves `bytes` (GS_EVICT_ALL: all) of this process's managed memory on the device to the host,
- * the program's own managed memory included, least recently allocated first, and waits until it
- * is there. What moved out since the lock was last granted is not moved again. */
+/* Moves `bytes` (GS_EVICT_ALL: all) of this process's managed memory on the device to the host
+ * (converted memory by copy to staging memory where it can), the program's own managed memory
+ * included, least recently allocated first, and waits until it is there. What moved out since
+ * the lock was last granted is not moved again. */
 struct gs_move gs_migrate_out(int device, uint64_t bytes, gs_move_progress progress);
 
-/* Brings the converted allocations back to the device, newest first, as many as fit in 15/16 of
- * it, waiting until they are there unless GEMSHARE_SWAP_IN_WAIT=0. */
-struct gs_move gs_migrate_in(int device);
+/* Copies what went to staging memory back (always waiting: it is not on the device until then),
+ * then brings the converted allocations back, newest first, as many as fit in 15/16 of the
+ * device, waiting until they are there unless GEMSHARE_SWAP_IN_WAIT=0. */
+struct gs_move gs_migrate_in(int device, gs_move_progress progress);
+
+/* A drop may soon ask to move `bytes` out: staging memory for them is faulted in on a thread of
+ * its own, then `prepared` is called (on that thread) so that the client thread pins it with
+ * gs_migrate_pin_prepared; the first move out then runs at the copy's speed. */
+void gs_migrate_prepare(int device, uint64_t bytes, void (*prepared)(void));
+/* Whether prepared staging memory waits to be pinned. */
+bool gs_migrate_prepared(void);
+/* Pins it. Client thread, while captures are held off. */
+void gs_migrate_pin_prepared(void);
+
+/* Whether some of the device's memory waits in staging memory: the program must not run on that
+ * device before gs_migrate_in or gs_migrate_restore_all. */
+bool gs_migrate_staged(int device);
+/* Copies everything staged back, on every device: before the program runs without the lock. */
+void gs_migrate_restore_all(void);
 
 /* Bytes moved to the host since the lock was last granted. */
 uint64_t gs_migrate_moved_out(int device);

@@ -6,7 +6,7 @@ Validation happens before anything changes, so a request with one bad value appl
 from __future__ import annotations
 
 from .protocol import Mode
-from .settings import check_mode, check_tq, shortened, shown
+from .settings import TQ, check_mode, shortened, shown
 
 SET_KEYS = ("tq", "anti_thrash")
 
@@ -40,7 +40,7 @@ def parse_set(body: dict) -> tuple[int | None, Mode | None]:
     if not any(key in body for key in SET_KEYS):
         raise Refused("invalid", "set needs tq, anti_thrash or both; nothing was changed")
     try:
-        tq = check_tq(body["tq"]) if "tq" in body else None
+        tq = TQ.check(body["tq"]) if "tq" in body else None
         mode = check_mode(body["anti_thrash"]) if "anti_thrash" in body else None
     except ValueError as exc:
         raise Refused("invalid", f"{exc}; nothing was changed") from None

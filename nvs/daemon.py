@@ -19,23 +19,23 @@ from .gpus import Gpus
 from .listener import ListenerError, Listening, open_listener
 from .protocol import Mode
 from .server import Server
-from .settings import (DEFAULT_CONTEXT_RESERVE_MIB, DEFAULT_CONTROL_GROUP, DEFAULT_GRACE_MS,
-                       DEFAULT_MAX_CLIENTS, DEFAULT_TQ, MODE_LABELS, Settings, check_capacity_mib,
-                       check_context_reserve_mib, check_grace_ms, check_max_clients, check_tq,
+from .settings import (CAPACITY_MIB, CONTEXT_RESERVE_MIB, DEFAULT_CONTEXT_RESERVE_MIB,
+                       DEFAULT_CONTROL_GROUP, DEFAULT_GRACE_MS, DEFAULT_MAX_CLIENTS, DEFAULT_TQ,
+                       GRACE_MS, MAX_CLIENTS, MODE_LABELS, TQ, Settings, WholeNumber,
                        debug_from_environment)
 
 log = logging.getLogger("gemshare.scheduler")
 
 
-def _checked(check, what: str):
-    """An argparse type: a whole number passed through one of settings' checks."""
+def _checked(number: WholeNumber, what: str):
+    """An argparse type: a whole number passed through its setting's check."""
     def convert(text: str):
         try:
             value = int(text, 10)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{what} must be a whole number, not {text!r}")
         try:
-            return check(value)
+            return number.check(value)
         except ValueError as exc:
             raise argparse.ArgumentTypeError(str(exc))
     return convert
@@ -49,28 +49,28 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--socket", metavar="PATH",
                         help=f"Unix socket to listen on (default: $GEMSHARE_SOCKET, else "
                              f"{DEFAULT_SOCKET})")
-    parser.add_argument("--tq", type=_checked(check_tq, "--tq"), default=DEFAULT_TQ,
+    parser.add_argument("--tq", type=_checked(TQ, "--tq"), default=DEFAULT_TQ,
                         metavar="SECONDS",
                         help=f"time quantum in whole seconds, 1-86400 (default {DEFAULT_TQ})")
     parser.add_argument("--anti-thrash", choices=MODE_LABELS, default="on",
                         help="on: one lock holder per GPU; off: no lock, everyone runs freely; "
                              "auto: programs whose memory fits on the GPU together hold it "
                              "together, the rest take turns as with on (default on)")
-    parser.add_argument("--grace-ms", type=_checked(check_grace_ms, "--grace-ms"),
+    parser.add_argument("--grace-ms", type=_checked(GRACE_MS, "--grace-ms"),
                         default=DEFAULT_GRACE_MS, metavar="MS",
                         help="how long a holder told to drop the lock may take before it is "
                              f"revoked (default {DEFAULT_GRACE_MS})")
     parser.add_argument("--context-reserve-mib",
-                        type=_checked(check_context_reserve_mib, "--context-reserve-mib"),
+                        type=_checked(CONTEXT_RESERVE_MIB, "--context-reserve-mib"),
                         default=DEFAULT_CONTEXT_RESERVE_MIB, metavar="MIB",
                         help="in auto, GPU memory set aside for each holder's CUDA context "
                              "besides what it allocated, whole MiB from 0 (default "
                              f"{DEFAULT_CONTEXT_RESERVE_MIB})")
-    parser.add_argument("--capacity-mib", type=_checked(check_capacity_mib, "--capacity-mib"),
+    parser.add_argument("--capacity-mib", type=_checked(CAPACITY_MIB, "--capacity-mib"),
                         default=None, metavar="MIB",
                         help="in auto, treat each GPU as holding at most this many MiB: room kept "
                              "for programs outside gemshare (default: the GPU's whole memory)")
-    parser.add_argument("--max-clients", type=_checked(check_max_clients, "--max-clients"),
+    parser.add_argument("--max-clients", type=_checked(MAX_CLIENTS, "--max-clients"),
                         default=DEFAULT_MAX_CLIENTS, metavar="N",
                         help=f"most registered clients at once (default {DEFAULT_MAX_CLIENTS})")
     parser.add_argument("--control-group", default=DEFAULT_CONTROL_GROUP, metavar="NAME",

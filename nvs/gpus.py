@@ -1,8 +1,11 @@
 """Device names and memory from NVML, when pynvml is importable and a driver answers.
 
-Without either (CI, containers without a GPU) `Gpus.available` is False and the scheduler runs
-exactly as before: its status lacks names and memory figures, and mode auto takes each device's
-capacity from what the clients' drivers report instead.
+The only place that calls NVML. What does not change while we run (each GPU's index, name, UUID
+and total memory) is read once, at start; a status request asks only for the memory in use.
+
+Without pynvml or a driver (CI, containers without a GPU) `Gpus.available` is False and the
+scheduler runs exactly as before: its status lacks names and memory figures, and mode auto takes
+each device's capacity from what the clients' drivers report instead.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ class Gpus:
     def __init__(self):
         self.available = False
         self.reason = ""
+        self._found: list[tuple[object, dict]] = []  # each GPU's NVML handle and fixed facts
+        self._complete = True  # False when a GPU failed as they were read: the list ends there
         try:
             with warnings.catch_warnings():  # the old `pynvml` wrapper warns on import
                 warnings.simplefilter("ignore")
@@ -24,28 +29,45 @@ class Gpus:
             return
         self._nvml = pynvml
         self.available = True
+        self._read_fixed_facts()
 
-    def describe(self) -> list[dict] | None:
-        """index, name, uuid, memory_total_bytes, memory_used_bytes per GPU; None without
-        NVML."""
-        if not self.available:
-            return None
+    def _read_fixed_facts(self) -> None:
         nvml = self._nvml
-        result = []
         try:
             for index in range(nvml.nvmlDeviceGetCount()):
                 handle = nvml.nvmlDeviceGetHandleByIndex(index)
                 name = nvml.nvmlDeviceGetName(handle)
                 uuid = nvml.nvmlDeviceGetUUID(handle)
-                memory = nvml.nvmlDeviceGetMemoryInfo(handle)
-                result.append({"index": index,
-                               "name": name.decode() if isinstance(name, bytes) else name,
-                               "uuid": uuid.decode() if isinstance(uuid, bytes) else uuid,
-                               "memory_total_bytes": int(memory.total),
-                               "memory_used_bytes": int(memory.used)})
+                total = nvml.nvmlDeviceGetMemoryInfo(handle).total
+                self._found.append((handle, {
+                    "index": index,
+                    "name": name.decode() if isinstance(name, bytes) else name,
+                    "uuid": uuid.decode() if isinstance(uuid, bytes) else uuid,
+                    "memory_total_bytes": int(total)}))
+        except Exception:  # a GPU that fell off the bus must not stop the scheduler
+            self._complete = False
+
+    def memory_totals(self) -> dict[int, int]:
+        """Each GPU's memory in bytes, by index."""
+        return {facts["index"]: facts["memory_total_bytes"] for _, facts in self._found}
+
+    def indices_by_uuid(self) -> dict[str, int]:
+        """Each GPU's index by UUID, so that clients are keyed by the GPU they really use."""
+        return {facts["uuid"]: facts["index"] for _, facts in self._found if facts["uuid"]}
+
+    def describe(self) -> list[dict] | None:
+        """index, name, uuid, memory_total_bytes, memory_used_bytes per GPU; None without
+        NVML, or when not even the first GPU answers."""
+        if not self.available:
+            return None
+        result, complete = [], self._complete
+        try:
+            for handle, facts in self._found:
+                used = self._nvml.nvmlDeviceGetMemoryInfo(handle).used
+                result.append({**facts, "memory_used_bytes": int(used)})
         except Exception:  # a GPU that fell off the bus must not break status
-            return result or None
-        return result
+            complete = False
+        return result if complete else result or None
 
     def close(self) -> None:
         if self.available:

@@ -8,10 +8,11 @@ drive every rule with a fake clock.
 Rules (docs/protocol.md): one lock per device, granted first come first served for a
 time quantum (TQ). When the quantum is over and someone waits, the holder gets DROP_LOCK; if it
 does not answer with LOCK_RELEASED within the grace period it is revoked and the next waiter is
-granted. Nobody waiting means no drop. In mode `off` no lock exists at all.
+granted. Nobody waiting means no drop. In mode `off` no lock exists at all. A device is a GPU as
+the scheduler numbers them, whatever each client calls it (device_identity.py).
 
 Mode `auto` lets several clients hold one device's lock while their memory fits
-(admission.py does the arithmetic):
+(admission.py does the arithmetic, capacity.py keeps the capacities):
 
 - Capacity: NVML's total for the device when the shell gave one, else the largest total that a
   connected client's driver reported for it, lowered to the operator's limit when one is set
@@ -50,19 +51,17 @@ keeps the estimate of where each client's memory is):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Iterable
 
 from . import protocol as p
 from .actions import Close, Log, Send
 from .admission import Budget, Waiting, admitted, kept
+from .capacity import Capacity
 from .cost import GB, Link, idle_release_ms, room_to_make
-from .residency import Residency, take
-
-# Device indices are u32 on the wire; a bound keeps one client from creating millions of queues.
-MAX_DEVICES = 1024
-# Distinct devices one client may name (REGISTER, REQUEST_LOCK, MEM_REPORT): far above any
-# machine's GPU count, and low enough that no client can swell the status past one frame.
-MAX_DEVICES_PER_CLIENT = 64
+from .device_identity import MAX_DEVICES, GpuIndices, Numbering, out_of_range, too_many_devices
+from .residency import Residency, eviction_order, take
+from .snapshot import Snapshot, snapshot_of
+from .state import Client, Device, Hold, Registration, Wait
 
 RELEASE_WORDS = {p.ReleaseReason.DROPPED: "after drop", p.ReleaseReason.IDLE: "early (idle)",
                  p.ReleaseReason.REVOKED: "after revocation"}
@@ -73,98 +72,12 @@ def printable(text: str, limit: int = 256) -> str:
     return "".join(ch if ch.isprintable() else "?" for ch in text[:limit])
 
 
-def _device_out_of_range(cid: int, device: int) -> Close:
-    return Close(cid, f"device index {device} is out of range (below {MAX_DEVICES})",
-                 p.ErrorCode.PROTOCOL)
-
-
-def _too_many_devices(cid: int, device: int) -> Close:
-    return Close(cid, f"device {device} is one too many: a client may name at most "
-                      f"{MAX_DEVICES_PER_CLIENT} distinct devices", p.ErrorCode.PROTOCOL)
-
-
 def _listed(indices: list[int]) -> str:
     return ", ".join(map(str, indices))
 
 
 def _mib(count: int) -> str:
     return f"{count / (1 << 20):.0f} MiB"
-
-
-@dataclass
-class Client:
-    id: int
-    pid: int
-    uid: int
-    gid: int
-    name: str
-    device: int  # the GPU it registered, as the scheduler numbers GPUs (see _device_of)
-    namespace: str
-    pod: str
-    flags: int
-    connected_since: float  # wall-clock (Unix) time, given by the shell
-    hold_time: float = 0.0  # finished holds only; a running hold is added when reporting
-    waits: int = 0
-    wait_time: float = 0.0  # finished waits only
-    allocated: dict[int, int] = field(default_factory=dict)  # device -> bytes
-    device_total: dict[int, int] = field(default_factory=dict)  # device -> bytes, as reported
-    revocations: int = 0
-    revoked: bool = False  # its last lock was taken away and it has not been granted since
-    ordinal: int = 0  # what the client itself calls that GPU (its CUDA ordinal)
-    gpu_uuid: str = ""
-    named: set[int] = field(default_factory=set)  # devices it has named, in its own numbering
-    last_grant: dict[int, int] = field(default_factory=dict)  # device -> number of its last grant
-
-    def may_name(self, ordinal: int) -> bool:
-        """Whether naming `ordinal` keeps the client within MAX_DEVICES_PER_CLIENT; counts it."""
-        if ordinal not in self.named and len(self.named) >= MAX_DEVICES_PER_CLIENT:
-            return False
-        self.named.add(ordinal)
-        return True
-
-    def scheduler_device(self, ordinal: int) -> int | None:
-        """The scheduler's index for a device the client names by its own ordinal. Only the
-        registered device's identity is known; other ordinals are taken as they are when the
-        client's numbering is the scheduler's, and are unknown (None) otherwise."""
-        if ordinal == self.ordinal:
-            return self.device
-        return ordinal if self.device == self.ordinal else None
-
-    def own_ordinal(self, device: int) -> int:
-        """What the client calls the scheduler's device `device`."""
-        return self.ordinal if device == self.device else device
-
-    def __str__(self) -> str:
-        return f"client {self.id} (pid {self.pid}, {self.name or '?'})"
-
-
-@dataclass
-class Hold:
-    granted_at: float
-    quantum_end: float
-    dropped_at: float | None = None  # when DROP_LOCK was sent
-    revoke_at: float = 0.0  # once dropped: grace, plus the time its move out may take
-    idle_hint_ms: int = 0  # the last IDLE_HINT sent for this hold
-
-
-@dataclass
-class Wait:
-    since: float
-    queued: bool  # it had to wait behind someone, so its grant carries GRANT_AFTER_WAIT
-    room_asked: bool = False  # clients were asked to move memory out for its grant
-
-
-@dataclass
-class Device:
-    index: int
-    holders: dict[int, Hold] = field(default_factory=dict)
-    waiters: dict[int, Wait] = field(default_factory=dict)  # insertion order is FCFS order
-    evictions: dict[int, tuple[float, int]] = field(default_factory=dict)  # client -> EVICT's
-    # deadline and bytes
-
-    @property
-    def idle(self) -> bool:
-        return not self.holders and not self.waiters
 
 
 class Policy:
@@ -176,17 +89,14 @@ class Policy:
         self.grace_s = grace_s
         self.max_clients = max_clients
         self.reserve = reserve_bytes  # per holder, for its CUDA context (mode auto)
-        self.nvml_capacity = dict(nvml_capacity or {})  # device -> bytes, read once by the shell
-        self.capacity_limit = capacity_limit  # bytes, the operator's ceiling on every device
-        self.nvml_uuids = dict(nvml_uuids or {})  # GPU UUID -> NVML index, read once by the shell
-        self.uuid_devices: dict[str, int] = {}  # GPUs NVML did not name: UUID -> index given
+        self.capacity = Capacity(nvml_capacity, capacity_limit)
+        self.gpu_indices = GpuIndices(nvml_uuids)
         self.clients: dict[int, Client] = {}
         self.devices: dict[int, Device] = {}  # only devices with a holder or a waiter
         self.revocations = 0
         self.residency = Residency()
         self.links: dict[int, Link] = {}  # device -> its measured moves, kept while we run
         self.grants: dict[int, int] = {}  # device -> grants made on it so far
-        self._reported: dict[int, int] | None = None  # _reported_total's memory
 
     # ----- events -------------------------------------------------------------------------
 
@@ -200,16 +110,14 @@ class Policy:
                                "clients; try again later or raise --max-clients",
                           p.ErrorCode.TOO_MANY_CLIENTS)]
         if message.device >= MAX_DEVICES:
-            return [Close(cid, f"device index {message.device} is out of range (below "
-                               f"{MAX_DEVICES})", p.ErrorCode.PROTOCOL)]
-        client = Client(cid, pid, uid, gid, printable(message.process_name, 64),
-                        message.device, printable(message.pod_namespace, 64),
-                        printable(message.pod_name), message.flags, wall, ordinal=message.device,
-                        named={message.device})
-        self.clients[cid] = client
-        pod = f", pod {client.namespace}/{client.pod}" if client.pod else ""
+            return [out_of_range(cid, message.device)]
+        who = Registration(cid, pid, uid, gid, printable(message.process_name, 64),
+                           printable(message.pod_namespace, 64), printable(message.pod_name),
+                           message.flags, wall)
+        client = self.clients[cid] = Client(who, Numbering.registered(message.device))
+        pod = f", pod {who.namespace}/{who.pod}" if who.pod else ""
         return [Send(cid, p.Registered(cid, self.mode, self.tq)),
-                Log(f"register {client}: uid {uid}, device {client.device}{pod}")]
+                Log(f"register {client}: uid {uid}, device {client.numbering.device}{pod}")]
 
     def device_uuid(self, cid: int, device: int, uuid: str, now: float) -> list:
         """The client says which physical GPU its registered device is: from now on it is keyed
@@ -217,57 +125,37 @@ class Policy:
         client = self.clients.get(cid)
         if client is None:
             return []
-        uuid = printable(uuid, 48)
-        if device != client.ordinal or not uuid or client.gpu_uuid:
+        uuid, numbering = printable(uuid, 48), client.numbering
+        if not numbering.takes_uuid(device, uuid):
             return [Log(f"GPU UUID from {client} for its device {device} ignored: only one, for "
                         "the device it registered", debug=True)]
         if any(cid in dev.holders or cid in dev.waiters for dev in self.devices.values()):
             return [Log(f"GPU UUID from {client} ignored: it came after a lock request, so the "
-                        f"client stays on device {client.device}")]
-        index = self._device_of(uuid, client.ordinal)
-        if index != client.ordinal:
+                        f"client stays on device {numbering.device}")]
+        ordinal, index = numbering.ordinal, self.gpu_indices.index_of(uuid, numbering.ordinal)
+        if index != ordinal:
             # Its other devices' numbers no longer mean ours: keep only the registered one.
-            client.allocated = {index: client.allocated.get(client.ordinal, 0)}
-            client.device_total = {index: client.device_total[client.ordinal]} \
-                if client.ordinal in client.device_total else {}
-            resident = self.residency.of(client.ordinal, cid)
+            client.allocated = {index: client.allocated.get(ordinal, 0)}
+            self.capacity.renumber(cid, ordinal, index)
+            resident = self.residency.of(ordinal, cid)
             self.residency.forget(cid)
             self.residency.set(index, cid, resident)
-        client.device, client.gpu_uuid = index, uuid
-        self._reported = None
-        actions = [Log(f"device {client}: {uuid} (its device {client.ordinal}) is device "
-                       f"{index}")]
+        numbering.device, numbering.gpu_uuid = index, uuid
+        actions = [Log(f"device {client}: {uuid} (its device {ordinal}) is device {index}")]
         dev = self.devices.get(index)
         if dev is not None:  # its memory (and maybe the capacity) now count on that device
             actions += self._settle(dev, now)
         return actions
-
-    def _device_of(self, uuid: str, ordinal: int) -> int:
-        """The scheduler's index for a GPU: NVML's index for its UUID; for a UUID NVML does not
-        know, the index it was given when first seen (the client's ordinal if no other GPU has
-        it, else the lowest free one); without a UUID, the client's ordinal as it is."""
-        if not uuid:
-            return ordinal
-        if uuid in self.nvml_uuids:
-            return self.nvml_uuids[uuid]
-        if uuid not in self.uuid_devices:
-            taken = {*self.nvml_uuids.values(), *self.uuid_devices.values()}
-            free = ordinal if ordinal not in taken else \
-                next((i for i in range(MAX_DEVICES) if i not in taken), None)
-            if free is None:  # every index given away (a client inventing UUIDs): as before
-                return ordinal
-            self.uuid_devices[uuid] = free
-        return self.uuid_devices[uuid]
 
     def request_lock(self, cid: int, device: int, now: float) -> list:
         client = self.clients.get(cid)
         if client is None:
             return []
         if device >= MAX_DEVICES:
-            return [_device_out_of_range(cid, device)]
-        if not client.may_name(device):
-            return [_too_many_devices(cid, device)]
-        ordinal, device = device, client.scheduler_device(device)
+            return [out_of_range(cid, device)]
+        if not client.numbering.may_name(device):
+            return [too_many_devices(cid, device)]
+        ordinal, device = device, client.numbering.scheduler_device(device)
         if device is None:
             return [Close(cid, f"device {ordinal}: only the device named in REGISTER can be "
                                "locked by a client whose GPU numbering is its own",
@@ -291,7 +179,7 @@ class Policy:
         client = self.clients.get(cid)
         if client is None:
             return []
-        device = client.scheduler_device(device)
+        device = client.numbering.scheduler_device(device)
         dev = self.devices.get(device)
         if dev is None or cid not in dev.holders:
             return [Log(f"release from {client} for device {device} ignored: it holds no lock "
@@ -306,17 +194,15 @@ class Policy:
         if client is None:
             return []
         if device >= MAX_DEVICES:
-            return [_device_out_of_range(cid, device)]
-        if not client.may_name(device):
-            return [_too_many_devices(cid, device)]
-        ordinal, device = device, client.scheduler_device(device)
+            return [out_of_range(cid, device)]
+        if not client.numbering.may_name(device):
+            return [too_many_devices(cid, device)]
+        ordinal, device = device, client.numbering.scheduler_device(device)
         if device is None:
             return [Log(f"memory {client} on its device {ordinal} not counted: which GPU that "
                         "is, only its registered device says", debug=True)]
         client.allocated[device] = allocated
-        if total and client.device_total.get(device) != total:
-            client.device_total[device] = total
-            self._reported = None
+        self.capacity.report(cid, device, total)
         dev = self.devices.get(device)
         if self.mode is p.Mode.OFF or (dev is not None and cid in dev.holders):
             self.residency.set(device, cid, allocated)  # it runs: its memory is on the device
@@ -336,16 +222,22 @@ class Policy:
         if client is None:
             return []
         if device >= MAX_DEVICES:
-            return [_device_out_of_range(cid, device)]
-        ordinal, device = device, client.scheduler_device(device)
+            return [out_of_range(cid, device)]
+        ordinal, device = device, client.numbering.scheduler_device(device)
         if device is None:
             return [Log(f"move by {client} on its device {ordinal} not counted: which GPU that "
                         "is, only its registered device says", debug=True)]
         to_host, done = bool(flags & p.MOVED_TO_HOST), bool(flags & p.MOVED_DONE)
         size = min(size, client.allocated.get(device, 0))
         dev = self.devices.get(device)
+        hold = dev.holders.get(cid) if dev else None
+        if hold is not None and hold.dropped_at is None and not to_host:
+            # Its memory coming back is no work done: the quantum runs from when it is back, so
+            # that a move back longer than the quantum cannot leave every turn empty; at most
+            # once more, so that progress frames cannot hold the device.
+            hold.quantum_end = min(max(hold.quantum_end, now + self.tq),
+                                   hold.granted_at + 2 * self.tq)
         if not done:
-            hold = dev.holders.get(cid) if dev else None
             if hold is not None and hold.dropped_at is not None:
                 hold.revoke_at = max(hold.revoke_at, now + self.grace_s)
             return [Log(f"moving {client}: device {device}, {size} bytes to the "
@@ -353,7 +245,8 @@ class Policy:
         seconds = elapsed_us / 1e6
         if to_host:
             self.residency.moved_out(device, cid, size)
-        self.links.setdefault(device, Link()).record(to_host, size, seconds)
+        if size > 0:  # clamped to its memory there: a client names no device it has none on
+            self.links.setdefault(device, Link()).record(to_host, size, seconds)
         rate = f" ({size / seconds / GB:.1f} GB/s)" if seconds > 0 else ""
         failed = ", cut short: the driver refused the rest" if flags & p.MOVED_FAILED else ""
         actions = [Log(f"moved {client}: device {device}, {size} bytes to the "
@@ -367,7 +260,7 @@ class Policy:
         if client is None:
             return []
         self.residency.forget(cid)
-        self._reported = None
+        self.capacity.forget(cid)
         held, waited = [], []
         for dev in self.devices.values():
             dev.evictions.pop(cid, None)  # its memory left with it
@@ -448,45 +341,10 @@ class Policy:
 
     # ----- queries --------------------------------------------------------------------------
 
-    def state_of(self, cid: int) -> str:
-        for dev in self.devices.values():
-            if cid in dev.holders:
-                return "holding"
-        for dev in self.devices.values():
-            if cid in dev.waiters:
-                return "waiting"
-        return "idle"
-
-    def running_hold_time(self, cid: int, now: float) -> float:
-        return sum(now - dev.holders[cid].granted_at
-                   for dev in self.devices.values() if cid in dev.holders)
-
-    def running_wait_time(self, cid: int, now: float) -> float:
-        return sum(now - dev.waiters[cid].since
-                   for dev in self.devices.values()
-                   if cid in dev.waiters and dev.waiters[cid].queued)
-
-    def capacity(self, device: int) -> tuple[int | None, str | None]:
-        """The device's capacity in bytes as `auto` decides with it, and where it came from: the
-        operator's limit where it is lower than (or stands in for) what the device holds."""
-        if device in self.nvml_capacity:
-            found, source = self.nvml_capacity[device], "nvml"
-        else:
-            reported = self._reported_total(device)
-            found, source = (reported, "reported") if reported else (None, None)
-        if self.capacity_limit is not None and (found is None or self.capacity_limit < found):
-            return self.capacity_limit, "limit"
-        return found, source
-
-    def _reported_total(self, device: int) -> int:
-        """The largest total a connected client reported for the device; remembered until a
-        report or a departure may change it, since every grant asks."""
-        if self._reported is None:
-            self._reported = {}
-            for client in self.clients.values():
-                for index, total in client.device_total.items():
-                    self._reported[index] = max(self._reported.get(index, 0), total)
-        return self._reported.get(device, 0)
+    def snapshot(self, now: float, devices: Iterable[int] = ()) -> Snapshot:
+        """The state as plain data, for status and anything else that reports on it; with an
+        entry for each of `devices` (the GPUs NVML lists) whether anyone uses it or not."""
+        return snapshot_of(self, now, devices)
 
     def memory_of(self, cid: int, device: int) -> int:
         return self.clients[cid].allocated.get(device, 0)
@@ -499,7 +357,7 @@ class Policy:
 
     def _budget(self, dev: Device) -> Budget:
         """What fits on the device now: memory in `auto`, a single holder in `on`."""
-        capacity = self.capacity(dev.index)[0] if self.mode is p.Mode.AUTO else None
+        capacity = self.capacity.of(dev.index)[0] if self.mode is p.Mode.AUTO else None
         return Budget(capacity, self.reserve)
 
     def _settle(self, dev: Device, now: float) -> list:
@@ -545,7 +403,7 @@ class Policy:
 
     # ----- moving memory -----------------------------------------------------------------------
 
-    def link(self, device: int) -> Link:
+    def _link(self, device: int) -> Link:
         return self.links.get(device) or Link()
 
     def _to_fetch(self, device: int, cid: int) -> int:
@@ -556,7 +414,7 @@ class Policy:
         """Bytes that must leave the device so that `incoming` clients' memory comes back beside
         everything there now, with a context reserve for each of `holders_after` holders."""
         fetch = sum(self._to_fetch(dev.index, cid) for cid in incoming)
-        return room_to_make(self.capacity(dev.index)[0], self.residency.total(dev.index), fetch,
+        return room_to_make(self.capacity.of(dev.index)[0], self.residency.total(dev.index), fetch,
                             holders_after, self.reserve)
 
     def _with_room(self, dev: Device, chosen: list[int], now: float, actions: list) -> list[int]:
@@ -580,26 +438,24 @@ class Policy:
         revoked client, which did not even drain in time, is asked but not waited for: its bytes
         are taken as gone, as the driver's page faults will move them."""
         actions = []
-        link = self.link(dev.index)
+        link = self._link(dev.index)
         for victim, size in plan:
             client = self.clients[victim]
             if client.revoked:
                 self.residency.presume_gone(dev.index, victim, size)
             else:
                 dev.evictions[victim] = (now + self.grace_s + link.to_host.seconds(size), size)
-            actions += [Send(victim, p.Evict(client.own_ordinal(dev.index), 0, size)),
+            actions += [Send(victim, p.Evict(client.numbering.own_ordinal(dev.index), 0, size)),
                         Log(f"evict {client}: device {dev.index}, {_mib(size)} to the host to "
                             f"make room for {beneficiary}")]
         return actions
 
     def _evictable(self, dev: Device, exclude: set[int]) -> list[tuple[int, int]]:
-        """Clients with memory on the device that may be asked to move it out now, in the order
-        they are asked: those not waiting for it before those waiting (the last in the queue
-        first, as it runs last), largest first within each."""
-        place = {cid: i for i, cid in enumerate(dev.waiters)}  # not waiting: ahead of them all
-        candidates = [(cid, size) for cid, size in self.residency.on(dev.index).items()
-                      if cid not in dev.holders and cid not in exclude]
-        return sorted(candidates, key=lambda item: (-place.get(item[0], len(place)), -item[1]))
+        """Clients with memory on the device that may be asked to move it out now (no holder,
+        none of `exclude`), in the order they are asked."""
+        candidates = {cid: size for cid, size in self.residency.on(dev.index).items()
+                      if cid not in dev.holders and cid not in exclude}
+        return eviction_order(candidates, list(dev.waiters))
 
     def _evict_on_drop(self, dev: Device, cid: int) -> int:
         """What a holder being dropped moves out as it releases: the room the head waiter (or, with
@@ -619,20 +475,22 @@ class Policy:
         if head is None:
             return 0.0
         out = self._room_for(dev, [head], len(dev.holders))
-        return self.link(device).switch_seconds(out, out)
+        return self._link(device).switch_seconds(out, out)
 
     def _idle_hints(self, dev: Device) -> list:
         """IDLE_HINT for each holder whose advice changed: how long to keep the lock through an
-        idle gap, from what handing it to the head waiter would move."""
+        idle gap, from what handing it to the head waiter would move, and what its drop would
+        ask it to move out (so that it can get ready for that while it works)."""
         actions = []
         hint = idle_release_ms(self.switch_seconds(dev.index), self.tq)
         for cid, hold in dev.holders.items():
             if hold.dropped_at is not None:
                 continue
-            if hint != hold.idle_hint_ms:
-                hold.idle_hint_ms = hint
-                actions.append(Send(cid, p.IdleHint(self.clients[cid].own_ordinal(dev.index),
-                                                    hint)))
+            evict = self._evict_on_drop(dev, cid) if dev.waiters else 0
+            if (hint, evict) != (hold.idle_hint_ms, hold.hint_evict_bytes):
+                hold.idle_hint_ms, hold.hint_evict_bytes = hint, evict
+                ordinal = self.clients[cid].numbering.own_ordinal(dev.index)
+                actions.append(Send(cid, p.IdleHint(ordinal, hint, evict)))
         return actions
 
     # ----- lock changes ------------------------------------------------------------------------
@@ -641,8 +499,8 @@ class Policy:
         hold = dev.holders[cid]
         evict = self._evict_on_drop(dev, cid)
         hold.dropped_at = now
-        hold.revoke_at = now + self.grace_s + self.link(dev.index).to_host.seconds(evict)
-        ordinal = self.clients[cid].own_ordinal(dev.index)
+        hold.revoke_at = now + self.grace_s + self._link(dev.index).to_host.seconds(evict)
+        ordinal = self.clients[cid].numbering.own_ordinal(dev.index)
         return [Send(cid, p.DropLock(ordinal, 0, evict)),
                 Log(f"drop {self.clients[cid]}: device {dev.index} {why}"
                     f"{f', evict {_mib(evict)} to the host' if evict else ''}")]
@@ -662,18 +520,22 @@ class Policy:
             (p.GRANT_OTHERS_RAN if others_ran else 0)
         after = f" after waiting {waited:.3f} s" if wait.queued else ""
         beside = f", shared ({_mib(self.memory_of(cid, dev.index))} allocated)" if shared else ""
-        return [Send(cid, p.LockGranted(client.own_ordinal(dev.index), flags, self.tq * 1000)),
+        ordinal = client.numbering.own_ordinal(dev.index)
+        return [Send(cid, p.LockGranted(ordinal, flags, self.tq * 1000)),
                 Log(f"grant {client}: device {dev.index}{after}{beside}")]
 
     def _revoke(self, dev: Device, cid: int, now: float) -> list:
         client = self.clients[cid]
+        hold = dev.holders[cid]
+        waited = now - (hold.dropped_at if hold.dropped_at is not None else now)
         held = self._end_hold(dev, cid, now)
         client.revocations += 1
         client.revoked = True
         self.revocations += 1
-        return [Send(cid, p.LockRevoked(client.own_ordinal(dev.index))),
-                Log(f"revoke {client}: device {dev.index}, no release within "
-                    f"{self.grace_s * 1000:.0f} ms of the drop (held {held:.3f} s)")]
+        return [Send(cid, p.LockRevoked(client.numbering.own_ordinal(dev.index))),
+                Log(f"revoke {client}: device {dev.index}, no release {waited * 1000:.0f} ms after "
+                    f"the drop (grace {self.grace_s * 1000:.0f} ms, plus its move's time, and "
+                    f"no progress reported since; held {held:.3f} s)")]
 
     def _end_hold(self, dev: Device, cid: int, now: float, client: Client | None = None) -> float:
         held = now - dev.holders.pop(cid).granted_at

@@ -209,11 +209,13 @@ class Moved(Fixed):
 
 @dataclass(frozen=True)
 class IdleHint(Fixed):
-    """While holding: release early only after this much idle time (0: the client's own)."""
+    """While holding: release early only after this much idle time (0: the client's own); a
+    drop now would ask to move `evict_bytes` out (a client may prepare for it)."""
     TYPE = MsgType.IDLE_HINT
-    LAYOUT = (("device", "I"), ("idle_release_ms", "I"))
+    LAYOUT = (("device", "I"), ("idle_release_ms", "I"), ("evict_bytes", "Q"))
     device: int = 0
     idle_release_ms: int = 0
+    evict_bytes: int = 0
 
 
 @dataclass(frozen=True)

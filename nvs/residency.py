@@ -75,3 +75,11 @@ def take(needed: int, candidates: list[tuple[int, int]]) -> list[tuple[int, int]
             plan.append((cid, part))
             needed -= part
     return plan
+
+
+def eviction_order(resident: dict[int, int], waiting: list[int]) -> list[tuple[int, int]]:
+    """The clients (id, resident bytes) in the order they are asked to move memory out: those not
+    in `waiting` (the device's queue, first come first) before those in it, the last in the queue
+    first as it runs last; largest first within each."""
+    place = {cid: i for i, cid in enumerate(waiting)}  # not waiting: ahead of them all
+    return sorted(resident.items(), key=lambda item: (-place.get(item[0], len(place)), -item[1]))

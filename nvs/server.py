@@ -73,13 +73,32 @@ class Conn:
         return f"connection {self.id} (pid {self.pid}, uid {self.uid})"
 
 
+# Each client message as the policy event it is: (policy, connection, message, now) -> actions.
+# CONTROL is the one message the shell answers itself.
+POLICY_EVENTS = {
+    p.Register: lambda policy, conn, message, now: policy.register(
+        conn.id, conn.pid, conn.uid, conn.gid, message, now, time.time()),
+    p.RequestLock: lambda policy, conn, message, now: policy.request_lock(
+        conn.id, message.device, now),
+    p.LockReleased: lambda policy, conn, message, now: policy.lock_released(
+        conn.id, message.device, message.reason, now),
+    p.MemReport: lambda policy, conn, message, now: policy.mem_report(
+        conn.id, message.device, message.allocated_bytes, message.device_total_bytes, now),
+    p.DeviceUuid: lambda policy, conn, message, now: policy.device_uuid(
+        conn.id, message.device, message.gpu_uuid, now),
+    p.Moved: lambda policy, conn, message, now: policy.moved(
+        conn.id, message.device, message.flags, message.bytes, message.elapsed_us, now),
+}
+
+
 class Server:
     def __init__(self, settings: Settings, listener: socket.socket, gpus: Gpus | None = None):
         self.settings = settings
         self.gpus = gpus
         self.policy = Policy(settings.tq, settings.mode, settings.grace_ms / 1000,
                              settings.max_clients, reserve_bytes=settings.context_reserve_mib << 20,
-                             nvml_capacity=nvml_capacity(gpus), nvml_uuids=nvml_uuids(gpus),
+                             nvml_capacity=gpus.memory_totals() if gpus is not None else None,
+                             nvml_uuids=gpus.indices_by_uuid() if gpus is not None else None,
                              capacity_limit=None if settings.capacity_mib is None
                              else settings.capacity_mib << 20)
         self._listener = trio.socket.from_stdlib_socket(listener)
@@ -212,23 +231,9 @@ class Server:
             self._check_control_room()
         conn.kind = kind
         conn.reader.deadline = math.inf  # it has said what it is: no first-frame deadline
-        now = trio.current_time()
-        policy = self.policy
-        if isinstance(message, p.Register):
-            actions = policy.register(conn.id, conn.pid, conn.uid, conn.gid, message, now,
-                                      time.time())
-        elif isinstance(message, p.RequestLock):
-            actions = policy.request_lock(conn.id, message.device, now)
-        elif isinstance(message, p.LockReleased):
-            actions = policy.lock_released(conn.id, message.device, message.reason, now)
-        elif isinstance(message, p.MemReport):
-            actions = policy.mem_report(conn.id, message.device, message.allocated_bytes,
-                                        message.device_total_bytes, now)
-        elif isinstance(message, p.DeviceUuid):
-            actions = policy.device_uuid(conn.id, message.device, message.gpu_uuid, now)
-        elif isinstance(message, p.Moved):
-            actions = policy.moved(conn.id, message.device, message.flags, message.bytes,
-                                   message.elapsed_us, now)
+        event = POLICY_EVENTS.get(type(message))
+        if event is not None:
+            actions = event(self.policy, conn, message, trio.current_time())
         else:
             reply = await self._control(conn, message.body)
             actions = [Send(conn.id, _Reply(reply, seq))]
@@ -365,18 +370,6 @@ class Server:
             with self._timer_scope:
                 await trio.sleep_forever()
             self._apply(self.policy.tick(trio.current_time()))
-
-
-def nvml_capacity(gpus: Gpus | None) -> dict[int, int]:
-    """Each GPU's memory by index, read once at start (it does not change while we run)."""
-    described = gpus.describe() if gpus is not None else None
-    return {gpu["index"]: gpu["memory_total_bytes"] for gpu in described or []}
-
-
-def nvml_uuids(gpus: Gpus | None) -> dict[str, int]:
-    """Each GPU's index by UUID, so that clients are keyed by the GPU they really use."""
-    described = gpus.describe() if gpus is not None else None
-    return {gpu["uuid"]: gpu["index"] for gpu in described or [] if gpu.get("uuid")}
 
 
 @dataclass(frozen=True)

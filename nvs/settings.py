@@ -1,7 +1,8 @@
 """The scheduler's settings and the one definition of what values they may take.
 
-The command line and the control `set` operation both validate through these functions, so a
-value refused in one place is refused in the other with the same words.
+The command line, gemsharectl and the control `set` operation all validate through the checks
+below (a `WholeNumber` per number, and `check_mode`), so a value refused in one place is refused
+in the others with the same words.
 """
 
 from __future__ import annotations
@@ -44,14 +45,36 @@ def shown(value) -> str:
     return shortened(repr(value))
 
 
-def check_tq(value) -> int:
-    """A time quantum in whole seconds, 1..86400; bools, floats and text are refused."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"tq must be a whole number of seconds from {TQ_MIN} to {TQ_MAX}, "
-                         f"not {shown(value)}")
-    if not TQ_MIN <= value <= TQ_MAX:
-        raise ValueError(f"tq must be from {TQ_MIN} to {TQ_MAX} seconds, not {shown(value)}")
-    return value
+@dataclass(frozen=True)
+class WholeNumber:
+    """A setting that is a whole number within bounds; `check` lets only such a value through,
+    with the same words wherever it comes from."""
+    name: str  # as messages call it
+    low: int
+    high: int
+    unit: str = ""  # what it counts, when it counts something: "seconds", "MiB"
+
+    def check(self, value) -> int:
+        """`value` itself when valid; bools, floats and text are refused, as is a number out of
+        bounds."""
+        if isinstance(value, bool) or not isinstance(value, int) or \
+                not self.low <= value <= self.high:
+            raise self.refusal(value)
+        return value
+
+    def refusal(self, value) -> ValueError:
+        """The error for a refused `value`: it says what is wanted."""
+        of = f" of {self.unit}" if self.unit else ""
+        return ValueError(f"{self.name} must be a whole number{of} from {self.low} to "
+                          f"{self.high}, not {shown(value)}")
+
+
+# One for each number in Settings, named as its field.
+TQ = WholeNumber("tq", TQ_MIN, TQ_MAX, "seconds")
+GRACE_MS = WholeNumber("grace", 1, GRACE_MS_MAX, "milliseconds")
+MAX_CLIENTS = WholeNumber("max clients", 1, MAX_CLIENTS_LIMIT)
+CONTEXT_RESERVE_MIB = WholeNumber("context reserve", 0, CONTEXT_RESERVE_MIB_MAX, "MiB")
+CAPACITY_MIB = WholeNumber("capacity", 1, CAPACITY_MIB_MAX, "MiB")
 
 
 def check_mode(value) -> Mode:
@@ -59,35 +82,6 @@ def check_mode(value) -> Mode:
     if not isinstance(value, str) or value not in MODE_LABELS:
         raise ValueError(f"anti_thrash must be one of on, off, auto, not {shown(value)}")
     return Mode.from_label(value)
-
-
-def check_grace_ms(value: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= GRACE_MS_MAX:
-        raise ValueError(f"grace must be a whole number of milliseconds from 1 to {GRACE_MS_MAX}, "
-                         f"not {shown(value)}")
-    return value
-
-
-def check_max_clients(value: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_CLIENTS_LIMIT:
-        raise ValueError(f"max clients must be a whole number from 1 to {MAX_CLIENTS_LIMIT}, "
-                         f"not {shown(value)}")
-    return value
-
-
-def check_context_reserve_mib(value: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or \
-            not 0 <= value <= CONTEXT_RESERVE_MIB_MAX:
-        raise ValueError(f"context reserve must be a whole number of MiB from 0 to "
-                         f"{CONTEXT_RESERVE_MIB_MAX}, not {shown(value)}")
-    return value
-
-
-def check_capacity_mib(value: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= CAPACITY_MIB_MAX:
-        raise ValueError(f"capacity must be a whole number of MiB from 1 to {CAPACITY_MIB_MAX}, "
-                         f"not {shown(value)}")
-    return value
 
 
 def debug_from_environment() -> bool:

@@ -1,4 +1,4 @@
-"""The STATUS object of docs/protocol.md, built from the policy core's state.
+"""The STATUS object of docs/protocol.md, built from a snapshot of the policy core's state.
 
 Required keys come first; extra keys sit beside them (gemsharectl ignores what it does not know).
 `fit_status` trims it to what one frame can carry.
@@ -8,86 +8,81 @@ from __future__ import annotations
 
 from .policy import Policy
 from .protocol import REG_UNIFIED_MEMORY, ControlReply
+from .snapshot import ClientSnapshot, DeviceSnapshot
 
 
 def build_status(policy: Policy, now: float, wall: float, *, grace_ms: int,
                  gpus: list[dict] | None = None, extra: dict | None = None) -> dict:
     """`now` is the policy's clock, `wall` the Unix time; `gpus` comes from NVML when available."""
     by_index = {gpu["index"]: gpu for gpu in gpus or []}
-    indices = set(by_index) | set(policy.devices) | set(policy.links)
-    for client in policy.clients.values():
-        indices |= {client.device, *client.allocated}
-    devices = []
-    for index in sorted(indices):
-        dev = policy.devices.get(index)
-        entry = {"index": index,
-                 "holders": list(dev.holders) if dev else [],
-                 "waiters": list(dev.waiters) if dev else []}
-        entry.update({k: v for k, v in by_index.get(index, {}).items() if k != "index"})
-        entry["dropping"] = [cid for cid, hold in dev.holders.items()
-                             if hold.dropped_at is not None] if dev else []
-        entry["drop_pending"] = bool(entry["dropping"])
-        entry["allocated_bytes"] = sum(c.allocated.get(index, 0)
-                                       for c in policy.clients.values())
-        # What the clients' drivers say the device holds; useful where NVML is missing.
-        entry["reported_total_bytes"] = max((c.device_total.get(index, 0)
-                                             for c in policy.clients.values()), default=0)
-        # What mode auto decides with: capacity (None when unknown), reserve per holder, and
-        # the memory of those holding now.
-        entry["capacity_bytes"], entry["capacity_source"] = policy.capacity(index)
-        entry["context_reserve_bytes"] = policy.reserve
-        entry["holders_allocated_bytes"] = policy.holders_memory(index)
-        # Moving memory: where the scheduler believes it is, what a switch to the head waiter
-        # would cost, and what the moves so far have shown.
-        link = policy.link(index)
-        entry["resident_bytes"] = policy.residency.total(index)
-        entry["switch_cost_s"] = round(policy.switch_seconds(index), 3)
-        entry["evicting"] = sorted(dev.evictions) if dev else []
-        entry["idle_hints_ms"] = {str(cid): hold.idle_hint_ms
-                                  for cid, hold in dev.holders.items() if hold.idle_hint_ms} \
-            if dev else {}
-        if index in policy.links:  # a device that has seen moves (kept short for the others)
-            entry["move_rates"] = link.rates_view()
-            entry["moves"] = link.moves_view()
-        devices.append(entry)
-
-    clients = []
-    for cid, client in sorted(policy.clients.items()):
-        clients.append({
-            "id": cid,
-            "pid": client.pid,
-            "uid": client.uid,
-            "name": client.name,
-            "device": client.device,
-            "gpu_uuid": client.gpu_uuid or None,
-            "pod": client.pod,
-            "namespace": client.namespace,
-            "state": policy.state_of(cid),
-            "hold_time_s": round(client.hold_time + policy.running_hold_time(cid, now), 3),
-            "waits": client.waits,
-            "wait_time_s": round(client.wait_time + policy.running_wait_time(cid, now), 3),
-            "allocated_bytes": sum(client.allocated.values()),
-            "resident_bytes": policy.residency.of(client.device, cid),
-            "connected_since": round(client.connected_since, 3),
-            "revocations": client.revocations,
-            "revoked": client.revoked,
-            "gid": client.gid,
-            "unified_memory": bool(client.flags & REG_UNIFIED_MEMORY),
-            "allocated_by_device": {str(d): b for d, b in sorted(client.allocated.items())},
-        })
+    snapshot = policy.snapshot(now, devices=by_index)
     status = {
-        "tq": policy.tq,
-        "anti_thrash": policy.mode.label,
+        "tq": snapshot.tq,
+        "anti_thrash": snapshot.mode.label,
         "grace_ms": grace_ms,
-        "devices": devices,
-        "clients": clients,
-        "max_clients": policy.max_clients,
-        "revocations": policy.revocations,
+        "devices": [_device_entry(dev, by_index.get(dev.index, {})) for dev in snapshot.devices],
+        "clients": [_client_entry(client) for client in snapshot.clients],
+        "max_clients": snapshot.max_clients,
+        "revocations": snapshot.revocations,
         "nvml": gpus is not None,
         "time": round(wall, 3),
     }
     status.update(extra or {})
     return status
+
+
+def _device_entry(dev: DeviceSnapshot, gpu: dict) -> dict:
+    entry = {"index": dev.index, "holders": dev.holders, "waiters": dev.waiters}
+    entry.update({k: v for k, v in gpu.items() if k != "index"})
+    entry.update({
+        "dropping": dev.dropping,
+        "drop_pending": bool(dev.dropping),
+        "allocated_bytes": dev.allocated,
+        # What the clients' drivers say the device holds; useful where NVML is missing.
+        "reported_total_bytes": dev.reported_total,
+        # What mode auto decides with: capacity (None when unknown), reserve per holder, and
+        # the memory of those holding now.
+        "capacity_bytes": dev.capacity,
+        "capacity_source": dev.capacity_source,
+        "context_reserve_bytes": dev.reserve,
+        "holders_allocated_bytes": dev.holders_allocated,
+        # Moving memory: where the scheduler believes it is, what a switch to the head waiter
+        # would cost, and what the moves so far have shown.
+        "resident_bytes": dev.resident,
+        "switch_cost_s": round(dev.switch_seconds, 3),
+        "evicting": dev.evicting,
+        "idle_hints_ms": {str(cid): ms for cid, ms in dev.idle_hints_ms.items()},
+    })
+    if dev.link is not None:  # a device that has seen moves (kept short for the others)
+        entry["move_rates"] = dev.link.rates_view()
+        entry["moves"] = dev.link.moves_view()
+    return entry
+
+
+def _client_entry(client: ClientSnapshot) -> dict:
+    who = client.registration
+    return {
+        "id": who.id,
+        "pid": who.pid,
+        "uid": who.uid,
+        "name": who.name,
+        "device": client.device,
+        "gpu_uuid": client.gpu_uuid or None,
+        "pod": who.pod,
+        "namespace": who.namespace,
+        "state": client.state,
+        "hold_time_s": round(client.hold_time, 3),
+        "waits": client.waits,
+        "wait_time_s": round(client.wait_time, 3),
+        "allocated_bytes": sum(client.allocated.values()),
+        "resident_bytes": client.resident,
+        "connected_since": round(who.connected_since, 3),
+        "revocations": client.revocations,
+        "revoked": client.revoked,
+        "gid": who.gid,
+        "unified_memory": bool(who.flags & REG_UNIFIED_MEMORY),
+        "allocated_by_device": {str(d): b for d, b in client.allocated.items()},
+    }
 
 
 def encoded_size(value) -> int:

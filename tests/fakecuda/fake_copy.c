@@ -660,20 +660,6 @@ MEMSET_2D_ASYNC(cuMemsetD2D32Async, unsigned int, 4)
 
 #define CU_DEVICE_CPU (-1)
 
-/* FAKECUDA_HOST_PREFETCH_LIMIT: host memory for migrations runs short after that many bytes. */
-static bool host_room(size_t count)
-{
-    static _Atomic uint64_t to_host;
-    uint64_t limit = fake_config()->host_prefetch_limit;
-    if (limit == 0)
-        return true;
-    uint64_t before = atomic_fetch_add(&to_host, count);
-    if (before + count <= limit)
-        return true;
-    atomic_fetch_sub(&to_host, count);
-    return false;
-}
-
 /* Prefetching needs managed memory; the fake does not move pages, but the call is queued work. */
 static CUresult prefetch(const struct fake_call *call, CUdeviceptr ptr, size_t count, int dst,
                          CUstream hStream)
@@ -688,7 +674,7 @@ static CUresult prefetch(const struct fake_call *call, CUdeviceptr ptr, size_t c
     char details[96];
     snprintf(details, sizeof details, "ptr=0x%llx size=%zu dst=%d", (unsigned long long)ptr, count,
              dst);
-    if (dst == CU_DEVICE_CPU && !host_room(count)) {
+    if (dst == CU_DEVICE_CPU && !fake_host_room(count)) {
         fake_log("prefetch_refused", "api=%s %s result=%d", call->api, details,
                  CUDA_ERROR_OUT_OF_MEMORY);
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -752,8 +738,9 @@ FAKE_PTSZ_PAIR(cuMemPrefetchBatchAsync,
                 CUstream hStream),
                dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, hStream)
 
-/* Discarding drops managed pages' contents; the fake keeps the bytes (their value becomes
- * undefined, which keeping them satisfies) and queues one marker per call. */
+/* Discarding drops managed pages' contents: the fake overwrites them (FAKE_DISCARDED_BYTE), so
+ * that a test sees a program read what was never brought back, and takes them off the device at
+ * no cost. One op per range. */
 static CUresult discard_batch(const struct fake_call *call, CUdeviceptr *dptrs, size_t *sizes,
                               size_t count, unsigned long long flags, CUstream hStream)
 {
@@ -767,10 +754,15 @@ static CUresult discard_batch(const struct fake_call *call, CUdeviceptr *dptrs, 
             U(dptrs[i]) + sizes[i] > a.base + a.size)
             return CUDA_ERROR_INVALID_VALUE;
     }
-    struct fake_op op = {.kind = FAKE_OP_NOP, .what = "discard"};
-    char details[48];
-    snprintf(details, sizeof details, "count=%zu", count);
-    return fake_submit(call, "discard", s, &op, details);
+    for (size_t i = 0; i < count; i++) {
+        struct fake_op op = {.kind = FAKE_OP_DISCARD, .what = "discard",
+                             .u.prefetch = {.ptr = U(dptrs[i]), .len = sizes[i]}};
+        char details[80];
+        snprintf(details, sizeof details, "count=%zu ptr=0x%llx size=%zu", count,
+                 (unsigned long long)dptrs[i], sizes[i]);
+        FAKE_TRY(fake_submit(call, "discard", s, &op, details));
+    }
+    return CUDA_SUCCESS;
 }
 
 static CUresult cuMemDiscardBatchAsync_impl(const struct fake_call *call, CUdeviceptr *dptrs,

@@ -30,6 +30,8 @@ struct fake_config {
                                 (GB/s); 0: no time */
     uint64_t host_prefetch_limit; /* FAKECUDA_HOST_PREFETCH_LIMIT: prefetches to the host past
                                      this many bytes in all are refused; 0: no limit */
+    uint64_t host_pin_limit; /* FAKECUDA_HOST_PIN_LIMIT: cuMemHostRegister past that many bytes
+                                in all is refused (CUDA_ERROR_OUT_OF_MEMORY) */
     const char *config_error;/* set when an environment value could not be parsed */
 };
 const struct fake_config *fake_config(void);
@@ -101,6 +103,11 @@ struct fake_alloc {
 /* Records that [p, p + len) of a managed allocation is now on the host (or a device), and returns
  * how many of its bytes were elsewhere: what the prefetch moves. All of len when p is unknown. */
 size_t fake_managed_move(uintptr_t p, size_t len, bool to_host);
+/* Whether the address lies in managed memory. */
+bool fake_is_managed(uintptr_t p);
+/* FAKECUDA_HOST_PREFETCH_LIMIT: whether the host still has `count` bytes for prefetches to it
+ * (counted once given). */
+bool fake_host_room(size_t count);
 /* Copy of the registry entry holding address p (any byte inside it); false when none does. */
 bool fake_alloc_lookup(uintptr_t p, struct fake_alloc *out);
 /* Device memory bytes in use on dev (device + async + VMM physical; managed counted apart). */
@@ -173,7 +180,10 @@ enum fake_op_kind {
     FAKE_OP_FREE_ASYNC,
     FAKE_OP_PREFETCH,
     FAKE_OP_NOP,        /* a marker with no effect (e.g. attach, advise-like stream ops) */
+    FAKE_OP_DISCARD,    /* managed pages lose their contents (u.prefetch: ptr and len) */
 };
+/* What discarded managed memory reads as. */
+#define FAKE_DISCARDED_BYTE 0xdb
 struct fake_op {
     enum fake_op_kind kind;
     uint64_t duration_us;

@@ -55,10 +55,13 @@ static const char *op_name(const struct fake_op *op)
     case FAKE_OP_FREE_ASYNC: return "free_async";
     case FAKE_OP_PREFETCH: return "prefetch";
     case FAKE_OP_NOP: return "nop";
+    case FAKE_OP_DISCARD: return "discard";
     }
     return "?";
 }
 
+/* With FAKECUDA_MIGRATE_GBPS, a copy out of managed memory into other memory takes the time a
+ * move of its bytes would: copying out is one way to move memory off the device. */
 static void run_copy(const struct fake_op *op)
 {
     const typeof(op->u.copy) *c = &op->u.copy;
@@ -66,6 +69,11 @@ static void run_copy(const struct fake_op *op)
         for (size_t y = 0; y < (c->height ? c->height : 1); y++)
             memmove((void *)(c->dst + z * c->dst_slice + y * c->dst_pitch),
                     (const void *)(c->src + z * c->src_slice + y * c->src_pitch), c->width);
+    double gbps = fake_config()->migrate_gbps;
+    if (gbps > 0 && fake_is_managed(c->src) && !fake_is_managed(c->dst)) {
+        size_t bytes = c->width * (c->height ? c->height : 1) * (c->depth ? c->depth : 1);
+        fake_sleep_us((uint64_t)((double)bytes / (gbps * 1e3)));
+    }
 }
 
 static void run_set(const struct fake_op *op)
@@ -128,6 +136,10 @@ void fake_execute(const struct fake_op *op, uint64_t seq, uint64_t stream_id)
         migrate(op);
         break;
     case FAKE_OP_NOP: break;
+    case FAKE_OP_DISCARD:
+        memset((void *)op->u.prefetch.ptr, FAKE_DISCARDED_BYTE, op->u.prefetch.len);
+        fake_managed_move(op->u.prefetch.ptr, op->u.prefetch.len, true);
+        break;
     }
     if (op->duration_us)
         fake_sleep_us(op->duration_us);

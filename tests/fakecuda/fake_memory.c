@@ -149,6 +149,36 @@ bool fake_alloc_lookup(uintptr_t p, struct fake_alloc *out)
     return found;
 }
 
+bool fake_is_managed(uintptr_t p)
+{
+    struct fake_alloc a;
+    return fake_alloc_lookup(p, &a) && a.kind == FAKE_MEM_MANAGED;
+}
+
+static bool within(_Atomic uint64_t *given, uint64_t limit, size_t count)
+{
+    if (limit == 0)
+        return true;
+    uint64_t before = atomic_fetch_add(given, count);
+    if (before + count <= limit)
+        return true;
+    atomic_fetch_sub(given, count);
+    return false;
+}
+
+bool fake_host_room(size_t count)
+{
+    static _Atomic uint64_t prefetched;
+    return within(&prefetched, fake_config()->host_prefetch_limit, count);
+}
+
+/* FAKECUDA_HOST_PIN_LIMIT: pinning runs short after that many bytes. */
+static bool pin_room(size_t count)
+{
+    static _Atomic uint64_t pinned;
+    return within(&pinned, fake_config()->host_pin_limit, count);
+}
+
 size_t fake_managed_move(uintptr_t p, size_t len, bool to_host)
 {
     size_t moved = len;
@@ -510,6 +540,8 @@ FAKE_API CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Fl
         return CUDA_ERROR_INVALID_VALUE;
     if (fake_alloc_lookup((uintptr_t)p, &a))
         return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+    if (!pin_room(bytesize))
+        return CUDA_ERROR_OUT_OF_MEMORY;
     /* The caller owns the bytes: mapped = 0 so nothing is unmapped on unregister. */
     struct fake_alloc n = {.base = (uintptr_t)p, .size = bytesize, .kind = FAKE_MEM_HOST,
                            .device = ctx->device, .ctx = ctx};

@@ -99,6 +99,8 @@ static void config_load(void)
     }
     env_bytes("FAKECUDA_HOST_PREFETCH_LIMIT", &config.host_prefetch_limit,
               "FAKECUDA_HOST_PREFETCH_LIMIT must be a positive byte count such as 8M");
+    env_bytes("FAKECUDA_HOST_PIN_LIMIT", &config.host_pin_limit,
+              "FAKECUDA_HOST_PIN_LIMIT must be a positive byte count such as 8M");
     if ((v = getenv("FAKECUDA_INIT_ERROR")) && *v) {
         if (parse_uint(v, &n) && n > 0)
             config.init_error = (CUresult)n;

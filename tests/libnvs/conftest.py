@@ -68,6 +68,26 @@ def scripted(built, tmp_path):
 
 
 @pytest.fixture
+def scripted_migrating(scripted):
+    """`scripted` with moves by copy off: every move is the driver's migration, which the fake
+    logs as prefetches (moves by copy: test_move_by_copy.py)."""
+    scripted[0].base_env["GEMSHARE_MOVE_COPY"] = "0"
+    return scripted
+
+
+@pytest.fixture
+def gpu_with_migrating(gpu_with):
+    """`gpu_with` with moves by copy off: programs of many GiB would otherwise make the fake
+    stage that much real host memory, where migrations on the fake cost none."""
+    def start(device_mem: str = "64M", **options):
+        gpu, scheduler = gpu_with(device_mem, **options)
+        gpu.base_env["GEMSHARE_MOVE_COPY"] = "0"
+        return gpu, scheduler
+
+    return start
+
+
+@pytest.fixture
 def restartable(scheduler_factory):
     """restartable(scheduler) starts a new scheduler on a stopped one's socket, stopped later."""
     started = []

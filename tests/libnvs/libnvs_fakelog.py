@@ -89,6 +89,20 @@ def prefetched(events: list[Event], pid: int, to_host: bool) -> list[tuple[int, 
     return [(int(e["ptr"], 16), int(e["size"])) for e in prefetches(events, pid, to_host)]
 
 
+def discarded(events: list[Event], pid: int) -> list[tuple[int, int]]:
+    """(address, bytes) of each range `pid` discarded, in order."""
+    return [(int(e["ptr"], 16), int(e["size"])) for e in events
+            if e.pid == pid and e.name.split("_pt")[0] == "discard" and "captured" not in e.fields]
+
+
+def moves_out(events: list[Event], pid: int) -> list[Event]:
+    """The submissions by which `pid` moved memory off its device, in order: prefetches to the
+    host, and the discards that follow copies to staging memory."""
+    return [e for e in events if e.pid == pid and "captured" not in e.fields
+            and (e.name.split("_pt")[0] == "discard"
+                 or e.name.split("_pt")[0] == "prefetch" and e["dst"] == "-1")]
+
+
 # cuStreamCreate's flags for the streams libnvs moves memory on.
 NON_BLOCKING = "1"
 

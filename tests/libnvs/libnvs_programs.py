@@ -133,6 +133,8 @@ class FakeGpu:
         self.device_mem = device_mem
         self._programs: list[Program] = []
         self._count = 0
+        # Environment every program of this GPU gets, before a start's own `env`.
+        self.base_env: dict = {}
 
     def env(self, *, preload: bool | Path = True, extra: dict | None = None) -> dict:
         env = {k: v for k, v in os.environ.items()
@@ -147,6 +149,7 @@ class FakeGpu:
         })
         if preload:
             env["LD_PRELOAD"] = str(LIBNVS if preload is True else preload)
+        env.update(self.base_env)
         env.update(extra or {})
         return env
 

@@ -116,9 +116,12 @@ class ScriptedScheduler:
         self.wait_for(pid, p.Register)
 
     def close(self) -> None:
+        """Stops serving and closes every connection and the socket; again: nothing more."""
         with self._changed:
             self._stopping = True
         self._thread.join(TIMEOUT)
+        if self._selector.get_map() is None:
+            return
         for key in list(self._selector.get_map().values()):
             key.fileobj.close()
         self._selector.close()

@@ -62,7 +62,7 @@ def test_two_programs_whose_memory_does_not_fit_take_turns(gpu_with):
     assert re.search(r"\bdrop client \d+ [^\n]*, evict [^\n]* to the host", scheduler.log()), \
         scheduler.log()
     for outgoing, incoming in ((a, b), (b, a)):
-        evicted = fakelog.prefetches(events, outgoing.pid, to_host=True)
+        evicted = fakelog.moves_out(events, outgoing.pid)
         assert evicted, f"pid {outgoing.pid} was dropped but never moved its memory out"
         first_eviction = min(e.ns for e in evicted)
         assert any(start > first_eviction

@@ -3,8 +3,10 @@ hold the lock, moves that many bytes (rounded up to 2 MiB; EVICT_ALL: all) of it
 least recently allocated first, the last allocation split; in chunks spread over the move
 streams, with MOVED progress while it lasts and one MOVED with MOVED_DONE at the end.
 
-Every frame comes from `scripted` (scripted_scheduler.py), so each test chooses exactly what the
-process is asked and when. Prefetches here are always libnvs's: the stand-ins never prefetch."""
+Every frame comes from `scripted_migrating` (scripted_scheduler.py: moves by copy off, so that
+every move is a prefetch the fake logs; test_move_by_copy.py has the copies), so each test
+chooses exactly what the process is asked and when. Prefetches here are always libnvs's: the
+stand-ins never prefetch."""
 
 from __future__ import annotations
 
@@ -37,8 +39,8 @@ def dropped(gpu, scheduler, allocations: list, evict_bytes: int, env: dict | Non
     return result, gpu.events()
 
 
-def test_a_drop_moves_what_it_asks_rounded_up_oldest_first_splitting_the_last(scripted):
-    gpu, scheduler = scripted
+def test_a_drop_moves_what_it_asks_rounded_up_oldest_first_splitting_the_last(scripted_migrating):
+    gpu, scheduler = scripted_migrating
     result, events = dropped(gpu, scheduler, ["alloc", "a", "3M", "alloc-managed", "m", "2M",
                                               "alloc", "b", "4M", "alloc", "c", "5M"],
                              evict_bytes=6 * MiB + 1)
@@ -56,16 +58,16 @@ def test_a_drop_moves_what_it_asks_rounded_up_oldest_first_splitting_the_last(sc
                for e in fakelog.prefetches(events, result.pid, to_host=True))
 
 
-def test_a_drop_without_bytes_moves_nothing_and_says_nothing(scripted):
-    gpu, scheduler = scripted
+def test_a_drop_without_bytes_moves_nothing_and_says_nothing(scripted_migrating):
+    gpu, scheduler = scripted_migrating
     result, events = dropped(gpu, scheduler, ["alloc", "a", "3M"], evict_bytes=0)
     assert not fakelog.prefetches(events, result.pid, to_host=True)
     assert not fakelog.prefetches(events, result.pid, to_host=False)
     assert not scheduler.received(result.pid, p.Moved)
 
 
-def test_evict_all_moves_everything(scripted):
-    gpu, scheduler = scripted
+def test_evict_all_moves_everything(scripted_migrating):
+    gpu, scheduler = scripted_migrating
     result, events = dropped(gpu, scheduler, ["alloc", "a", "3M", "alloc-managed", "m", "2M",
                                               "alloc-async", "b", "1M"], evict_bytes=p.EVICT_ALL)
     ptr = result.pointers()
@@ -75,8 +77,8 @@ def test_evict_all_moves_everything(scripted):
     assert (done.flags, done.bytes) == (TO_HOST_DONE, 6 * MiB)
 
 
-def test_a_slow_move_reports_progress_and_is_done_before_the_release(scripted):
-    gpu, scheduler = scripted
+def test_a_slow_move_reports_progress_and_is_done_before_the_release(scripted_migrating):
+    gpu, scheduler = scripted_migrating
     # 24 MiB at 20 MB/s: 1.26 s, each 6 MiB allocation a chunk of 0.31 s.
     program = start_holding(gpu, scheduler, [w for name in "abcd" for w in ("alloc", name, "6M")],
                             env={"FAKECUDA_MIGRATE_GBPS": "0.02"})
@@ -100,8 +102,9 @@ def test_a_slow_move_reports_progress_and_is_done_before_the_release(scripted):
     assert max(gaps) < 1_000_000_000, gaps
 
 
-def test_evict_while_not_holding_moves_and_answers_without_moving_anything_twice(scripted):
-    gpu, scheduler = scripted
+def test_evict_while_not_holding_moves_and_answers_without_moving_anything_twice(
+        scripted_migrating):
+    gpu, scheduler = scripted_migrating
     program = start_holding(gpu, scheduler, ["alloc", "a", "3M", "alloc", "b", "3M"])
     scheduler.drop(program.pid)
     scheduler.wait_for(program.pid, p.LockReleased)
@@ -122,8 +125,8 @@ def test_evict_while_not_holding_moves_and_answers_without_moving_anything_twice
         [ptr["b"], ptr["a"]]
 
 
-def test_evict_while_holding_or_without_unified_memory_moves_nothing(scripted):
-    gpu, scheduler = scripted
+def test_evict_while_holding_or_without_unified_memory_moves_nothing(scripted_migrating):
+    gpu, scheduler = scripted_migrating
     program = start_holding(gpu, scheduler, ["alloc", "a", "3M"])
     scheduler.evict(program.pid, p.EVICT_ALL)
     held = scheduler.wait_moved_done(program.pid)
@@ -147,8 +150,8 @@ def test_evict_while_holding_or_without_unified_memory_moves_nothing(scripted):
     assert not fakelog.prefetches(gpu.events(), plain.pid, to_host=True)
 
 
-def test_moves_are_chunked_over_the_move_streams(scripted):
-    gpu, scheduler = scripted
+def test_moves_are_chunked_over_the_move_streams(scripted_migrating):
+    gpu, scheduler = scripted_migrating
     result, events = dropped(gpu, scheduler, ["alloc", "big", "1G"], evict_bytes=p.EVICT_ALL,
                              env={"GEMSHARE_MOVE_STREAMS": "3",
                                   "GEMSHARE_ENABLE_SINGLE_OVERSUB": "1"})
@@ -161,8 +164,8 @@ def test_moves_are_chunked_over_the_move_streams(scripted):
     assert set(streams) == fakelog.library_streams(events, result.pid)
 
 
-def test_a_refused_prefetch_reports_what_moved_and_loses_nothing(scripted):
-    gpu, scheduler = scripted
+def test_a_refused_prefetch_reports_what_moved_and_loses_nothing(scripted_migrating):
+    gpu, scheduler = scripted_migrating
     # Host memory for 5 MiB of moves: a (3 MiB) goes, b (3 MiB more) is refused.
     result, events = dropped(
         gpu, scheduler, ["alloc", "a", "3M", "write", "a", 17, "alloc", "b", "3M", "write", "b",

@@ -20,8 +20,8 @@ def moves(log: str, pid: int, where: str) -> list[int]:
         rf"moved client \d+ \(pid {pid},[^\n]*?\): device \d+, (\d+) bytes to the {where}", log)]
 
 
-def test_handoffs_move_only_the_room_needed_and_bring_it_back(gpu_with):
-    gpu, scheduler = gpu_with(device_mem="16G", tq=1)
+def test_handoffs_move_only_the_room_needed_and_bring_it_back(gpu_with_migrating):
+    gpu, scheduler = gpu_with_migrating(device_mem="16G", tq=1)
     results = run_together(gpu, ["alloc", "a", "10G", *["launch", KERNEL_US, "stream-sync"] * 20],
                            env={"FAKECUDA_MIGRATE_GBPS": "40"})
     log = scheduler.log()

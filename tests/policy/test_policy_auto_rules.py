@@ -102,7 +102,7 @@ def test_nvml_capacity_is_used_before_what_clients_report():
     driver.request(1)
     driver.request(2)
     assert driver.holders() == [1] and driver.waiters() == [2]
-    assert driver.policy.capacity(0) == (6 * G, "nvml")
+    assert driver.policy.capacity.of(0) == (6 * G, "nvml")
 
 
 def test_the_operators_limit_lowers_the_capacity_and_stands_in_for_an_unknown_one():
@@ -111,9 +111,9 @@ def test_the_operators_limit_lowers_the_capacity_and_stands_in_for_an_unknown_on
     driver.request(1)
     driver.request(2)
     assert driver.holders() == [1] and driver.waiters() == [2]
-    assert driver.policy.capacity(0) == (6 * G, "limit")
+    assert driver.policy.capacity.of(0) == (6 * G, "limit")
     # The limit only ever lowers: a device smaller than it keeps its own figure.
-    assert auto(nvml={0: 4 * G}, limit=6 * G).policy.capacity(0) == (4 * G, "nvml")
+    assert auto(nvml={0: 4 * G}, limit=6 * G).policy.capacity.of(0) == (4 * G, "nvml")
     # With no figure at all the limit is the capacity, rather than one holder at a time.
     unknown = auto(limit=9 * G)
     for cid in (1, 2):
@@ -130,12 +130,12 @@ def test_the_largest_reported_total_counts_and_leaves_with_its_client():
     driver.request(1)
     driver.request(2)
     driver.take_sent()
-    assert driver.policy.capacity(0) == (20 * G, "reported")
+    assert driver.policy.capacity.of(0) == (20 * G, "reported")
     driver.mem(1, 9 * G)  # 9 + 3 + 2 = 14 fits 20, not 10
     assert driver.take_sent() == [] and driver.holders() == [1, 2]
     driver.disconnect(3)  # the 20 GiB figure goes with it: back to 10
     assert evicting_drops(driver) == [2]
-    assert driver.policy.capacity(0) == (10 * G, "reported")
+    assert driver.policy.capacity.of(0) == (10 * G, "reported")
 
 
 def test_a_fitting_later_arrival_passes_a_head_that_has_waited_less_than_a_quantum():

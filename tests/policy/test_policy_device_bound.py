@@ -4,7 +4,7 @@ import pytest
 
 from gemshare_nvs import protocol as p
 from gemshare_nvs.actions import Close
-from gemshare_nvs.policy import MAX_DEVICES, MAX_DEVICES_PER_CLIENT
+from gemshare_nvs.device_identity import MAX_DEVICES, MAX_DEVICES_PER_CLIENT
 from gemshare_nvs.status import build_status
 
 from policy_driver import Driver

@@ -3,7 +3,7 @@ which depends on each process's CUDA_VISIBLE_DEVICES. Messages to a client still
 device by its own ordinal."""
 
 from gemshare_nvs import protocol as p
-from gemshare_nvs.policy import MAX_DEVICES
+from gemshare_nvs.device_identity import MAX_DEVICES
 from gemshare_nvs.status import build_status
 
 from policy_driver import Driver
@@ -52,14 +52,15 @@ def test_two_gpus_under_one_ordinal_are_two_locks():
                                   (2, p.LockGranted(0, 0, 30_000))]
     assert driver.holders(0) == [1] and driver.holders(1) == [2]  # B got the next free index
     joined(driver, 3, 0, B)  # B is remembered: the same index again
-    assert driver.policy.clients[3].device == 1
+    assert driver.policy.clients[3].numbering.device == 1
 
 
 def test_nvml_numbers_the_gpus_it_knows():
     driver = Driver(nvml_uuids={B: 0, A: 1})
     joined(driver, 1, 0, A)
     joined(driver, 2, 3, B)
-    assert (driver.policy.clients[1].device, driver.policy.clients[2].device) == (1, 0)
+    assert (driver.policy.clients[1].numbering.device,
+            driver.policy.clients[2].numbering.device) == (1, 0)
     status = build_status(driver.policy, driver.now, 1_800_000_000.0, grace_ms=10_000)
     assert {(c["id"], c["device"], c["gpu_uuid"]) for c in status["clients"]} == \
         {(1, 1, A), (2, 0, B)}
@@ -72,7 +73,9 @@ def test_memory_follows_the_gpu_and_other_ordinals_stop_counting_once_renumbered
     driver.mem(1, 1 * G, device=1)  # another GPU of its own, identity unknown
     driver.uuid(1, A)
     client = driver.policy.clients[1]
-    assert client.allocated == {2: 3 * G} and client.device_total == {2: 80 * G}
+    assert client.allocated == {2: 3 * G}
+    capacity = driver.policy.capacity
+    assert (capacity.reported(2), capacity.reported(0)) == (80 * G, 0)  # its total moved too
     driver.mem(1, 5 * G, device=1)
     driver.mem(1, 4 * G, device=0)
     assert client.allocated == {2: 4 * G}
@@ -83,12 +86,12 @@ def test_a_uuid_after_a_lock_request_or_for_another_device_changes_nothing():
     driver.register(1, device=0)
     driver.request(1)
     driver.uuid(1, A)
-    assert driver.policy.clients[1].gpu_uuid == "" and driver.holders(0) == [1]
+    assert driver.policy.clients[1].numbering.gpu_uuid == "" and driver.holders(0) == [1]
     assert any("came after a lock request" in log.text for log in driver.logs)
     driver.register(2, device=0)
     driver.uuid(2, A, device=3)  # not the device it registered
     driver.uuid(2, "")
-    assert driver.policy.clients[2].gpu_uuid == ""
+    assert driver.policy.clients[2].numbering.gpu_uuid == ""
 
 
 def test_a_request_for_an_unknown_device_of_a_renumbered_client_closes_it():
@@ -103,5 +106,6 @@ def test_invented_uuids_cannot_exhaust_the_scheduler():
     driver = Driver(max_clients=MAX_DEVICES + 10)
     for cid in range(1, MAX_DEVICES + 6):
         joined(driver, cid, 0, f"GPU-{cid:08x}-0000-0000-0000-000000000000")
-    assert len(driver.policy.uuid_devices) == MAX_DEVICES
-    assert driver.policy.clients[MAX_DEVICES + 5].device == 0  # no index left: its own ordinal
+    assert len(driver.policy.gpu_indices.given) == MAX_DEVICES
+    # No index left: its own ordinal.
+    assert driver.policy.clients[MAX_DEVICES + 5].numbering.device == 0

@@ -94,6 +94,36 @@ def test_a_holder_that_moves_slower_than_the_grace_is_not_revoked():
     assert driver.take_sent()[0] == (1, p.LockRevoked(0))
 
 
+def test_the_quantum_runs_from_when_the_memory_is_back_at_most_once_more():
+    driver = pair(tq=10)
+    driver.advance_to_deadline()  # 1 dropped at the end of its quantum
+    driver.moved(1, 8 * G + RESERVE + MARGIN)
+    driver.release(1)
+    driver.request(1)
+    (granted,) = [m for m in driver.take_sent(2) if isinstance(m, p.LockGranted)]
+    start = driver.now
+    driver.advance(6.0)
+    driver.moved(2, 8 * G, to_host=False, done=False)  # its memory still coming back
+    driver.advance(3.0)
+    driver.moved(2, 16 * G, to_host=False, seconds=9.0)  # back: its quantum starts now
+    back = driver.now
+    driver.advance(9.9)
+    assert not [m for m in driver.take_sent(2) if isinstance(m, p.DropLock)]
+    driver.advance(0.2)
+    assert [m for m in driver.take_sent(2) if isinstance(m, p.DropLock)]
+    assert back + 10 <= driver.now < start + 2 * 10 + 0.5
+    # Progress frames cannot hold the device longer than twice the quantum.
+    driver = pair(tq=10)
+    granted_at = driver.now
+    dropped_at = None
+    while dropped_at is None and driver.now < granted_at + 60:
+        driver.moved(1, G, to_host=False, done=False)
+        driver.advance(0.5)
+        if [m for m in driver.take_sent(1) if isinstance(m, p.DropLock)]:
+            dropped_at = driver.now
+    assert dropped_at is not None and dropped_at <= granted_at + 2 * 10 + 0.5
+
+
 def test_a_revoked_client_that_later_reports_its_move_is_believed_and_prefetches_back():
     driver = pair(grace=1.0)
     driver.advance_to_deadline()
@@ -178,6 +208,10 @@ def test_a_client_cannot_lie_its_way_below_zero_or_above_what_it_has():
     assert driver.policy.residency.of(0, 1) == 0
     driver.moved(1, 5 * G, device=7)  # a device it never named: counted nowhere
     assert driver.policy.residency.total(7) == 0
+    for device in range(1, 16):  # a device it has no memory on gets no place in status
+        driver.moved(1, 0, device=device)
+    status = build_status(driver.policy, driver.now, 0.0, grace_ms=2000)
+    assert [d["index"] for d in status["devices"]] == [0]
     driver.moved(1, 5 * G, device=4096)  # out of range: the connection is closed
     assert driver.closed and "out of range" in driver.closed[-1].reason
 
@@ -204,7 +238,8 @@ def test_an_idle_holder_keeps_the_lock_through_gaps_shorter_than_its_swap():
     # Handing over moves that much out (3 GB/s assumed) and back when the holder returns (10 GB/s
     # assumed): idle gaps shorter than twice that are not worth handing over.
     expected = round(2 * (out / 3e9 + out / 10e9) * 1000)
-    assert driver.hints == [(1, p.IdleHint(0, expected))]
+    # It also says what its drop would ask to move out, so that it can get ready for it.
+    assert driver.hints == [(1, p.IdleHint(0, expected, out))]
     driver.hints.clear()
     driver.advance_to_deadline()
     driver.moved(1, out, seconds=0.4)  # a fast link after all
@@ -216,7 +251,7 @@ def test_an_idle_holder_keeps_the_lock_through_gaps_shorter_than_its_swap():
 
 def test_a_swap_longer_than_the_quantum_keeps_the_lock_for_the_quantum():
     driver = pair(tq=2)
-    assert driver.hints == [(1, p.IdleHint(0, 2_000))]
+    assert driver.hints == [(1, p.IdleHint(0, 2_000, 8 * G + RESERVE + MARGIN))]
 
 
 def test_holders_that_fit_beside_their_waiter_get_the_usual_idle_release():

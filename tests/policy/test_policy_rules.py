@@ -4,7 +4,7 @@ import pytest
 
 from gemshare_nvs import protocol as p
 from gemshare_nvs.actions import Close
-from gemshare_nvs.policy import MAX_DEVICES
+from gemshare_nvs.device_identity import MAX_DEVICES
 
 from policy_driver import Driver
 
@@ -328,7 +328,7 @@ def test_each_event_is_logged_naming_client_pid_and_process():
 def test_control_characters_in_names_are_not_logged_raw():
     driver = Driver()
     driver.register(1, name="evil\nINFO grant client 99")
-    assert driver.policy.clients[1].name == "evil?INFO grant client 99"
+    assert driver.policy.clients[1].registration.name == "evil?INFO grant client 99"
     assert all("\n" not in log.text for log in driver.logs)
 
 

@@ -22,7 +22,7 @@ import time
 
 from gemshare_nvs import protocol as p
 from gemshare_nvs.conversation import CLIENT, CONTROL, next_kind
-from gemshare_nvs.policy import MAX_DEVICES
+from gemshare_nvs.device_identity import MAX_DEVICES
 from gemshare_nvs.settings import DEFAULT_MAX_REQUEST_BYTES
 
 SEED = 20240611

@@ -6,7 +6,7 @@ import logging
 import trio
 
 from gemshare_nvs import protocol as p
-from gemshare_nvs.policy import MAX_DEVICES, MAX_DEVICES_PER_CLIENT
+from gemshare_nvs.device_identity import MAX_DEVICES, MAX_DEVICES_PER_CLIENT
 from gemshare_nvs.settings import (DEFAULT_MAX_CONTROL, DEFAULT_MAX_REQUEST_BYTES,
                                    DEFAULT_OUTGOING_BYTES)
 

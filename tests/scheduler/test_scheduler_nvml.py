@@ -48,6 +48,25 @@ def test_names_uuids_and_memory_are_read_per_gpu(fake_nvml, as_bytes):
          "memory_total_bytes": 141 * GIB, "memory_used_bytes": 0}]
 
 
+def test_fixed_facts_are_read_once_and_the_memory_in_use_at_each_request(fake_nvml, monkeypatch):
+    gpus = fake_nvml()
+    assert gpus.memory_totals() == {0: 80 * GIB, 1: 141 * GIB}
+    assert gpus.indices_by_uuid() == {TWO_GPUS[0]["uuid"]: 0, TWO_GPUS[1]["uuid"]: 1}
+    changed = [dict(gpu, name="Renamed", used=gpu["used"] + GIB) for gpu in TWO_GPUS]
+    monkeypatch.setenv("FAKE_NVML_GPUS", json.dumps(changed))
+    described = gpus.describe()
+    assert [gpu["name"] for gpu in described] == ["Fake H100", "Fake H200"]
+    assert [gpu["memory_used_bytes"] for gpu in described] == [2 * GIB, GIB]
+
+
+def test_a_gpu_that_fails_later_ends_the_list_from_then_on(fake_nvml, monkeypatch):
+    gpus = fake_nvml()
+    monkeypatch.setenv("FAKE_NVML_FAIL_AT", "1")
+    assert [gpu["name"] for gpu in gpus.describe()] == ["Fake H100"]
+    monkeypatch.setenv("FAKE_NVML_FAIL_AT", "0")
+    assert gpus.describe() is None
+
+
 def test_a_gpu_that_fails_ends_the_list_without_an_error(fake_nvml):
     described = fake_nvml(FAKE_NVML_FAIL_AT=1).describe()
     assert [gpu["name"] for gpu in described] == ["Fake H100"]

@@ -1,0 +1,40 @@
+/* Pinned host memory that a move to the host copies device pages into (README.md, "Moving
+ * memory"): a copy engine fills it at the link's speed, where the driver's own migration first
+ * has to find and map fresh host pages. One pool per device, kept for the next move. For the
+ * client thread only. */
+#ifndef GS_STAGING_H
+#define GS_STAGING_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Grows the device's pool, if needed, so that pieces of these sizes can then be taken in this
+ * order without growing it again: new pages are faulted in by several threads, then pinned.
+ * False when the host would not give that much. A CUDA context must be current. */
+bool gs_staging_prepare(int device, const size_t *sizes, size_t n);
+
+/* Starts faulting in, on a thread of its own, the host memory that `bytes` more would need
+ * beyond the pool's free room, unless that is running or waiting already; `prepared` is called
+ * (on that thread) when it is ready for gs_staging_adopt. Any thread that owns the pool. */
+void gs_staging_prepare_ahead(int device, uint64_t bytes, void (*prepared)(void));
+/* Whether prepared memory waits to be pinned. */
+bool gs_staging_has_prepared(int device);
+/* Pins what was prepared ahead into the pool (nothing when it is not ready). A CUDA context must
+ * be current. */
+void gs_staging_adopt(int device);
+
+/* The next `size` contiguous bytes of the device's pool (size at most GS_STAGING_PIECE), growing
+ * it if needed; NULL when the host has no more to give. */
+void *gs_staging_take(int device, size_t size);
+#define GS_STAGING_PIECE (256ull << 20)
+
+/* Everything taken from the device's pool is free again (its contents are back on the device). */
+void gs_staging_reset(int device);
+
+/* Bytes pinned for the device. */
+uint64_t gs_staging_pinned(int device);
+
+void gs_staging_after_fork_child(void);
+
+#endif

@@ -1,0 +1,110 @@
+"""The policy core's state at one moment, as plain data for whatever reports on it.
+
+Status reads this instead of the policy's own structures, so the rules may keep their state as
+suits them. Nothing in a snapshot changes with later events.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .cost import Link
+from .protocol import Mode
+from .state import Client, Registration
+
+if TYPE_CHECKING:
+    from .policy import Policy
+
+
+@dataclass(frozen=True)
+class DeviceSnapshot:
+    index: int
+    holders: list[int]  # oldest grant first
+    waiters: list[int]  # first come first
+    dropping: list[int]  # holders told to drop the lock
+    evicting: list[int]  # clients asked to move memory out that have not answered, by id
+    idle_hints_ms: dict[int, int]  # holder -> the IDLE_HINT it was last sent, where not 0
+    allocated: int  # bytes, every client's
+    reported_total: int  # the largest total a client's driver reported for it; 0 when none
+    capacity: int | None  # what mode auto decides with (None when unknown), and from where
+    capacity_source: str | None
+    reserve: int  # set aside per holder for its CUDA context
+    holders_allocated: int  # bytes, those holding now (dropping or not)
+    resident: int  # bytes the scheduler believes are on the device
+    switch_seconds: float  # what handing the device to its head waiter now would cost in moves
+    link: Link | None  # what the moves so far have shown; None before any
+
+
+@dataclass(frozen=True)
+class ClientSnapshot:
+    registration: Registration  # who it is
+    device: int  # its registered GPU, as the scheduler numbers GPUs
+    gpu_uuid: str  # "" until it says
+    state: str  # holding, waiting or idle
+    hold_time: float  # seconds, a running hold included
+    waits: int
+    wait_time: float  # seconds, a running wait included
+    allocated: dict[int, int]  # device -> bytes, by device
+    resident: int  # bytes on its registered GPU, as the scheduler believes
+    revocations: int
+    revoked: bool
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    tq: int
+    mode: Mode
+    max_clients: int
+    revocations: int
+    devices: list[DeviceSnapshot]  # by index
+    clients: list[ClientSnapshot]  # by id
+
+
+def snapshot_of(policy: Policy, now: float, devices: Iterable[int] = ()) -> Snapshot:
+    """`policy` at `now`, with an entry for each device it knows and each of `devices`."""
+    indices = set(devices) | set(policy.devices) | set(policy.links)
+    allocated = Counter()
+    for client in policy.clients.values():
+        indices |= {client.numbering.device, *client.allocated}
+        allocated.update(client.allocated)
+    return Snapshot(tq=policy.tq, mode=policy.mode, max_clients=policy.max_clients,
+                    revocations=policy.revocations,
+                    devices=[_device(policy, index, allocated[index]) for index in sorted(indices)],
+                    clients=[_client(policy, cid, client, now)
+                             for cid, client in sorted(policy.clients.items())])
+
+
+def _device(policy: Policy, index: int, allocated: int) -> DeviceSnapshot:
+    dev = policy.devices.get(index)
+    holds = dev.holders if dev else {}
+    capacity, source = policy.capacity.of(index)
+    link = policy.links.get(index)
+    return DeviceSnapshot(
+        index=index, holders=list(holds), waiters=list(dev.waiters) if dev else [],
+        dropping=[cid for cid, hold in holds.items() if hold.dropped_at is not None],
+        evicting=sorted(dev.evictions) if dev else [],
+        idle_hints_ms={cid: hold.idle_hint_ms for cid, hold in holds.items() if hold.idle_hint_ms},
+        allocated=allocated, reported_total=policy.capacity.reported(index), capacity=capacity,
+        capacity_source=source, reserve=policy.reserve,
+        holders_allocated=policy.holders_memory(index),
+        resident=policy.residency.total(index), switch_seconds=policy.switch_seconds(index),
+        link=copy.deepcopy(link))
+
+
+def _client(policy: Policy, cid: int, client: Client, now: float) -> ClientSnapshot:
+    holding = [dev.holders[cid] for dev in policy.devices.values() if cid in dev.holders]
+    waiting = [dev.waiters[cid] for dev in policy.devices.values() if cid in dev.waiters]
+    state = "holding" if holding else "waiting" if waiting else "idle"
+    numbering = client.numbering
+    return ClientSnapshot(
+        registration=client.registration, device=numbering.device, gpu_uuid=numbering.gpu_uuid,
+        state=state, hold_time=client.hold_time + sum(now - hold.granted_at for hold in holding),
+        waits=client.waits,
+        wait_time=client.wait_time + sum(now - wait.since for wait in waiting if wait.queued),
+        allocated=dict(sorted(client.allocated.items())),
+        resident=policy.residency.of(numbering.device, cid),
+        revocations=client.revocations, revoked=client.revoked)

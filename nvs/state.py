@@ -1,0 +1,71 @@
+"""What the policy core remembers between events: its clients, and each device's lock.
+
+Plain records; policy.py's rules change them, snapshot.py reads them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .device_identity import Numbering
+
+
+@dataclass(frozen=True)
+class Registration:
+    """Who a client is, from its REGISTER and its connection: fixed while it stays."""
+    id: int
+    pid: int
+    uid: int
+    gid: int
+    name: str
+    namespace: str
+    pod: str
+    flags: int  # REG_* flags
+    connected_since: float  # wall-clock (Unix) time, given by the shell
+
+
+@dataclass
+class Client:
+    registration: Registration
+    numbering: Numbering  # the GPU it registered, in its own numbering and the scheduler's
+    hold_time: float = 0.0  # finished holds only; a snapshot adds the running one
+    waits: int = 0
+    wait_time: float = 0.0  # finished waits only, likewise
+    allocated: dict[int, int] = field(default_factory=dict)  # device -> bytes
+    revocations: int = 0
+    revoked: bool = False  # its last lock was taken away and it has not been granted since
+    last_grant: dict[int, int] = field(default_factory=dict)  # device -> number of its last grant
+
+    def __str__(self) -> str:
+        who = self.registration
+        return f"client {who.id} (pid {who.pid}, {who.name or '?'})"
+
+
+@dataclass
+class Hold:
+    granted_at: float
+    quantum_end: float
+    dropped_at: float | None = None  # when DROP_LOCK was sent
+    revoke_at: float = 0.0  # once dropped: grace, plus the time its move out may take
+    idle_hint_ms: int = 0  # the last IDLE_HINT sent for this hold
+    hint_evict_bytes: int = 0  # and the move out it announced
+
+
+@dataclass
+class Wait:
+    since: float
+    queued: bool  # it had to wait behind someone, so its grant carries GRANT_AFTER_WAIT
+    room_asked: bool = False  # clients were asked to move memory out for its grant
+
+
+@dataclass
+class Device:
+    index: int
+    holders: dict[int, Hold] = field(default_factory=dict)
+    waiters: dict[int, Wait] = field(default_factory=dict)  # insertion order is FCFS order
+    evictions: dict[int, tuple[float, int]] = field(default_factory=dict)  # client -> EVICT's
+    # deadline and bytes
+
+    @property
+    def idle(self) -> bool:
+        return not self.holders and not self.waiters

@@ -1,0 +1,114 @@
+"""Moving converted memory off the device by copy: the bytes go to pinned staging memory and the
+device pages are discarded (the fake overwrites discarded memory, so a program that ran before
+its memory came back would read the wrong bytes). The program's own managed memory still
+migrates. What is staged is back before the program runs again, whichever way it runs: a grant,
+mode off, or the scheduler gone. Frames come from `scripted` (scripted_scheduler.py)."""
+
+from __future__ import annotations
+
+from gemshare_nvs import protocol as p
+
+import libnvs_fakelog as fakelog
+from libnvs_programs import run_together, wait_for
+from test_move_out import TO_HOST_DONE, dropped, start_holding
+
+MiB = 1 << 20
+WRITTEN = ["alloc", "a", "3M", "write", "a", 17, "alloc-managed", "m", "2M", "alloc", "b", "4M",
+           "write", "b", 34]
+CHECKED = ["check", "a", 17, "check", "b", 34]
+
+
+def checks(result) -> list[str]:
+    return [c["ok"] for c in result.steps("check")]
+
+
+def test_converted_memory_goes_by_copy_and_comes_back_intact(scripted):
+    gpu, scheduler = scripted
+    result, events = dropped(gpu, scheduler, WRITTEN, evict_bytes=p.EVICT_ALL, then=CHECKED)
+    ptr = result.pointers()
+    # Converted a and b by copy and discard; the program's own m by migration.
+    assert fakelog.discarded(events, result.pid) == [(ptr["a"], 3 * MiB), (ptr["b"], 4 * MiB)]
+    assert fakelog.prefetched(events, result.pid, to_host=True) == [(ptr["m"], 2 * MiB)]
+    assert fakelog.named(events, "host_register", pid=result.pid), "no pinned staging memory"
+    done = scheduler.wait_moved_done(result.pid)
+    assert (done.flags, done.bytes) == (TO_HOST_DONE, 9 * MiB)
+    # Back on the grant: each staged range prefetched to the device, before the program's checks.
+    back = [(a, n) for a, n in fakelog.prefetched(events, result.pid, to_host=False)]
+    assert (ptr["a"], 3 * MiB) in back and (ptr["b"], 4 * MiB) in back
+    assert checks(result) == ["1", "1"]
+
+
+def test_many_handoffs_with_the_real_scheduler_keep_every_byte(gpu_with):
+    gpu, scheduler = gpu_with(device_mem="64M", tq=1)
+    # 40 MiB each on a 64 MiB device: every handoff moves memory out. Each program checks its
+    # bytes after every launch, so a turn that ran before its memory was back fails a check.
+    results = run_together(gpu, ["alloc", "a", "40M", "write", "a", 17,
+                                 *["launch", 100_000, "check", "a", 17] * 25])
+    events = gpu.events()
+    for result in results:
+        assert set(checks(result)) == {"1"}, result.describe()
+    staged = [fakelog.discarded(events, r.pid) for r in results]
+    assert sum(map(len, staged)) >= 2, scheduler.log()
+    # Pinned once per program: later moves reuse the staging memory.
+    assert all(len(fakelog.named(events, "host_register", pid=r.pid)) <= 1 for r in results)
+    assert "revoke" not in scheduler.log()
+
+
+def staged_then(gpu, scheduler, leave) -> None:
+    """A holder whose memory all went to staging memory at a drop; `leave` then lets it run
+    without the lock; it must find every byte."""
+    program = start_holding(gpu, scheduler, WRITTEN, then=CHECKED)
+    scheduler.drop(program.pid, p.EVICT_ALL)
+    scheduler.wait_for(program.pid, p.LockReleased)
+    gpu.path("again").touch()
+    leave(program)
+    result = program.wait()
+    assert result.returncode == 0, result.describe()
+    assert fakelog.discarded(gpu.events(), result.pid)
+    assert checks(result) == ["1", "1"]
+
+
+def test_staged_memory_is_back_before_the_program_runs_in_mode_off(scripted):
+    gpu, scheduler = scripted
+    staged_then(gpu, scheduler, lambda program: scheduler.send(program.pid,
+                                                               p.SchedMode(p.Mode.OFF, 30)))
+
+
+def test_staged_memory_is_back_before_the_program_runs_without_a_scheduler(scripted):
+    gpu, scheduler = scripted
+    staged_then(gpu, scheduler, lambda program: scheduler.close())
+
+
+def test_without_pinned_memory_the_driver_migrates_instead(scripted):
+    gpu, scheduler = scripted
+    # Pinning the 7 MiB of staging memory is refused; migrating is not.
+    result, events = dropped(gpu, scheduler, WRITTEN, evict_bytes=p.EVICT_ALL, then=CHECKED,
+                             env={"FAKECUDA_HOST_PIN_LIMIT": "4M"})
+    ptr = result.pointers()
+    assert not fakelog.discarded(events, result.pid)
+    assert fakelog.prefetched(events, result.pid, to_host=True) == \
+        [(ptr["a"], 3 * MiB), (ptr["m"], 2 * MiB), (ptr["b"], 4 * MiB)]
+    done = scheduler.wait_moved_done(result.pid)
+    assert (done.flags, done.bytes) == (TO_HOST_DONE, 9 * MiB)
+    assert any("cannot pin" in line for line in result.gemshare_lines()), result.stderr
+    assert checks(result) == ["1", "1"]
+
+
+def test_a_hinted_move_has_its_staging_memory_pinned_before_the_drop(scripted):
+    gpu, scheduler = scripted
+    program = start_holding(gpu, scheduler, WRITTEN, then=CHECKED)
+    scheduler.send(program.pid, p.IdleHint(0, 0, 7 * MiB))  # a drop would ask for a and b
+    wait_for(lambda: fakelog.named(gpu.events(), "host_register", pid=program.pid),
+             "staging memory pinned ahead")
+    scheduler.drop(program.pid, p.EVICT_ALL)
+    scheduler.wait_for(program.pid, p.LockReleased)
+    result = scheduler.last_turn(program, gpu.path("again"))
+    events = gpu.events()
+    ptr = result.pointers()
+    # Pinned once, ahead; the move found it and only copied.
+    (pinned,) = fakelog.named(events, "host_register", pid=result.pid)
+    assert int(pinned["size"]) >= 7 * MiB
+    first_copy = min(e.ns for e in fakelog.moves_out(events, result.pid))
+    assert pinned.ns < first_copy
+    assert fakelog.discarded(events, result.pid) == [(ptr["a"], 3 * MiB), (ptr["b"], 4 * MiB)]
+    assert checks(result) == ["1", "1"]

@@ -1,0 +1,161 @@
+"""Handoffs between programs that do not fit on the device together, and between ones that do,
+with libnvs.so and the real scheduler on the fake driver, whose migrations take time
+(FAKECUDA_MIGRATE_GBPS): moves longer than the grace, evictions of idle clients, idle gaps kept
+through when a swap costs more, and handed over when nothing has to move. What happened is read
+from the scheduler's log."""
+
+from __future__ import annotations
+
+import re
+
+from libnvs_programs import client_of, run_together, scheduler_status, wait_file, wait_for
+
+GIB = 1 << 30
+MIB = 1 << 20
+CAPACITY = 16 * GIB
+RESERVE = 512 * MIB  # the scheduler's default context reserve per holder
+PAGE = 2 * MIB  # moves go in whole pages, so one may pass what was asked by less than this
+GRACE_S = 0.5
+ASSUMED_TO_HOST_BPS = 3e9  # the scheduler's rate until a move has been measured
+
+
+def room(*allocated: int, holders: int = 1) -> int:
+    """What must leave the device before a grant (nvs/cost.py room_to_make) when `allocated`
+    are all counted on it, none of them fits beside the others."""
+    return sum(allocated) + holders * RESERVE - CAPACITY + max(256 * MIB, CAPACITY // 64)
+
+
+def moves(log: str, pid: int, where: str) -> list[tuple[int, float]]:
+    """(bytes, seconds) of each move the client with this pid reported, to the host or device."""
+    return [(int(n), float(s)) for n, s in re.findall(
+        rf"moved client \d+ \(pid {pid},[^\n]*?\): device \d+, (\d+) bytes to the {where} "
+        rf"in ([\d.]+) s", log)]
+
+
+def starts(log: str, pattern: str) -> list[int]:
+    """Where each match of `pattern` starts in the log, for comparing the order of lines."""
+    return [m.start() for m in re.finditer(pattern, log)]
+
+
+def first(log: str, pattern: str) -> int:
+    found = starts(log, pattern)
+    assert found, f"no line matching {pattern!r} in:\n{log}"
+    return found[0]
+
+
+def test_a_holder_moving_out_for_longer_than_the_grace_is_not_revoked(gpu_with_migrating):
+    gpu, scheduler = gpu_with_migrating(device_mem="16G", tq=2, grace_ms=int(GRACE_S * 1000))
+    # 4.75 GiB to move at 5 GB/s: about a second, twice the grace.
+    results = run_together(gpu, ["alloc", "a", "10G", *["launch", 100_000, "stream-sync"] * 30],
+                           env={"FAKECUDA_MIGRATE_GBPS": "5"})
+    log = scheduler.log()
+    assert any(s > GRACE_S for r in results for _, s in moves(log, r.pid, "host")), log
+    assert "revoke" not in log, log
+
+
+def test_progress_keeps_a_holder_whose_moves_outlast_the_schedulers_deadline(gpu_with_migrating):
+    # At 5 GB/s (above) grace + bytes at the assumed 3 GB/s covers every move by itself; at 2 GB/s
+    # only MOVED progress frames keep the holder: through its first move out, and through a move
+    # back of 4.75 GiB during which a drop asking for 768 MiB comes.
+    gpu, scheduler = gpu_with_migrating(device_mem="16G", tq=1, grace_ms=int(GRACE_S * 1000))
+    env = {"FAKECUDA_MIGRATE_GBPS": "2"}
+
+    def granted(program):
+        wait_for(lambda: re.search(rf"grant client \d+ \(pid {program.pid},", scheduler.log()),
+                 f"a grant to pid {program.pid}")
+
+    # A long program; a short one that makes it move out; a smaller one that queues behind its
+    # return and so drops it while its memory comes back. Only first grants need no move back,
+    # so the short ones run within their quantum and leave (two long ones would only swap).
+    long = gpu.start(["init", "alloc", "a", "10G", *["launch", 100_000, "stream-sync"] * 20],
+                     env=env)
+    granted(long)
+    short = gpu.start(["init", "alloc", "b", "10G", "launches", 5, 100_000, "sync"], env=env)
+    granted(short)
+    small = gpu.start(["init", "alloc", "c", "6G", "launches", 5, 100_000, "sync"], env=env)
+    for program in (long, short, small):
+        result = program.wait()
+        assert result.returncode == 0, result.describe()
+
+    log = scheduler.log()
+    assert "revoke" not in log, log
+    size, seconds = moves(log, long.pid, "host")[0]
+    assert seconds > GRACE_S + size / ASSUMED_TO_HOST_BPS, log  # the setup, not a speed
+    grants = starts(log, rf"grant client \d+ \(pid {long.pid},")
+    back = first(log, rf"moved client \d+ \(pid {long.pid},[^\n]* to the device")
+    assert len(grants) >= 2 and any(grants[1] < drop < back for drop in
+                                    starts(log, rf"drop client \d+ \(pid {long.pid},")), log
+
+
+def test_an_idle_client_is_asked_to_make_the_room_a_grant_needs(gpu_with_migrating):
+    gpu, scheduler = gpu_with_migrating(device_mem="16G", tq=10)
+    env = {"FAKECUDA_MIGRATE_GBPS": "10"}
+    idle = gpu.start(["init", "alloc", "a", "12G", "launch", 100_000, "stream-sync",
+                      "touch-file", gpu.path("ran"), "wait-file", gpu.path("end")], env=env)
+    wait_file(gpu.path("ran"))
+    # Once the idle program has let the lock go, the newcomer's room can only come from a
+    # client that holds nothing: an EVICT, not a drop.
+    wait_for(lambda: re.search(rf"release client \d+ \(pid {idle.pid},.*early \(idle\)",
+                               scheduler.log()), "the idle program's early release")
+    newcomer = gpu.start(["init", "alloc", "b", "6G", "touch-file", gpu.path("allocated"),
+                          "wait-file", gpu.path("go"), "launch", 100_000, "stream-sync"], env=env)
+    wait_file(gpu.path("allocated"))
+    # libnvs reports memory at most every 100 ms and sends a pending request first, so a request
+    # right after an allocation can overtake its report: the grant would then make no room.
+    wait_for(lambda: (client_of(scheduler_status(scheduler.socket), newcomer.pid) or {})
+             .get("allocated_bytes") == 6 * GIB, "the newcomer's memory in the scheduler's count")
+    gpu.path("go").touch()
+    done = newcomer.wait()
+    gpu.path("end").touch()  # only now: the idle program's leaving would make the room itself
+    for result in (done, idle.wait()):
+        assert result.returncode == 0, result.describe()
+
+    log = scheduler.log()
+    needed = room(12 * GIB, 6 * GIB)
+    evict = first(log, rf"evict client \d+ \(pid {idle.pid},[^\n]*: device 0, {needed // MIB} "
+                       rf"MiB to the host to make room for client \d+ \(pid {newcomer.pid},")
+    ((moved, _),) = moves(log, idle.pid, "host")
+    assert 0 < moved <= needed + PAGE, log
+    reported = first(log, rf"moved client \d+ \(pid {idle.pid},[^\n]* to the host")
+    granted = first(log, rf"grant client \d+ \(pid {newcomer.pid},")
+    assert evict < reported < granted, log
+    assert "drop client" not in log, log
+
+
+def test_gaps_shorter_than_a_swap_keep_the_lock_until_the_quantum_ends(gpu_with_migrating):
+    gpu, scheduler = gpu_with_migrating(device_mem="16G", tq=2)
+    # A swap of 4.75 GiB each way at 4 GB/s takes 2.5 s; each pass then idles 300 ms, past the
+    # 250 ms early release a holder uses when no hint says a swap costs more. Slower, the move
+    # back would outlast the quantum and no turn would get any work done.
+    passes = ["launch", 50_000, "stream-sync", "sleep-ms", 300] * 7
+    results = run_together(gpu, ["alloc", "a", "10G", *passes, "launch", 50_000, "stream-sync"],
+                           env={"FAKECUDA_MIGRATE_GBPS": "4"})
+    log = scheduler.log()
+    # Once one program has left, the other runs alone and may release early: nobody waits.
+    together = log[:first(log, r"disconnect client")]
+    releases = re.findall(r"release client [^\n]*: device 0 ([^,\n]*),", together)
+    assert releases and set(releases) == {"after drop"}, log
+    drops = re.findall(r"drop client [^\n]*", log)
+    assert len(drops) >= 2 and all("quantum over" in drop for drop in drops), log
+    assert all(moves(log, r.pid, "host") for r in results), log  # each turn did swap
+
+
+def test_programs_that_fit_together_hand_over_after_a_short_idle_gap(gpu_with_migrating):
+    gpu, scheduler = gpu_with_migrating(device_mem="16G", tq=10)
+    waiter = gpu.start(["init", "alloc", "b", "1G", "wait-file", gpu.path("go"),
+                        "launch", 100_000, "stream-sync"])
+    # The holder's kernel runs 300 ms past "go", so the waiter asks while it still holds.
+    holder = gpu.start(["init", "alloc", "a", "1G", "launch", 300_000, "touch-file",
+                        gpu.path("go"), "stream-sync", "sleep-ms", 1000,
+                        "launch", 100_000, "stream-sync"])
+    for result in (waiter.wait(), holder.wait()):
+        assert result.returncode == 0, result.describe()
+    log = scheduler.log()
+    released = first(log, rf"release client \d+ \(pid {holder.pid},[^\n]*early \(idle\)")
+    (granted,) = starts(log, rf"grant client \d+ \(pid {waiter.pid},")
+    assert released < granted, log
+    (waited,) = re.findall(rf"grant client \d+ \(pid {waiter.pid},[^\n]*after waiting ([\d.]+) s",
+                           log)
+    # Nothing has to move, so no hint: the 250 ms default, not the 10 s quantum, ended the wait.
+    assert float(waited) < 2, log
+    assert "drop client" not in log and "evict" not in log, log
