@@ -44,6 +44,8 @@ def settings() -> dict:
     return {"gib": int(os.environ.get("OVERSUB_GIB", "16")),
             "passes": int(os.environ.get("OVERSUB_PASSES", "20")),
             "capacity_mib": int(os.environ.get("OVERSUB_CAPACITY_MIB", "24576")),
+            # Only the scenarios whose gap is listed (e.g. "0.5"), to spend less GPU time.
+            "gaps": [float(g) for g in os.environ.get("OVERSUB_GAPS", "0,0.5").split(",")],
             "tq": TQ, "start_gap_s": START_GAP_S}
 
 
@@ -168,6 +170,7 @@ def log_figures(log: str) -> dict:
         moves[where].append((int(size), float(seconds)))
     return {"grants": len(re.findall(r"\bgrant client ", log)),
             "revocations": len(re.findall(r"\brevoke client ", log)),
+            "early_releases": len(re.findall(r"\brelease client [^\n]*early \(idle\)", log)),
             "moved": {"to_host": move_summary(moves["host"]),
                       "to_device": move_summary(moves["device"])}}
 
@@ -187,7 +190,12 @@ def shared_pair(command: list[str], library: Path, directory: Path, mode: str,
         status = read_status(scheduler.socket)
     finally:
         scheduler.stop()
-    return {**run, **log_figures(scheduler.log_path.read_text()), **device_moves(status)}
+    log = scheduler.log_path.read_text()
+    kept = os.environ.get("OVERSUB_LOGS")
+    if kept:  # where a run's whole story can be read afterwards
+        Path(kept).mkdir(parents=True, exist_ok=True)
+        (Path(kept) / f"{directory.parent.name}-{mode}.log").write_text(log)
+    return {**run, **log_figures(log), **device_moves(status)}
 
 
 def attempt(name: str, measure, *args) -> dict:
@@ -226,7 +234,7 @@ def measure(python: str, library: Path, directory: Path) -> dict:
               "memory", file=sys.stderr)
     return {**chosen, "scenarios": {
         name: scenario(python, library, directory / f"gap{gap:g}", name, gap, chosen)
-        for name, gap in SCENARIOS.items()}}
+        for name, gap in SCENARIOS.items() if gap in chosen["gaps"]}}
 
 
 def gib(size) -> str:
@@ -267,7 +275,8 @@ def run_line(name: str, run: dict, ratio: float | None = None) -> str:
         line += f" ({ratio:.2f} of one after another)"
     if "grants" in run:
         moved = run["moved"]
-        line += (f"; {run['grants']} grants, {run['revocations']} revocations; per handoff "
+        line += (f"; {run['grants']} grants ({run.get('early_releases', 0)} after early "
+                 f"releases), {run['revocations']} revocations; per handoff "
                  f"(median/max) {direction('out', moved['to_host'])}, "
                  f"{direction('back', moved['to_device'])}; {status_moves(run)}")
     return line + ("; intact" if run["intact"] else "; DATA NOT INTACT")

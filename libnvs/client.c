@@ -72,6 +72,9 @@ static int64_t gs_last_mem_report = INT64_MIN / 2;
 static int64_t gs_last_reap = INT64_MIN / 2;
 static unsigned gs_idle_seen;
 static int64_t gs_idle_since;
+/* The work submitted before gs_idle_since is known to have finished (a synchronize found it so):
+ * idle time counted from then is time the GPU really had nothing to do. */
+static bool gs_idle_drained;
 static unsigned gs_idle_hint_ms; /* the scheduler's IDLE_HINT for this grant; 0: none */
 static uint8_t gs_rbuf[2 * GS_WIRE_MAX_INBOUND];
 static size_t gs_rlen;
@@ -363,6 +366,7 @@ static void gs_check_idle(int64_t now)
     if (seen != gs_idle_seen || gs_gate_in_flight() > 0) {
         gs_idle_seen = seen;
         gs_idle_since = now;
+        gs_idle_drained = false;
         return;
     }
     if (now - gs_idle_since < idle_ms)
@@ -378,7 +382,17 @@ static void gs_check_idle(int64_t now)
     int64_t end = gs_now_ms();
     if (end - start > GS_BUSY_SYNC_MS || gs_gate_submitted() != seen) {
         /* The GPU was busy until just now: idle time counts from here. */
+        gs_idle_drained = gs_gate_submitted() == seen;
         gs_idle_seen = gs_gate_submitted();
+        gs_idle_since = end;
+        return;
+    }
+    /* Idle time counts from the last submission, but the work queued then may have kept the
+     * GPU busy for most of it (a program that queues a pass and sleeps). Where the scheduler
+     * hinted that a handoff costs a swap, that is not enough: the idle time starts over from
+     * here, where the GPU is known to be done, and only a whole one more releases. */
+    if (gs_idle_hint_ms > 0 && !gs_idle_drained) {
+        gs_idle_drained = true;
         gs_idle_since = end;
         return;
     }
@@ -452,6 +466,7 @@ static void gs_handle(const struct gs_header *h, const uint8_t *payload)
         gs_move_back(m.device, m.flags);
         gs_idle_seen = gs_gate_submitted();
         gs_idle_since = gs_now_ms();
+        gs_idle_drained = false;
         gs_gate_open();
         break;
     }
@@ -719,6 +734,7 @@ static void gs_after_fork_child(void)
     gs_lock = GS_LOCK_NONE;
     gs_mode = GS_MODE_ON;
     gs_idle_hint_ms = 0;
+    gs_idle_drained = false;
     gs_moving = gs_run_freely_pending = false;
     gs_rlen = 0;
     gs_retry_ms = GS_RETRY_FIRST_MS;

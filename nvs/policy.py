@@ -97,6 +97,9 @@ class Policy:
         self.residency = Residency()
         self.links: dict[int, Link] = {}  # device -> its measured moves, kept while we run
         self.grants: dict[int, int] = {}  # device -> grants made on it so far
+        # device -> the client whose hold there ended last: with nobody waiting, the one most
+        # likely to ask next, so what handing the device to it would cost is the switch cost.
+        self.last_holder: dict[int, int] = {}
 
     # ----- events -------------------------------------------------------------------------
 
@@ -467,13 +470,21 @@ class Policy:
         return min(needed, self.residency.of(dev.index, cid))
 
     def switch_seconds(self, device: int) -> float:
-        """What handing the device to its head waiter now would cost in moves: the room it
-        needs, moved out now and back in when the holder returns (the waiter's own memory comes
-        back whenever it runs, so that is no cost of switching early); 0 with nobody waiting."""
+        """What handing the device to the next client now would cost in moves: the room it
+        needs, moved out now and back in when the holder returns (its own memory comes back
+        whenever it runs, so that is no cost of switching early). The next client is the head
+        waiter or, with nobody waiting, the last other holder that still has memory there: a
+        holder that releases early with nobody waiting is evicted as soon as that one asks."""
         dev = self.devices.get(device)
-        head = next(iter(dev.waiters), None) if dev else None
-        if head is None:
+        if dev is None:
             return 0.0
+        head = next(iter(dev.waiters), None)
+        if head is None:
+            last = self.last_holder.get(device)
+            client = self.clients.get(last) if last is not None else None
+            if client is None or last in dev.holders or not client.allocated.get(device):
+                return 0.0
+            head = last
         out = self._room_for(dev, [head], len(dev.holders))
         return self._link(device).switch_seconds(out, out)
 
@@ -538,6 +549,7 @@ class Policy:
                     f"no progress reported since; held {held:.3f} s)")]
 
     def _end_hold(self, dev: Device, cid: int, now: float, client: Client | None = None) -> float:
+        self.last_holder[dev.index] = cid
         held = now - dev.holders.pop(cid).granted_at
         (client or self.clients[cid]).hold_time += held
         return held

@@ -34,7 +34,7 @@ PROGRAM = {"gib": 16, "passes": 20, "gap_s": 0.0, "ops": 40, "seconds": 14.0,
 
 def shared(seconds: float, **figures) -> dict:
     return {"seconds": seconds, "intact": True, "programs": [PROGRAM, PROGRAM], "grants": 5,
-            "revocations": 0, "moved": MOVED, "moves": MOVES, "move_rates": RATES, **figures}
+            "early_releases": 2, "revocations": 0, "moved": MOVED, "moves": MOVES, "move_rates": RATES, **figures}
 
 
 def table(results: dict, capsys) -> str:
@@ -97,8 +97,8 @@ def test_oversub_prints_every_scenario_and_mode(capsys):
     out = table({"oversub": part}, capsys)
     assert "2 x 16 GiB, 20 passes each, scheduler capacity 24576 MiB, TQ 10 s" in out
     assert "oversubscribed pair, one after another, no layer: 28.0 s; intact" in out
-    assert ("oversubscribed pair, together, on: 30.8 s (1.10 of one after another); 5 grants, "
-            "0 revocations; per handoff (median/max) out 3 x 9.50/10.00 GiB at 12.1 GB/s, "
+    assert ("oversubscribed pair, together, on: 30.8 s (1.10 of one after another); 5 grants "
+            "(2 after early releases), 0 revocations; per handoff (median/max) out 3 x 9.50/10.00 GiB at 12.1 GB/s, "
             "back 3 x 9.50/10.00 GiB rate n/a; status: 29.00 GiB out in 2.4 s, 29.00 GiB "
             "back in 0.7 s, rates 12.9 out / 44.5 back GB/s (measured); intact") in out
     assert ("oversubscribed pair, together, auto: 35.0 s (1.25 of one after another)" in out
@@ -120,6 +120,8 @@ def test_oversub_reads_the_scheduler_log_and_status():
         "2026-11-22 10:00:00.000 INFO grant client 1 (pid 10, python3): device 0",
         "2026-11-22 10:00:10.000 INFO grant client 2 (pid 11, python3): device 0, after waiting",
         "2026-11-22 10:00:20.000 INFO revoke client 2 (pid 11, python3): device 0, no release",
+        "2026-11-22 10:00:09.950 INFO release client 1 (pid 10, python3): device 0 early (idle), "
+        "held 9.950 s",
         "2026-11-22 10:00:09.900 INFO moved client 1 (pid 10, python3): device 0, "
         "9663676416 bytes to the host in 0.812 s (11.9 GB/s)",
         "2026-11-22 10:00:19.900 INFO moved client 2 (pid 11, a: b): device 0, "
@@ -127,7 +129,7 @@ def test_oversub_reads_the_scheduler_log_and_status():
         "2026-11-22 10:00:20.100 INFO moved client 1 (pid 10, python3): device 0, "
         "1048576 bytes to the device in 0.001 s (1.0 GB/s)"])
     figures = run_gpu.oversub.log_figures(log)
-    assert (figures["grants"], figures["revocations"]) == (2, 1)
+    assert (figures["grants"], figures["early_releases"], figures["revocations"]) == (2, 1, 1)
     out = figures["moved"]["to_host"]
     assert out["count"] == 2 and out["bytes_max"] == 10737418240
     assert abs(out["gbps_median"] - (9663676416 / 0.812 + 10737418240) / 2e9) < 1e-9

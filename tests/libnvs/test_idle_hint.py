@@ -50,3 +50,19 @@ def test_a_hint_never_turns_early_release_on(scripted):
     assert released.reason == p.ReleaseReason.DROPPED
     gpu.path("end").touch()
     assert program.wait().returncode == 0
+
+
+def test_with_a_hint_idle_time_counts_from_when_the_queued_work_was_done(scripted):
+    gpu, scheduler = scripted
+    # Each pass queues 400 ms of GPU work and sleeps 700 ms without waiting for it: the GPU has
+    # nothing to do for 300 ms of each pass, less than the hinted 600 ms, although 700 ms pass
+    # between submissions.
+    passes = ["launch", 400_000, "sleep-ms", 700] * 4
+    program = gpu.start(["init", "launch", 100, "sync", "touch-file", gpu.path("ran"), *passes,
+                         "sync"])
+    scheduler.turn(program, gpu.path("ran"))
+    scheduler.send(program.pid, p.IdleHint(0, 600))
+    result = program.wait()
+    assert result.returncode == 0, result.describe()
+    assert not scheduler.received(program.pid, p.LockReleased), \
+        "released in a gap shorter than the hint"

@@ -315,3 +315,16 @@ def test_memory_reports_carry_the_device_size_whatever_was_allocated(scripted, k
     gpu.path("end").touch()
     assert program.wait().returncode == 0
     assert (report.device, report.device_total_bytes) == (0, DEVICE)
+
+
+def test_a_lock_request_comes_after_the_report_of_the_memory_allocated_before_it(scripted):
+    gpu, scheduler = scripted
+    # The second allocation falls inside the 100 ms between reports: the launch's request must
+    # not overtake its report, or the scheduler grants without making room for it.
+    program = gpu.start(["init", "alloc", "a", "4M", "alloc", "b", "4M", "launch", 100, "sync"])
+    ((requested_ns, _),) = scheduler.wait_for(program.pid, p.RequestLock)
+    reports = [(ns, m.allocated_bytes) for ns, m in scheduler.received(program.pid, p.MemReport)
+               if ns <= requested_ns]
+    assert reports and reports[-1][1] == 8 * MIB, reports
+    scheduler.grant(program.pid)
+    assert program.wait().returncode == 0

@@ -244,9 +244,12 @@ def test_an_idle_holder_keeps_the_lock_through_gaps_shorter_than_its_swap():
     driver.advance_to_deadline()
     driver.moved(1, out, seconds=0.4)  # a fast link after all
     driver.release(1)
+    swap_ms = round(2 * (0.4 + out / 10e9) * 1000)
+    # Granted with nobody waiting, 2 keeps the lock through short gaps all the same: releasing it
+    # would only have 1, the last holder, evicted as soon as it asks again.
+    assert driver.hints == [(2, p.IdleHint(0, swap_ms, 0))]
     driver.request(1)
-    ((cid, hint),) = driver.hints
-    assert cid == 2 and hint.idle_release_ms == round(2 * (0.4 + out / 10e9) * 1000)
+    assert driver.hints[-1] == (2, p.IdleHint(0, swap_ms, out))
 
 
 def test_a_swap_longer_than_the_quantum_keeps_the_lock_for_the_quantum():
@@ -260,6 +263,16 @@ def test_holders_that_fit_beside_their_waiter_get_the_usual_idle_release():
     driver.advance_to_deadline()
     driver.release(1)
     assert driver.hints == []
+
+
+def test_a_last_holder_that_left_or_fits_adds_no_hint():
+    driver = pair(tq=10)
+    driver.advance_to_deadline()
+    driver.moved(1, 8 * G + RESERVE + MARGIN)
+    driver.release(1)
+    driver.hints.clear()
+    driver.disconnect(1)  # gone: nobody will ask for the device back
+    assert driver.hints[-1] == (2, p.IdleHint(0, 0, 0))
 
 
 def test_mode_off_puts_all_memory_back_and_every_next_grant_says_others_ran():
