@@ -17,6 +17,11 @@ CC ?= cc
 # The interpreter the installed commands run on; the absolute path of $(PYTHON) unless given.
 INSTALL_PYTHON ?= $(shell $(PYTHON) -c 'import sys; print(sys.executable)')
 SCHEDULER_ARGS ?=
+# make scheduler keeps the settings changed with gemsharectl in the build tree rather than
+# /var/lib/gemshare; it reads the scheduler's default config file unless SCHEDULER_CONFIG names
+# another.
+SCHEDULER_STATE_DIR ?= $(BUILD)/state
+SCHEDULER_CONFIG ?=
 PROGRAMS := gemshare-scheduler gemsharectl
 UNITS := gemshare-scheduler.service gemshare-scheduler.socket
 
@@ -49,7 +54,9 @@ scheduler: lib venv
 	echo "  export GEMSHARE_SOCKET=$$sock"; \
 	echo "  LD_PRELOAD=$(abspath $(BUILD))/libnvs.so python train.py"; \
 	echo "  $(abspath $(VENV))/bin/gemsharectl status"; \
-	exec $(VENV)/bin/gemshare-scheduler --socket "$$sock" $$group $(SCHEDULER_ARGS)
+	exec $(VENV)/bin/gemshare-scheduler --socket "$$sock" $$group \
+	  $(if $(SCHEDULER_CONFIG),--config "$(SCHEDULER_CONFIG)") \
+	  --state-dir "$(abspath $(SCHEDULER_STATE_DIR))" $(SCHEDULER_ARGS)
 
 # The package goes in with pip --target: unlike a virtualenv, that folder holds no absolute paths
 # of its own, so it can be staged under DESTDIR and moved into place. The commands in BINDIR are
@@ -84,6 +91,7 @@ install: lib venv
 	done
 	install -m 0644 README.md $(DESTDIR)$(DOCDIR)/README.md
 	install -m 0644 docs/protocol.md $(DESTDIR)$(DOCDIR)/protocol.md
+	install -m 0644 docs/config.md $(DESTDIR)$(DOCDIR)/config.md
 
 uninstall:
 	rm -f $(DESTDIR)$(LIBDIR)/libnvs.so

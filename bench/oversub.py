@@ -23,7 +23,8 @@ from pathlib import Path
 
 from gemshare_nvs.connection import Connection, SchedulerUnavailable
 from gemshare_nvs.protocol import ProtocolError
-from scheduler_process import SchedulerProcess
+from gpu_runs import attempt, free_mib, inherited, keep_log, launch, private_scheduler, stop
+from scheduler_log import lock_events
 
 WORKLOAD = Path(__file__).resolve().parent / "gpu" / "oversub_pass.py"
 SCENARIOS = {"oversubscribed pair": 0.0, "oversubscribed pair, half busy": 0.5}  # name: gap
@@ -31,9 +32,6 @@ TQ = 10
 START_GAP_S = 1.0  # the second program starts this long after the first
 TIMEOUT_S = 600  # for one run, both programs together
 GIB = 1 << 30
-# Inherited settings that would change what is measured or endanger a shared card: debug logging
-# slows every handoff, and single-process oversubscription must never be enabled here.
-UNWANTED = ("GEMSHARE_DEBUG", "GEMSHARE_ENABLE_SINGLE_OVERSUB")
 MOVED = re.compile(r"\bmoved client \d+ .*?: device \d+, (\d+) bytes to the (host|device) "
                    r"in ([0-9.]+) s")
 # As the scheduler does: smaller moves are mostly fixed costs and say nothing about the link.
@@ -49,17 +47,6 @@ def settings() -> dict:
             "tq": TQ, "start_gap_s": START_GAP_S}
 
 
-def free_mib() -> list[int]:
-    """Free memory of each GPU nvidia-smi lists, in MiB; none if it does not answer."""
-    try:
-        done = subprocess.run(["nvidia-smi", "--query-gpu=memory.free",
-                               "--format=csv,noheader,nounits"],
-                              capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.SubprocessError):
-        return []
-    return [int(field) for field in done.stdout.split() if field.isdigit()]
-
-
 def refusal(gib: int, free: list[int]) -> str | None:
     """Why the pair must not run now, or None. The least free GPU counts: nvidia-smi does not
     follow CUDA_VISIBLE_DEVICES, so which one the programs get is not known here."""
@@ -69,18 +56,6 @@ def refusal(gib: int, free: list[int]) -> str | None:
         return (f"the pair needs 2 x {gib} GiB, more than half of the {min(free)} MiB free "
                 f"(lower OVERSUB_GIB, or wait until the card is less busy)")
     return None
-
-
-def inherited() -> dict:
-    return {name: value for name, value in os.environ.items() if name not in UNWANTED}
-
-
-def launch(command: list[str], env: dict, stem: Path) -> subprocess.Popen:
-    # Output to files, not pipes: a program blocked on a full pipe while it holds the GPU lock
-    # would stall its partner as well.
-    with open(stem.with_suffix(".out"), "w") as out, open(stem.with_suffix(".err"), "w") as err:
-        return subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=out,
-                                stderr=err)
 
 
 def printed(process: subprocess.Popen, stem: Path) -> dict:
@@ -118,10 +93,7 @@ def run_pair(command: list[str], env: dict, directory: Path, together: bool) -> 
             process.wait(max(0.0, deadline - time.monotonic()))
         seconds = time.perf_counter() - start
     finally:
-        for process in processes:  # stragglers, after a timeout or an error
-            if process.poll() is None:
-                process.kill()
-                process.wait()
+        stop(processes)  # stragglers, after a timeout or an error
     programs = [printed(process, stem) for process, stem in zip(processes, stems)]
     return {"seconds": seconds, "intact": all(program["intact"] for program in programs),
             "programs": programs}
@@ -168,9 +140,9 @@ def log_figures(log: str) -> dict:
     moves: dict[str, list[tuple[int, float]]] = {"host": [], "device": []}
     for size, where, seconds in MOVED.findall(log):
         moves[where].append((int(size), float(seconds)))
-    return {"grants": len(re.findall(r"\bgrant client ", log)),
-            "revocations": len(re.findall(r"\brevoke client ", log)),
-            "early_releases": len(re.findall(r"\brelease client [^\n]*early \(idle\)", log)),
+    events = lock_events(log)
+    return {"grants": events["grants"], "revocations": events["revocations"],
+            "early_releases": events["early_releases"],
             "moved": {"to_host": move_summary(moves["host"]),
                       "to_device": move_summary(moves["device"])}}
 
@@ -178,45 +150,25 @@ def log_figures(log: str) -> dict:
 def shared_pair(command: list[str], library: Path, directory: Path, mode: str,
                 capacity_mib: int) -> dict:
     """The pair together under a scheduler of its own, so that its log is this run's alone."""
-    directory.mkdir(parents=True)
-    scheduler = SchedulerProcess(directory, env=inherited(), tq=TQ, anti_thrash=mode,
-                                 capacity_mib=capacity_mib)
-    # REQUIRE_SCHEDULER: a program that failed to register fails instead of running unlocked.
-    env = {**inherited(), "LD_PRELOAD": str(library), "GEMSHARE_SOCKET": str(scheduler.socket),
-           "GEMSHARE_REQUIRE_SCHEDULER": "1"}
-    try:
+    with private_scheduler(library, directory, tq=TQ, anti_thrash=mode,
+                           capacity_mib=capacity_mib) as (scheduler, env):
         run = run_pair(command, env, directory, together=True)
         scheduler.check_running()
         status = read_status(scheduler.socket)
-    finally:
-        scheduler.stop()
     log = scheduler.log_path.read_text()
-    kept = os.environ.get("OVERSUB_LOGS")
-    if kept:  # where a run's whole story can be read afterwards
-        Path(kept).mkdir(parents=True, exist_ok=True)
-        (Path(kept) / f"{directory.parent.name}-{mode}.log").write_text(log)
+    keep_log(log, "OVERSUB_LOGS", f"{directory.parent.name}-{mode}.log")
     return {**run, **log_figures(log), **device_moves(status)}
-
-
-def attempt(name: str, measure, *args) -> dict:
-    """One run's figures, or its error: a failed run must not lose the other runs' figures."""
-    try:
-        run = measure(*args)
-    except Exception as exc:
-        run = {"error": f"{type(exc).__name__}: {exc}"}
-    print(run_line(name, run), file=sys.stderr, flush=True)  # progress, should the rest not end
-    return run
 
 
 def scenario(python: str, library: Path, directory: Path, name: str, gap: float,
              chosen: dict) -> dict:
     command = [python, str(WORKLOAD), str(chosen["gib"]), str(chosen["passes"]), str(gap)]
     result = {"gap_s": gap, "one_after_another": attempt(
-        f"{name}, one after another, no layer", run_pair, command, inherited(),
+        f"{name}, one after another, no layer", run_line, run_pair, command, inherited(),
         directory / "plain", False)}
     alone = result["one_after_another"].get("seconds")
     for mode in ("on", "auto"):
-        run = attempt(f"{name}, together, {mode}", shared_pair, command, library,
+        run = attempt(f"{name}, together, {mode}", run_line, shared_pair, command, library,
                       directory / mode, mode, chosen["capacity_mib"])
         result[f"together_{mode}"] = run
         result[f"ratio_{mode}"] = run["seconds"] / alone if alone and "seconds" in run else None

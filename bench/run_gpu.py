@@ -3,8 +3,9 @@
 Environment: BENCH_JSON=path (write the results there), BENCH_PYTHON (the Python with PyTorch
 for the workloads; default: this one), BENCH_ROUNDS (A/B rounds, default 7), SWAP_GIB (default 4;
 keep it well under 8 and under the card's free memory), BENCH_ONLY (a comma-separated subset of
-launch_rate, train_steps, swapin, interactive, two_jobs_s, oversub; default all); OVERSUB_GIB,
-OVERSUB_PASSES and OVERSUB_CAPACITY_MIB for the part oversub (bench/oversub.py).
+launch_rate, train_steps, swapin, interactive, two_jobs_s, oversub, beside_trainer; default all);
+OVERSUB_GIB, OVERSUB_PASSES and OVERSUB_CAPACITY_MIB for the part oversub (bench/oversub.py);
+BESIDE_* for the part beside_trainer (bench/beside_trainer.py).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -21,7 +23,9 @@ from datetime import date
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import beside_trainer  # noqa: E402
 import oversub  # noqa: E402
+from beside_report import print_beside  # noqa: E402
 from ab import interleave, run_json  # noqa: E402
 from scheduler_process import SchedulerProcess  # noqa: E402
 
@@ -114,7 +118,8 @@ def sharing(library: Path, directory: Path, tq: int, anti_thrash: str = "on"):
 
 
 # What BENCH_ONLY may name (comma-separated); all of them by default.
-PARTS = ("launch_rate", "train_steps", "swapin", "interactive", "two_jobs_s", "oversub")
+PARTS = ("launch_rate", "train_steps", "swapin", "interactive", "two_jobs_s", "oversub",
+         "beside_trainer")
 
 
 def chosen_parts() -> set[str]:
@@ -125,8 +130,17 @@ def chosen_parts() -> set[str]:
     return wanted or set(PARTS)
 
 
+def leave(signum: int, _frame) -> None:
+    """SIGTERM (a time limit) ends the bench as an exception would, so that the runs' cleanups
+    stop the programs and schedulers they started: none is left holding a shared card."""
+    signal.signal(signum, signal.SIG_IGN)  # a second one must not cut those cleanups short
+    sys.exit(128 + signum)
+
+
 def main() -> int:
     parts = chosen_parts()
+    beside = beside_trainer.settings() if "beside_trainer" in parts else None
+    signal.signal(signal.SIGTERM, leave)
     library = BUILD / "libnvs.so"
     if not library.exists():
         subprocess.run(["make", "-C", str(REPO), "lib"], check=True)
@@ -175,6 +189,9 @@ def main() -> int:
                         "together_no_layer": two_jobs(plain, together=True)}
         if "oversub" in parts:
             results["oversub"] = oversub.measure(PYTHON, library, directory / "oversub")
+        if beside is not None:
+            results["beside_trainer"] = beside_trainer.measure(
+                PYTHON, library, directory / "beside_trainer", beside)
     if os.environ.get("BENCH_JSON"):
         Path(os.environ["BENCH_JSON"]).write_text(json.dumps(results, indent=2))
     print_table(results)
@@ -207,6 +224,8 @@ def print_table(results: dict) -> None:
         print(f"two 1500-step jobs, {name}: {seconds:.1f} s")
     if "oversub" in results:
         oversub.print_oversub(results["oversub"])
+    if "beside_trainer" in results:
+        print_beside(results["beside_trainer"])
 
 
 def print_swap(swap: dict) -> None:

@@ -9,16 +9,23 @@ import sys
 import time
 from pathlib import Path
 
+# No config file and no state directory: /etc/gemshare/gemshare.toml and the settings kept in
+# /var/lib/gemshare would give the bench's scheduler other settings and rules than it asked for.
+ISOLATED = ("--config", "", "--state-dir", "")
+
 
 class SchedulerProcess:
-    def __init__(self, directory: Path, env: dict | None = None, **options):
-        """`options` become flags (capacity_mib=1024 -> --capacity-mib 1024); `env` replaces the
-        inherited environment."""
+    def __init__(self, directory: Path, env: dict | None = None, args=(), **options):
+        """`options` become flags (capacity_mib=1024 -> --capacity-mib 1024) and `args` follow
+        them as given, so that a flag there wins; `env` replaces the inherited environment.
+        There is no config file or state directory unless `options` or `args` name one."""
         self.socket = directory / "scheduler.sock"
         self.log_path = directory / "scheduler.log"
-        command = [sys.executable, "-m", "gemshare_nvs.daemon", "--socket", str(self.socket)]
+        command = [sys.executable, "-m", "gemshare_nvs.daemon", "--socket", str(self.socket),
+                   *ISOLATED]
         for name, value in options.items():
             command += ["--" + name.replace("_", "-"), str(value)]
+        command += list(args)
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log,
                                             stderr=subprocess.STDOUT, env=env)

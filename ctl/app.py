@@ -1,4 +1,5 @@
-"""gemsharectl: set the scheduler's time quantum and anti-thrash mode, and show its status.
+"""gemsharectl: change the scheduler's settings and one client's terms, check and reload its
+config file, and show its status.
 
 `gemsharectl --set-tq 30 --anti-thrash off` (options of the top-level command, alone or
 together) and `gemsharectl status [--json]` are part of the public contract.
@@ -8,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sys
 from importlib import metadata
 from pathlib import Path
@@ -17,21 +17,31 @@ from typing import Optional
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.text import Text
 
+from gemshare_nvs import config_file
+from gemshare_nvs.config import ConfigError
 from gemshare_nvs.connection import DEFAULT_SOCKET, socket_path
-from gemshare_nvs.settings import (DEFAULT_CONTROL_GROUP, MODE_LABELS, TQ, TQ_MAX, TQ_MIN,
-                                   check_mode)
+from gemshare_nvs.settings import (DEFAULT_CONFIG, DEFAULT_CONTROL_GROUP, GPU_LIMIT,
+                                   MEMORY_LIMIT, MIN_SLICE_MS, MODE_LABELS, TQ, TQ_MAX, TQ_MIN,
+                                   WEIGHT)
 
-from . import client, render
+from . import client, options, render
+from .config_view import config_view, errors_view
 from .errors import CtlError, ExitCode
 
 DEFAULT_TIMEOUT_S = 5.0
+CHECK_FAILED = 1  # config check's status for a file with problems, as test(1) or grep would
 
 EPILOG = f"""\
 [bold]Examples[/bold]
   gemsharectl --set-tq 30 --anti-thrash off   (either option alone works too)
+  gemsharectl --reset-settings                (the config file's settings apply again)
   gemsharectl status
   gemsharectl status --json
+  gemsharectl client 4242 --weight 2 --memory-limit 8GiB
+  gemsharectl config check {DEFAULT_CONFIG}
+  gemsharectl config reload
 
 [bold]Environment[/bold]
   GEMSHARE_SOCKET  the scheduler socket when --socket is not given
@@ -44,14 +54,19 @@ EPILOG = f"""\
   {ExitCode.PERMISSION:d}  permission denied: the socket cannot be opened, or this user may not
      change settings (root and members of the scheduler's control group, default
      '{DEFAULT_CONTROL_GROUP}', may; anyone may read the status)
+  'config check' exits {ExitCode.OK:d} for a valid file, {CHECK_FAILED} for a missing one or one with
+  problems.
 """
 
 app = typer.Typer(
     name="gemsharectl",
     help="Control gemshare-scheduler, which shares NVIDIA GPUs between CUDA programs by handing "
          "each device's lock out for a time quantum (TQ).\n\n"
-         "With --set-tq and/or --anti-thrash the new settings are sent to the scheduler, which "
-         "applies them at once; given a command as well, the settings change first.",
+         "With --set-tq, --anti-thrash, --set-min-slice-ms or --reset-settings the settings are "
+         "sent to the scheduler, which applies them at once; given a command as well, the "
+         "settings change first. Settings changed here win over the config file's, which win "
+         "over the scheduler's command line; the scheduler keeps them across restarts (in its "
+         "--state-dir) until --reset-settings.",
     epilog=EPILOG,
     add_completion=False,
     rich_markup_mode="rich",
@@ -81,26 +96,6 @@ def _fail(error: CtlError):
     raise typer.Exit(int(error.exit_code))
 
 
-def _parse_tq(text: Optional[str]) -> Optional[int]:
-    if text is None:
-        return None
-    try:
-        if not re.fullmatch(r"\s*[+-]?\d+\s*", text):
-            raise TQ.refusal(text)
-        return TQ.check(int(text))
-    except ValueError as exc:
-        raise typer.BadParameter(f"{exc} (for example --set-tq 30)") from None
-
-
-def _parse_mode(text: Optional[str]) -> Optional[str]:
-    if text is None:
-        return None
-    try:
-        return check_mode(text.strip().lower()).label
-    except ValueError as exc:
-        raise typer.BadParameter(f"{exc} (for example --anti-thrash off)") from None
-
-
 def _show_version(wanted: bool) -> None:
     if wanted:
         try:
@@ -115,15 +110,25 @@ def _show_version(wanted: bool) -> None:
 def top_level(
     ctx: typer.Context,
     set_tq: Optional[str] = typer.Option(
-        None, "--set-tq", metavar="SECONDS", callback=_parse_tq,
+        None, "--set-tq", metavar="SECONDS", callback=options.whole(TQ, "--set-tq 30"),
         help=f"Set the time quantum: whole seconds from {TQ_MIN} to {TQ_MAX}. A holder keeps a "
              f"device's lock this long while others wait. Takes effect at once."),
     anti_thrash: Optional[str] = typer.Option(
-        None, "--anti-thrash", metavar="|".join(MODE_LABELS), callback=_parse_mode,
+        None, "--anti-thrash", metavar="|".join(MODE_LABELS), callback=options.mode,
         help="Set the anti-thrash mode: 'on' gives each device to one program at a time "
              "(first come, first served); 'off' lets every program submit freely; 'auto' lets "
              "programs whose memory fits on the device together run together, and the rest "
              "take turns as with 'on'."),
+    set_min_slice_ms: Optional[str] = typer.Option(
+        None, "--set-min-slice-ms", metavar="MS",
+        callback=options.whole(MIN_SLICE_MS, "--set-min-slice-ms 300"),
+        help="Set the min slice: how long a holder keeps the lock before a client under its "
+             "share of GPU time may take it, in milliseconds."),
+    reset_settings: bool = typer.Option(
+        False, "--reset-settings",
+        help="Drop every setting changed with gemsharectl, here and in the scheduler's state "
+             "file: the config file's values (else the command line's) apply again. With "
+             "--set-tq and the like, those are set afterwards."),
     socket: Optional[Path] = typer.Option(
         None, "--socket", metavar="PATH", envvar="GEMSHARE_SOCKET", show_envvar=True,
         help=f"Scheduler socket. Default: {DEFAULT_SOCKET}."),
@@ -135,14 +140,16 @@ def top_level(
         help="Print gemsharectl's version and exit."),
 ) -> None:
     ctx.obj = Target(socket_path(socket), timeout)
-    if set_tq is None and anti_thrash is None:
+    if set_tq is None and anti_thrash is None and set_min_slice_ms is None \
+            and not reset_settings:
         if ctx.invoked_subcommand is None:
             ctx.fail("nothing to do: give --set-tq and/or --anti-thrash, or a command such as "
                      "'status'.")
         return
     try:
         reply = client.change_settings(ctx.obj.socket, timeout, tq=set_tq,
-                                       anti_thrash=anti_thrash)
+                                       anti_thrash=anti_thrash, min_slice_ms=set_min_slice_ms,
+                                       clear=reset_settings)
     except CtlError as error:
         _fail(error)
     now = []
@@ -150,7 +157,13 @@ def top_level(
         now.append(f"TQ {reply['tq']} s")
     if "anti_thrash" in reply:
         now.append(f"anti-thrash {reply['anti_thrash']}")
-    typer.echo(f"gemshare-scheduler on {ctx.obj.socket}: {', '.join(now) or 'settings changed'}")
+    if "min_slice_ms" in reply:
+        now.append(f"min slice {reply['min_slice_ms']} ms")
+    typer.echo(f"gemshare-scheduler on {ctx.obj.socket}: {', '.join(now) or 'settings changed'}"
+               + (" (changes made with gemsharectl dropped first)" if reset_settings else ""))
+    if reply.get("temporary"):
+        typer.echo(f"These changes last only until the scheduler stops: {reply['temporary']}.",
+                   err=True)
 
 
 @app.command()
@@ -176,6 +189,86 @@ def status(
     else:
         console = _stdout()
         console.print(render.status_view(console, state, str(target.socket)))
+
+
+@app.command("client")
+def client_terms(
+    ctx: typer.Context,
+    pid: int = typer.Argument(..., min=1,
+                              help="Process id of a program running under libnvs.so."),
+    weight: Optional[str] = typer.Option(
+        None, "--weight", metavar="W", callback=options.positive(WEIGHT, "--weight 2"),
+        help="Its share of GPU time beside others (1 by default; 2 gets twice the time of a "
+             "client with weight 1 when both want the GPU)."),
+    gpu_limit: Optional[str] = typer.Option(
+        None, "--gpu-limit", metavar="FRACTION|none",
+        callback=options.positive(GPU_LIMIT, "--gpu-limit 0.5", liftable=True),
+        help="Most of the GPU's time it may hold, above 0 and at most 1, even when nobody "
+             "waits; 'none' lifts a limit from the config file."),
+    memory_limit: Optional[str] = typer.Option(
+        None, "--memory-limit", metavar="SIZE|none",
+        callback=options.size(MEMORY_LIMIT, "--memory-limit 8GiB"),
+        help="Most memory it may allocate on each GPU, e.g. 8GiB or 512MiB; 'none' lifts a "
+             "limit from the config file."),
+    reset: bool = typer.Option(
+        False, "--reset", help="Drop what gemsharectl gave this client before (the config "
+                               "file's terms apply again); options given too apply after."),
+) -> None:
+    """Give one program a weight and limits of its own, over the config file's rules, for as long as it stays connected (root and the control group only). Without options, show its terms and where each comes from."""
+    target: Target = ctx.obj
+    values = {key: None if value == options.NO_LIMIT else value
+              for key, value in (("weight", weight), ("gpu_limit", gpu_limit),
+                                 ("memory_limit", memory_limit)) if value is not None}
+    try:
+        if values or reset:
+            client.change_client(target.socket, target.timeout, pid, values, reset)
+        state = client.read_status(target.socket, target.timeout)
+    except CtlError as error:
+        _fail(error)
+    mine = [entry for entry in state.get("clients") or [] if entry.get("pid") == pid]
+    if not mine:
+        _fail(CtlError(f"no client of the scheduler on {target.socket} has pid {pid} "
+                       "('gemsharectl status' lists them)", ExitCode.INVALID))
+    console = _stdout()
+    for entry in mine:
+        console.print(render.terms_view(entry))
+
+
+config_app = typer.Typer(help="Check the scheduler's config file, or have it read again.",
+                         no_args_is_help=True)
+app.add_typer(config_app, name="config")
+
+
+@config_app.command("check")
+def config_check(
+    path: Path = typer.Argument(Path(DEFAULT_CONFIG), metavar="[FILE]",
+                                help=f"The file to check (default {DEFAULT_CONFIG})."),
+) -> None:
+    """Check a config file here, without a scheduler: print the settings and rules it gives, or every problem with its line (exit status 1)."""
+    errors = Console(stderr=True, highlight=False, soft_wrap=True)  # whole lines, for grep
+    try:
+        config = config_file.read(path)
+    except FileNotFoundError:
+        errors.print(Text(f"{path}: no such file", style="bold red"))
+        raise typer.Exit(CHECK_FAILED)
+    except ConfigError as error:
+        errors.print(errors_view(error))
+        raise typer.Exit(CHECK_FAILED)
+    _stdout().print(config_view(config))
+
+
+@config_app.command("reload")
+def config_reload(ctx: typer.Context) -> None:
+    """Have the scheduler read its config file again now, as SIGHUP does (it also reloads by itself when the file changes). A file with problems is refused as a whole and the configuration in force stays."""
+    target: Target = ctx.obj
+    try:
+        reply = client.reload_config(target.socket, target.timeout)
+    except CtlError as error:
+        _fail(error)
+    loaded = reply.get("config") or {}
+    rules = loaded.get("rules", 0)
+    typer.echo(f"gemshare-scheduler on {target.socket}: reloaded {loaded.get('path')}, "
+               f"{rules} rule{'' if rules == 1 else 's'}")
 
 
 def main() -> None:

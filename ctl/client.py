@@ -1,4 +1,4 @@
-"""gemsharectl's two requests to the scheduler, with every failure turned into a CtlError.
+"""gemsharectl's requests to the scheduler, with every failure turned into a CtlError.
 
 The protocol's control conversation is one CONTROL frame answered by one CONTROL_REPLY; this
 module only adds the operator-facing wording and the exit status of each failure.
@@ -79,14 +79,28 @@ def request(path: Path, body: dict, timeout: float) -> dict:
 
 
 def change_settings(path: Path, timeout: float, *, tq: int | None = None,
-                    anti_thrash: str | None = None) -> dict:
-    """Set the time quantum and/or the anti-thrash mode; returns the scheduler's reply."""
+                    anti_thrash: str | None = None, min_slice_ms: int | None = None,
+                    clear: bool = False) -> dict:
+    """Set the time quantum, the anti-thrash mode and/or the min slice, after dropping the
+    earlier changes when `clear`; returns the scheduler's reply."""
     body: dict = {"op": "set"}
-    if tq is not None:
-        body["tq"] = tq
-    if anti_thrash is not None:
-        body["anti_thrash"] = anti_thrash
+    if clear:
+        body["clear"] = True
+    given = {"tq": tq, "anti_thrash": anti_thrash, "min_slice_ms": min_slice_ms}
+    body.update((key, value) for key, value in given.items() if value is not None)
     return request(path, body, timeout)
+
+
+def change_client(path: Path, timeout: float, pid: int, values: dict, reset: bool) -> dict:
+    """Give the clients of process `pid` terms of their own (None lifts a limit)."""
+    body = {"op": "client", "pid": pid, **values}
+    if reset:
+        body["reset"] = True
+    return request(path, body, timeout)
+
+
+def reload_config(path: Path, timeout: float) -> dict:
+    return request(path, {"op": "reload"}, timeout)
 
 
 def read_status(path: Path, timeout: float) -> dict:

@@ -7,6 +7,7 @@ still gets a readable table instead of a crash.
 from __future__ import annotations
 
 import datetime as dt
+import re
 
 from rich.console import Console, Group
 from rich.measure import Measurement
@@ -59,29 +60,90 @@ def _client_label(client_id, clients_by_id: dict) -> str:
     return f"#{client_id} {client.get('name') or '?'} (pid {client.get('pid', '?')})"
 
 
+def short_source(source) -> str:
+    """Where a value came from, short enough for a table: "" for a default, "rule 2" for a
+    config rule, "config line 3" for a config setting (the file is named once, above)."""
+    if not isinstance(source, str) or source == "default":
+        return ""
+    rule = re.match(r"config rule (\d+)", source)
+    if rule:
+        return f"rule {rule[1]}"
+    line = re.match(r"config \(.*:(\d+)\)$", source)
+    if line:
+        return f"config line {line[1]}"
+    return "config" if source.startswith("config") else source
+
+
+def _setting(line: Text, label: str, value: str, source) -> None:
+    line.append(f"{label} ")
+    line.append(value, style="bold")
+    if short_source(source):
+        line.append(f" ({short_source(source)})", style="dim")
+    line.append("   ")
+
+
 def _summary(status: dict, socket: str) -> Text:
     clients = status.get("clients") or []
+    sources = status.get("settings_from") if isinstance(status.get("settings_from"), dict) \
+        else {}
     line = Text()
     line.append("gemshare-scheduler", style="bold")
     line.append(f" on {socket}\n")
     tq = status.get("tq")
-    line.append("TQ ")
-    line.append(f"{tq} s" if isinstance(tq, int) else MISSING, style="bold")
-    line.append("   anti-thrash ")
-    line.append(str(status.get("anti_thrash", MISSING)), style="bold")
+    _setting(line, "TQ", f"{tq} s" if isinstance(tq, int) else MISSING, sources.get("tq"))
+    _setting(line, "anti-thrash", str(status.get("anti_thrash", MISSING)),
+             sources.get("anti_thrash"))
+    if isinstance(status.get("min_slice_ms"), int):
+        _setting(line, "min slice", f"{status['min_slice_ms']} ms", sources.get("min_slice_ms"))
     grace_ms = status.get("grace_ms")
     if isinstance(grace_ms, (int, float)):
-        line.append(f"   grace {grace_ms / 1000:g} s")
-    line.append(f"   {len(clients)} client{'' if len(clients) == 1 else 's'}")
+        _setting(line, "grace", f"{grace_ms / 1000:g} s", sources.get("grace_ms"))
+    line.append(f"{len(clients)} client{'' if len(clients) == 1 else 's'}")
     return line
+
+
+def config_lines(status: dict) -> Text | None:
+    """The config file in force and the settings kept across restarts, when there is anything
+    to say about them."""
+    lines = []
+    config = status.get("config")
+    if isinstance(config, dict) and config.get("path"):
+        rules = config.get("rules", 0)
+        if config.get("loaded"):
+            words = (f"Config {config['path']}: {rules} rule{'' if rules == 1 else 's'}, "
+                     f"loaded {local_time(config.get('loaded_at'))}")
+        else:
+            words = f"Config {config['path']}: none in force"
+        lines.append(Text(words, style="dim"))
+        if config.get("problem"):
+            lines.append(Text(f"Config not reloaded: {config['problem']}", style="yellow"))
+    kept = status.get("runtime_settings")
+    if isinstance(kept, dict) and kept.get("persistent") is False and kept.get("problem"):
+        lines.append(Text("Settings changed with gemsharectl last only until the scheduler "
+                          f"stops: {kept['problem']}", style="yellow"))
+    return Text("\n").join(lines) if lines else None
 
 
 def _holder_label(device: dict, client_id, clients_by_id: dict) -> str:
     label = _client_label(client_id, clients_by_id)
+    # How long it has held in this grant, of the turn it was given (shorter for a light weight).
+    held = (device.get("slices_s") or {}).get(str(client_id))
+    turn = (device.get("turns_s") or {}).get(str(client_id))
+    if isinstance(held, (int, float)):
+        of = f" of {human_duration(turn)}" if isinstance(turn, (int, float)) else ""
+        label = f"{label}, {human_duration(held)}{of}"
     # `dropping` names each holder asked to drop; older schedulers only say whether one was.
     dropping = device.get("dropping")
     asked = client_id in dropping if isinstance(dropping, list) else device.get("drop_pending")
     return f"{label}, asked to drop" if asked else label
+
+
+def last_drop(device: dict, clients_by_id: dict) -> str:
+    """Whose hold ended last on the device, and why."""
+    drop = device.get("last_drop")
+    if not isinstance(drop, dict):
+        return MISSING
+    return f"{_client_label(drop.get('client'), clients_by_id)}: {drop.get('reason', '?')}"
 
 
 def auto_budget(device: dict) -> str:
@@ -123,10 +185,11 @@ def devices_table(status: dict) -> Table | None:
         return None
     clients_by_id = {c.get("id"): c for c in status.get("clients") or []}
     auto = status.get("anti_thrash") == "auto"
+    drops = any(isinstance(device.get("last_drop"), dict) for device in devices)
     table = Table(title="Devices", title_justify="left")
     for column in ("Device", "Name", "Memory used / total", "Allocated by clients",
                    *(("Held + reserves / capacity",) if auto else ()), "Holders",
-                   "Waiting, in order", "Moving memory"):
+                   "Waiting, in order", *(("Last drop",) if drops else ()), "Moving memory"):
         table.add_column(column)
     for device in devices:
         used, total = device.get("memory_used_bytes"), device.get("memory_total_bytes")
@@ -137,7 +200,7 @@ def devices_table(status: dict) -> Table | None:
                       human_bytes(device.get("allocated_bytes")),
                       *((auto_budget(device),) if auto else ()),
                       "\n".join(holders) or "none", "\n".join(waiters) or "none",
-                      moving(device))
+                      *((last_drop(device, clients_by_id),) if drops else ()), moving(device))
     return table
 
 
@@ -148,6 +211,38 @@ def _text(key):
 def _pod(client: dict) -> str:
     pod = client.get("pod")
     return f"{client.get('namespace') or 'default'}/{pod}" if pod else MISSING
+
+
+def _number(value) -> str:
+    return f"{value:g}" if isinstance(value, (int, float)) and not isinstance(value, bool) \
+        else MISSING
+
+
+def limits(client: dict) -> str:
+    """Its GPU time and memory limits: "50% GPU, 16.0 GiB"; "-" with none."""
+    parts = []
+    if isinstance(client.get("gpu_limit"), (int, float)):
+        parts.append(f"{client['gpu_limit']:.0%} GPU")
+    if isinstance(client.get("memory_limit"), int):
+        parts.append(human_bytes(client["memory_limit"]))
+    return ", ".join(parts) or MISSING
+
+
+def terms_from(client: dict) -> str:
+    """Where its terms that are not defaults come from: "rule 2", "gemsharectl"."""
+    sources = client.get("terms_from")
+    if not isinstance(sources, dict):
+        return MISSING
+    named = dict.fromkeys(short_source(source) for source in sources.values())
+    return ", ".join(name for name in named if name) or MISSING
+
+
+def usage(client: dict) -> str:
+    """Its recent lock time, all devices together, as the scheduler weighs shares by it."""
+    spent = client.get("usage_s")
+    if not isinstance(spent, dict):
+        return MISSING
+    return human_duration(sum(v for v in spent.values() if isinstance(v, (int, float))))
 
 
 def _state(client: dict) -> Text:
@@ -168,17 +263,25 @@ CLIENT_COLUMNS = (
     ("Waits", True, _text("waits")),
     ("Waited", True, lambda c: human_duration(c.get("wait_time_s"))),
     ("Allocated", True, lambda c: human_bytes(c.get("allocated_bytes"))),
+    ("Weight", True, lambda c: _number(c.get("weight"))),
+    ("Limits", False, limits),
+    ("Terms from", False, terms_from),
+    ("Usage", True, usage),
     ("Connected since", False, lambda c: local_time(c.get("connected_since"))),
     ("Revoked", True, _text("revocations")),
 )
 # What a narrow terminal loses first; the rest always stays.
-DROPPABLE_COLUMNS = ("Connected since", "UID", "Revoked", "Waits", "Pod")
+DROPPABLE_COLUMNS = ("Connected since", "UID", "Revoked", "Waits", "Pod", "Terms from", "Usage")
+# Columns left out when no client has anything to show in them.
+SPARSE_COLUMNS = {"Pod": lambda c: c.get("pod"), "Limits": lambda c: limits(c) != MISSING,
+                  "Terms from": lambda c: terms_from(c) != MISSING,
+                  "Weight": lambda c: "weight" in c, "Usage": lambda c: "usage_s" in c}
 
 
 def clients_table(status: dict, omit=()) -> Table:
     clients = status.get("clients") or []
-    if not any(c.get("pod") for c in clients):
-        omit = {*omit, "Pod"}
+    omit = {*omit, *(header for header, shows in SPARSE_COLUMNS.items()
+                     if not any(shows(c) for c in clients))}
     columns = [column for column in CLIENT_COLUMNS if column[0] not in omit]
     table = Table(title="Clients", title_justify="left")
     for header, right, _ in columns:
@@ -220,6 +323,9 @@ def truncation_note(status: dict) -> Text | None:
 def status_view(console: Console, status: dict, socket: str) -> Group:
     """Everything `gemsharectl status` prints, top to bottom."""
     parts = [_summary(status, socket)]
+    about_config = config_lines(status)
+    if about_config is not None:
+        parts.append(about_config)
     note = truncation_note(status)
     if note is not None:
         parts.append(note)
@@ -231,3 +337,21 @@ def status_view(console: Console, status: dict, socket: str) -> Group:
     else:
         parts.append(Text("No clients connected.", style="dim"))
     return Group(*parts)
+
+
+def terms_view(client: dict) -> Text:
+    """One client's terms and where each comes from, for `gemsharectl client PID`."""
+    sources = client.get("terms_from") if isinstance(client.get("terms_from"), dict) else {}
+    text = Text()
+    text.append(f"{_client_label(client.get('id'), {client.get('id'): client})}", style="bold")
+    if client.get("label"):
+        text.append(f", label {client['label']}")
+    gpu, memory = client.get("gpu_limit"), client.get("memory_limit")
+    for name, shown in (("weight", _number(client.get("weight"))),
+                        ("gpu_limit", f"{gpu:.0%} of the GPU's time"
+                         if isinstance(gpu, (int, float)) else "none"),
+                        ("memory_limit", human_bytes(memory) if isinstance(memory, int)
+                         else "none")):
+        text.append(f"\n  {name}: {shown}")
+        text.append(f" ({sources.get(name, 'default')})", style="dim")
+    return text

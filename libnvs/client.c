@@ -40,6 +40,8 @@
 #define GS_REAP_INTERVAL_MS 100
 #define GS_CAPTURE_WAIT_MS 5000
 #define GS_STRICT_WAIT_MS 3000
+/* The longest a connection attempt takes: a connect blocked on a full backlog, then no answer. */
+#define GS_FIRST_ATTEMPT_MS (GS_SEND_TIMEOUT_MS + GS_REGISTER_TIMEOUT_MS)
 /* A synchronization that takes longer than this found the GPU still busy. */
 #define GS_BUSY_SYNC_MS 2
 
@@ -54,12 +56,14 @@ static pthread_mutex_t gs_status_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t gs_status_cv = PTHREAD_COND_INITIALIZER;
 static bool gs_registered;       /* under gs_status_mu */
 static unsigned gs_attempts;     /* connection attempts finished, under gs_status_mu */
+static atomic_bool gs_first_attempt_over; /* gs_attempts > 0, or no client thread */
 static char gs_failure[160];     /* why the last attempt failed, under gs_status_mu */
 
 /* The client thread's own. */
 static int gs_sock = -1;
 static bool gs_registering;
 static bool gs_uuid_sent; /* DEVICE_UUID went out on this connection */
+static bool gs_limits_heard; /* LIMITS came on this connection */
 static int64_t gs_register_deadline;
 static int64_t gs_next_retry;
 static int gs_retry_ms = GS_RETRY_FIRST_MS;
@@ -101,6 +105,7 @@ static void gs_set_status(bool registered, const char *failure)
     pthread_mutex_lock(&gs_status_mu);
     gs_registered = registered;
     gs_attempts++;
+    atomic_store_explicit(&gs_first_attempt_over, true, memory_order_release);
     if (failure)
         snprintf(gs_failure, sizeof gs_failure, "%s", failure);
     pthread_cond_broadcast(&gs_status_cv);
@@ -313,9 +318,11 @@ static void gs_evict(const struct gs_evict *m)
 static void gs_move_back(uint32_t device, uint32_t flags)
 {
     uint64_t out = gs_migrate_moved_out((int)device);
+    bool fresh = gs_migrate_unpopulated((int)device); /* allocated while we could not run */
     gs_migrate_granted((int)device);
     bool staged = gs_migrate_staged((int)device);
-    if (!staged && ((out == 0 && !(flags & GS_GRANT_OTHERS_RAN)) || !gs_config()->unified_memory))
+    if (!staged && ((out == 0 && !fresh && !(flags & GS_GRANT_OTHERS_RAN)) ||
+                    !gs_config()->unified_memory))
         return;
     bool quiet = gs_capture_hold_off(staged ? GS_RESTORE_CAPTURE_WAIT_MS : 0);
     if (!quiet && !staged) {
@@ -348,12 +355,13 @@ static void gs_reap_freed(int64_t now)
     gs_capture_allow();
 }
 
-/* How long a holder waits idle before it releases early: its own setting (0: never), or the
- * scheduler's hint for this grant when that is longer. */
+/* How long a holder waits idle before it releases early: the scheduler's hint for this grant
+ * when it sent one (longer than our own when a handoff would swap memory, shorter when someone
+ * waits and a handoff is cheap), else our own setting; our own 0 means never, whatever the hint. */
 static unsigned gs_idle_release_ms(void)
 {
     unsigned own = gs_config()->idle_release_ms;
-    return own == 0 || gs_idle_hint_ms < own ? own : gs_idle_hint_ms;
+    return own == 0 || gs_idle_hint_ms == 0 ? own : gs_idle_hint_ms;
 }
 
 /* Early release: nothing submitted for the idle time, nothing in flight, the GPU work done. */
@@ -440,6 +448,10 @@ static void gs_handle(const struct gs_header *h, const uint8_t *payload)
             gs_disconnect("a second REGISTERED");
             return;
         }
+        /* LIMITS comes before REGISTERED when a limit applies: none means none, also for a
+         * limit kept from an earlier connection. */
+        if (!gs_limits_heard)
+            gs_memory_set_limit(0);
         gs_apply_mode(m.mode);
         gs_registering = false;
         gs_retry_ms = GS_RETRY_FIRST_MS;
@@ -502,6 +514,13 @@ static void gs_handle(const struct gs_header *h, const uint8_t *payload)
         gs_debug("idle hint %u ms, %llu bytes to move out at a drop%s", m.idle_release_ms,
                  (unsigned long long)m.evict_bytes,
                  gs_lock == GS_LOCK_HELD ? "" : " while not holding the lock: ignored");
+        break;
+    }
+    case GS_MSG_LIMITS: {
+        struct gs_limits m;
+        memcpy(&m, payload, sizeof m);
+        gs_limits_heard = true;
+        gs_memory_set_limit(m.memory_limit);
         break;
     }
     case GS_MSG_SCHED_MODE: {
@@ -634,12 +653,14 @@ static void gs_connect(void)
     }
     gs_registering = true;
     gs_uuid_sent = false;
+    gs_limits_heard = false;
     gs_register_deadline = gs_now_ms() + GS_REGISTER_TIMEOUT_MS;
     struct gs_register m = {.device = 0,
                             .flags = cfg->unified_memory ? GS_REG_UNIFIED_MEMORY : 0};
     gs_process_name(m.process_name, sizeof m.process_name);
     strncpy(m.pod_namespace, cfg->pod_namespace, sizeof m.pod_namespace);
     strncpy(m.pod_name, cfg->pod_name, sizeof m.pod_name);
+    strncpy(m.label, cfg->label, sizeof m.label);
     gs_send(GS_MSG_REGISTER, &m, sizeof m);
 }
 
@@ -745,6 +766,7 @@ static void gs_after_fork_child(void)
     pthread_cond_init(&gs_status_cv, NULL);
     gs_registered = false;
     gs_attempts = 0;
+    atomic_store(&gs_first_attempt_over, false);
     atomic_store(&gs_retry_now, 0);
     atomic_store(&gs_started, 0);
     gs_gate_after_fork_child();
@@ -785,6 +807,7 @@ void gs_client_start(void)
     int err = fd < 0 ? errno : pthread_create(&thread, NULL, gs_client_main, NULL);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (err) {
+        atomic_store(&gs_first_attempt_over, true);
         gs_gate_open();
         gs_warn("cannot start the scheduler client (%s); running unscheduled", strerror(err));
     } else {
@@ -793,6 +816,21 @@ void gs_client_start(void)
     }
     atomic_store_explicit(&gs_started, 1, memory_order_release);
     pthread_mutex_unlock(&gs_start_mu);
+}
+
+void gs_client_wait_first_attempt(void)
+{
+    if (atomic_load_explicit(&gs_first_attempt_over, memory_order_acquire) ||
+        !atomic_load_explicit(&gs_started, memory_order_acquire))
+        return;
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += GS_FIRST_ATTEMPT_MS / 1000 + 1; /* and a second of slack */
+    pthread_mutex_lock(&gs_status_mu);
+    while (gs_attempts == 0 &&
+           pthread_cond_timedwait(&gs_status_cv, &gs_status_mu, &deadline) != ETIMEDOUT) {
+    }
+    pthread_mutex_unlock(&gs_status_mu);
 }
 
 bool gs_client_allow_init(void)

@@ -65,6 +65,7 @@ static void gs_config_load(void)
     gs_cfg.unified_memory = gs_env_bool("GEMSHARE_UNIFIED_MEMORY", true);
     gs_cfg.swap_in_wait = gs_env_bool("GEMSHARE_SWAP_IN_WAIT", true);
     gs_cfg.move_copy = gs_env_bool("GEMSHARE_MOVE_COPY", true);
+    gs_cfg.populate = gs_env_bool("GEMSHARE_POPULATE", true);
     gs_cfg.idle_release_ms = gs_env_uint("GEMSHARE_IDLE_RELEASE_MS", GS_DEFAULT_IDLE_RELEASE_MS, 0,
                                          GS_MAX_IDLE_RELEASE_MS, "whole milliseconds");
     gs_cfg.move_streams = gs_env_uint("GEMSHARE_MOVE_STREAMS", GS_DEFAULT_MOVE_STREAMS, 1,
@@ -83,6 +84,7 @@ static void gs_config_load(void)
 
     gs_env_text("POD_NAME", gs_cfg.pod_name, sizeof gs_cfg.pod_name);
     gs_env_text("POD_NAMESPACE", gs_cfg.pod_namespace, sizeof gs_cfg.pod_namespace);
+    gs_env_text("GEMSHARE_LABEL", gs_cfg.label, sizeof gs_cfg.label);
 }
 
 const struct gs_config *gs_config(void)

@@ -13,12 +13,14 @@ struct gs_config {
     bool unified_memory; /* GEMSHARE_UNIFIED_MEMORY (default 1) */
     bool swap_in_wait;   /* GEMSHARE_SWAP_IN_WAIT (default 1) */
     bool move_copy;      /* GEMSHARE_MOVE_COPY (default 1): moves out copy to pinned memory */
+    bool populate;       /* GEMSHARE_POPULATE (default 1): new converted memory is prefetched */
     unsigned idle_release_ms; /* GEMSHARE_IDLE_RELEASE_MS (default 250; 0 disables) */
     unsigned move_streams;    /* GEMSHARE_MOVE_STREAMS (default 4, 1 to GS_MAX_MOVE_STREAMS) */
     char socket_path[108];    /* GEMSHARE_SOCKET, else the default path */
     bool socket_too_long;     /* GEMSHARE_SOCKET does not fit a Unix socket address */
     char pod_name[256];       /* POD_NAME */
     char pod_namespace[64];   /* POD_NAMESPACE */
+    char label[64];           /* GEMSHARE_LABEL, for the scheduler's rules */
 };
 
 const struct gs_config *gs_config(void);

@@ -1,4 +1,4 @@
-/* The gemshare wire protocol, version 3: the C definition of docs/protocol.md.
+/* The gemshare wire protocol, version 4: the C definition of docs/protocol.md.
  * nvs/protocol.py is the Python one; tests/protocol/test_c_header_agrees.py checks they agree.
  * All integers travel little-endian; the structs below are the payloads byte for byte on the
  * little-endian machines gemshare supports (x86-64, aarch64). */
@@ -8,7 +8,7 @@
 #include <stdint.h>
 
 #define GS_MAGIC 0x52485347u /* "GSHR" */
-#define GS_VERSION 3u
+#define GS_VERSION 4u
 #define GS_MAX_PAYLOAD (1u << 20)
 #define GS_MAX_ERROR_TEXT 1024u
 #define GS_DEFAULT_SOCKET "/var/run/gemshare/scheduler.sock"
@@ -30,6 +30,7 @@ enum gs_msg_type {
     GS_MSG_EVICT = 14,
     GS_MSG_MOVED = 15,
     GS_MSG_IDLE_HINT = 16,
+    GS_MSG_LIMITS = 17,
 };
 
 enum gs_mode { GS_MODE_OFF = 0, GS_MODE_ON = 1, GS_MODE_AUTO = 2 };
@@ -71,6 +72,7 @@ struct gs_register {
     char process_name[64];
     char pod_namespace[64];
     char pod_name[256];
+    char label[64]; /* GEMSHARE_LABEL */
 };
 
 struct gs_registered {
@@ -115,6 +117,11 @@ struct gs_idle_hint {
     uint64_t evict_bytes; /* what a drop now would ask to move out: prepare for it */
 };
 
+struct gs_limits {
+    uint64_t memory_limit; /* bytes per device the client may allocate; 0: no limit */
+    uint64_t reserved;
+};
+
 struct gs_lock_released {
     uint32_t device;
     uint32_t reason;
@@ -150,12 +157,13 @@ struct gs_error {
 };
 
 _Static_assert(sizeof(struct gs_header) == 16, "gs_header layout");
-_Static_assert(sizeof(struct gs_register) == 392, "gs_register layout");
+_Static_assert(sizeof(struct gs_register) == 456, "gs_register layout");
 _Static_assert(sizeof(struct gs_mem_report) == 24, "gs_mem_report layout");
 _Static_assert(sizeof(struct gs_device_uuid) == 56, "gs_device_uuid layout");
 _Static_assert(sizeof(struct gs_drop_lock) == 16, "gs_drop_lock layout");
 _Static_assert(sizeof(struct gs_evict) == 16, "gs_evict layout");
 _Static_assert(sizeof(struct gs_moved) == 24, "gs_moved layout");
 _Static_assert(sizeof(struct gs_idle_hint) == 16, "gs_idle_hint layout");
+_Static_assert(sizeof(struct gs_limits) == 16, "gs_limits layout");
 
 #endif

@@ -12,6 +12,7 @@
 #include "contexts.h"
 #include "impl.h"
 #include "log.h"
+#include "migrate.h"
 
 /* What an allocation is, and therefore how it must be freed and counted. */
 enum gs_alloc_kind {
@@ -61,7 +62,8 @@ static pthread_mutex_t gs_mem_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t gs_reap_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct gs_alloc *gs_buckets[GS_BUCKETS];
 static uint64_t gs_allocated[GS_MAX_DEVICES];
-/* The part of gs_allocated that is the program's own managed memory: reported, never limited. */
+/* The part of gs_allocated that is the program's own managed memory: reported, and held to the
+ * scheduler's limit, but never to the device's size. */
 static uint64_t gs_unlimited[GS_MAX_DEVICES];
 static struct gs_vmm_map *gs_maps[GS_BUCKETS];
 static bool gs_device_used[GS_MAX_DEVICES];
@@ -70,6 +72,10 @@ static struct gs_alloc *gs_deferred; /* converted allocations waiting for their 
 static int gs_deferred_count;
 static uint64_t gs_deferred_bytes;
 static _Atomic uint64_t gs_device_total[GS_MAX_DEVICES];
+/* The scheduler's memory limit (LIMITS): bytes this process may hold on each device; 0: none.
+ * Kept when the scheduler is lost, and in a forked child: the operator set it, and the next
+ * registration replaces it. */
+static _Atomic uint64_t gs_limit;
 static atomic_int gs_mem_changed;
 /* Counts allocations. "Recently used" is approximated by "recently allocated" (README.md): the
  * only use libnvs sees without a lookup on the submission fast path. */
@@ -241,21 +247,44 @@ void gs_memory_reap(void)
     gs_reap_deferred(false, true);
 }
 
-/* Counts `size` bytes on the device before a converted allocation is made, refusing what would
- * make this one process hold more than the whole device. The program's own managed memory is
- * left out of that sum: it may exceed the device natively, so it must not crowd out the rest. */
-static CUresult gs_reserve(const char *api, int device, size_t size)
+void gs_memory_set_limit(uint64_t bytes)
 {
-    const struct gs_config *cfg = gs_config();
+    uint64_t old = atomic_exchange(&gs_limit, bytes);
+    if (old != bytes)
+        gs_debug("memory limit per device: %llu bytes (was %llu; 0: none)",
+                 (unsigned long long)bytes, (unsigned long long)old);
+}
+
+/* Says once on stderr why the program sees an out-of-memory error on a GPU that may be free. */
+static void gs_warn_limited(void)
+{
+    static atomic_int warned;
+    if (!atomic_exchange(&warned, 1))
+        gs_warn("an allocation was refused with CUDA_ERROR_OUT_OF_MEMORY: the gemshare scheduler "
+                "limits this program's memory per GPU (gemsharectl status shows the limit; "
+                "GEMSHARE_DEBUG=1 names each refusal)");
+}
+
+/* Counts `size` bytes of `kind` on the device before the allocation is made, or refuses them:
+ * past the scheduler's limit (every kind: what the reports count), or, for converted memory,
+ * past the whole device for this one process. The program's own managed memory is left out of
+ * that second sum: it may exceed the device natively, so it must not crowd out the rest. */
+static CUresult gs_reserve(const char *api, int device, size_t size, enum gs_alloc_kind kind)
+{
+    if (size == 0 || device < 0 || device >= GS_MAX_DEVICES)
+        return CUDA_SUCCESS; /* nothing to count: the driver answers */
+    gs_client_wait_first_attempt(); /* a limit sent at registration binds this allocation */
     uint64_t total = gs_total_of(device);
+    bool whole_device = kind == GS_ALLOC_CONVERTED && !gs_config()->single_oversub && total > 0;
     for (int attempt = 0;; attempt++) {
         pthread_mutex_lock(&gs_mem_mu);
-        uint64_t held = device >= 0 && device < GS_MAX_DEVICES
-                            ? gs_allocated[device] - gs_unlimited[device]
-                            : 0;
-        bool fits = cfg->single_oversub || total == 0 || (size <= total && held <= total - size);
-        if (fits) {
-            gs_count(device, (int64_t)size, GS_ALLOC_CONVERTED);
+        uint64_t limit = atomic_load(&gs_limit);
+        uint64_t held = gs_allocated[device];
+        uint64_t own = held - gs_unlimited[device];
+        bool over_limit = limit > 0 && (size > limit || held > limit - size);
+        bool over_device = whole_device && (size > total || own > total - size);
+        if (!over_limit && !over_device) {
+            gs_count(device, (int64_t)size, kind);
             pthread_mutex_unlock(&gs_mem_mu);
             return CUDA_SUCCESS;
         }
@@ -266,59 +295,78 @@ static CUresult gs_reserve(const char *api, int device, size_t size)
             gs_reap_deferred(true, false);
             continue;
         }
-        gs_debug("%s of %zu bytes refused with CUDA_ERROR_OUT_OF_MEMORY: this process already "
-                 "holds %llu of the %llu bytes of device %d, not counting its own managed memory "
-                 "(GEMSHARE_ENABLE_SINGLE_OVERSUB=1 allows one process more than the device)",
-                 api, size, (unsigned long long)held, (unsigned long long)total, device);
+        if (over_limit) {
+            gs_warn_limited();
+            gs_debug("%s of %zu bytes refused with CUDA_ERROR_OUT_OF_MEMORY: the scheduler's "
+                     "memory limit is %llu bytes per device and this process holds %llu bytes "
+                     "on device %d",
+                     api, size, (unsigned long long)limit, (unsigned long long)held, device);
+        } else {
+            gs_debug("%s of %zu bytes refused with CUDA_ERROR_OUT_OF_MEMORY: this process "
+                     "already holds %llu of the %llu bytes of device %d, not counting its own "
+                     "managed memory (GEMSHARE_ENABLE_SINGLE_OVERSUB=1 allows one process more "
+                     "than the device)",
+                     api, size, (unsigned long long)own, (unsigned long long)total, device);
+        }
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
 }
 
-static void gs_unreserve(int device, size_t size)
-{
-    pthread_mutex_lock(&gs_mem_mu);
-    gs_count(device, -(int64_t)size, GS_ALLOC_CONVERTED);
-    pthread_mutex_unlock(&gs_mem_mu);
-}
+/* An allocation under way: where it goes and the bytes reserved for it. */
+struct gs_pending {
+    CUcontext ctx;
+    int device;
+    size_t reserved;
+    enum gs_alloc_kind kind;
+};
 
-/* An allocation left as it is, only counted. */
-static void gs_note_alloc(uint64_t key, size_t size, enum gs_alloc_kind kind, int device_hint)
+/* Before the driver allocates: the current context, the device (device_hint when >= 0, else the
+ * context's), and `size` bytes reserved there (0: the size is not known yet, nothing limited). */
+static CUresult gs_begin_alloc(const char *api, enum gs_alloc_kind kind, size_t size,
+                               int device_hint, struct gs_pending *p)
 {
-    CUcontext ctx = NULL;
-    int device = -1;
-    gs_current(&ctx, &device);
+    *p = (struct gs_pending){.device = -1, .kind = kind};
+    gs_current(&p->ctx, &p->device);
     if (device_hint >= 0)
-        device = device_hint;
-    gs_total_of(device); /* the scheduler's capacity where it has no NVML: in every report */
-    pthread_mutex_lock(&gs_mem_mu);
-    gs_record(key, size, ctx, device, kind, true);
-    pthread_mutex_unlock(&gs_mem_mu);
+        p->device = device_hint;
+    gs_total_of(p->device); /* the scheduler's capacity where it has no NVML: in every report */
+    CUresult r = gs_reserve(api, p->device, size, kind);
+    if (r == CUDA_SUCCESS && p->device >= 0 && p->device < GS_MAX_DEVICES)
+        p->reserved = size;
+    return r;
 }
 
-/* A device allocation made managed: reserve, allocate, record. */
+/* After the driver answered r: the allocation at *key (a pointer or VMM handle), of `size` bytes
+ * (which may differ from the reservation), recorded; or, when the driver failed, the reservation
+ * given back. Returns r. */
+static CUresult gs_end_alloc(const struct gs_pending *p, CUresult r, const unsigned long long *key,
+                             size_t size)
+{
+    pthread_mutex_lock(&gs_mem_mu);
+    if (r == CUDA_SUCCESS) {
+        if (size != p->reserved)
+            gs_count(p->device, (int64_t)size - (int64_t)p->reserved, p->kind);
+        gs_record(*key, size, p->ctx, p->device, p->kind, false);
+    } else if (p->reserved > 0) {
+        gs_count(p->device, -(int64_t)p->reserved, p->kind);
+    }
+    pthread_mutex_unlock(&gs_mem_mu);
+    return r;
+}
+
+/* A device allocation made managed. Without a context or with bad arguments the driver's own
+ * answer comes back. */
 static CUresult gs_alloc_converted(const char *api, CUdeviceptr *dptr, size_t size)
 {
-    CUcontext ctx;
-    int device = -1;
-    if (!gs_current(&ctx, &device) || dptr == NULL || size == 0) {
-        /* The driver reports what is wrong (no context, bad argument). */
-        CUresult r = GS_REAL(cuMemAllocManaged, GS_LEGACY)(dptr, size, CU_MEM_ATTACH_GLOBAL);
-        if (r == CUDA_SUCCESS)
-            gs_note_alloc(*dptr, size, GS_ALLOC_CONVERTED, -1);
-        return r;
-    }
-    CUresult r = gs_reserve(api, device, size);
-    if (r != CUDA_SUCCESS)
-        return r;
-    r = GS_REAL(cuMemAllocManaged, GS_LEGACY)(dptr, size, CU_MEM_ATTACH_GLOBAL);
-    if (r != CUDA_SUCCESS) {
-        gs_unreserve(device, size);
-        return r;
-    }
-    pthread_mutex_lock(&gs_mem_mu);
-    gs_record(*dptr, size, ctx, device, GS_ALLOC_CONVERTED, false);
-    pthread_mutex_unlock(&gs_mem_mu);
-    return CUDA_SUCCESS;
+    struct gs_pending p;
+    CUresult r = gs_begin_alloc(api, GS_ALLOC_CONVERTED, size, -1, &p);
+    if (r == CUDA_SUCCESS)
+        r = gs_end_alloc(
+            &p, GS_REAL(cuMemAllocManaged, GS_LEGACY)(dptr, size, CU_MEM_ATTACH_GLOBAL), dptr,
+            size);
+    if (r == CUDA_SUCCESS)
+        gs_migrate_populate(*dptr, size, p.device);
+    return r;
 }
 
 static void gs_maybe_reap(void)
@@ -336,9 +384,10 @@ CUresult gs_impl_cuMemAlloc_v2(enum gs_variant variant, CUdeviceptr *dptr, size_
     gs_maybe_reap();
     if (gs_config()->unified_memory)
         return gs_alloc_converted("cuMemAlloc", dptr, bytesize);
-    CUresult r = GS_REAL(cuMemAlloc_v2, variant)(dptr, bytesize);
+    struct gs_pending p;
+    CUresult r = gs_begin_alloc("cuMemAlloc", GS_ALLOC_DEVICE, bytesize, -1, &p);
     if (r == CUDA_SUCCESS)
-        gs_note_alloc(*dptr, bytesize, GS_ALLOC_DEVICE, -1);
+        r = gs_end_alloc(&p, GS_REAL(cuMemAlloc_v2, variant)(dptr, bytesize), dptr, bytesize);
     return r;
 }
 
@@ -352,28 +401,34 @@ CUresult gs_impl_cuMemAllocPitch_v2(enum gs_variant variant, CUdeviceptr *dptr, 
     size_t pitch =
         (WidthInBytes + GS_PITCH_ALIGNMENT - 1) / GS_PITCH_ALIGNMENT * GS_PITCH_ALIGNMENT;
     valid = valid && pitch >= WidthInBytes && Height <= SIZE_MAX / pitch;
-    if (!gs_config()->unified_memory || !valid) {
-        /* Invalid arguments get the driver's own answer. */
-        CUresult r = GS_REAL(cuMemAllocPitch_v2, variant)(dptr, pPitch, WidthInBytes, Height,
-                                                          ElementSizeBytes);
+    if (gs_config()->unified_memory && valid) {
+        CUresult r = gs_alloc_converted("cuMemAllocPitch", dptr, pitch * Height);
         if (r == CUDA_SUCCESS)
-            gs_note_alloc(*dptr, *pPitch * Height, GS_ALLOC_DEVICE, -1);
+            *pPitch = pitch;
         return r;
     }
-    CUresult r = gs_alloc_converted("cuMemAllocPitch", dptr, pitch * Height);
-    if (r == CUDA_SUCCESS)
-        *pPitch = pitch;
-    return r;
+    /* The driver picks the pitch: the limit is checked with ours (rows of 512 bytes, as drivers
+     * pick them) and the count corrected to the driver's. Invalid arguments get its answer. */
+    struct gs_pending p;
+    CUresult r = gs_begin_alloc("cuMemAllocPitch", GS_ALLOC_DEVICE, valid ? pitch * Height : 0,
+                                -1, &p);
+    if (r != CUDA_SUCCESS)
+        return r;
+    r = GS_REAL(cuMemAllocPitch_v2, variant)(dptr, pPitch, WidthInBytes, Height,
+                                             ElementSizeBytes);
+    return gs_end_alloc(&p, r, dptr, r == CUDA_SUCCESS ? *pPitch * Height : 0);
 }
 
 CUresult gs_impl_cuMemAllocManaged(enum gs_variant variant, CUdeviceptr *dptr, size_t bytesize,
                                    unsigned int flags)
 {
-    /* The program chose managed memory itself, so it may exceed the device: counted, not
-     * limited. */
-    CUresult r = GS_REAL(cuMemAllocManaged, variant)(dptr, bytesize, flags);
+    /* The program chose managed memory itself, so it may exceed the device: counted, and held
+     * to the scheduler's limit only. */
+    struct gs_pending p;
+    CUresult r = gs_begin_alloc("cuMemAllocManaged", GS_ALLOC_MANAGED, bytesize, -1, &p);
     if (r == CUDA_SUCCESS)
-        gs_note_alloc(*dptr, bytesize, GS_ALLOC_MANAGED, -1);
+        r = gs_end_alloc(&p, GS_REAL(cuMemAllocManaged, variant)(dptr, bytesize, flags), dptr,
+                         bytesize);
     return r;
 }
 
@@ -385,9 +440,11 @@ CUresult gs_impl_cuMemAllocAsync(enum gs_variant variant, CUdeviceptr *dptr, siz
      * driver (and count it like pool memory). */
     if (gs_config()->unified_memory && !gs_capture_stream_is_capturing(variant, hStream))
         return gs_alloc_converted("cuMemAllocAsync", dptr, bytesize);
-    CUresult r = GS_REAL(cuMemAllocAsync, variant)(dptr, bytesize, hStream);
+    struct gs_pending p;
+    CUresult r = gs_begin_alloc("cuMemAllocAsync", GS_ALLOC_POOL, bytesize, -1, &p);
     if (r == CUDA_SUCCESS)
-        gs_note_alloc(*dptr, bytesize, GS_ALLOC_POOL, -1);
+        r = gs_end_alloc(&p, GS_REAL(cuMemAllocAsync, variant)(dptr, bytesize, hStream), dptr,
+                         bytesize);
     return r;
 }
 
@@ -395,9 +452,12 @@ CUresult gs_impl_cuMemAllocFromPoolAsync(enum gs_variant variant, CUdeviceptr *d
                                          size_t bytesize, CUmemoryPool pool, CUstream hStream)
 {
     /* An explicit pool has properties of its own (IPC export, location): kept as it is. */
-    CUresult r = GS_REAL(cuMemAllocFromPoolAsync, variant)(dptr, bytesize, pool, hStream);
+    struct gs_pending p;
+    CUresult r = gs_begin_alloc("cuMemAllocFromPoolAsync", GS_ALLOC_POOL, bytesize, -1, &p);
     if (r == CUDA_SUCCESS)
-        gs_note_alloc(*dptr, bytesize, GS_ALLOC_POOL, -1);
+        r = gs_end_alloc(
+            &p, GS_REAL(cuMemAllocFromPoolAsync, variant)(dptr, bytesize, pool, hStream), dptr,
+            bytesize);
     return r;
 }
 
@@ -406,12 +466,13 @@ CUresult gs_impl_cuMemCreate(enum gs_variant variant, CUmemGenericAllocationHand
                              unsigned long long flags)
 {
     /* Physical memory for the virtual memory API cannot be managed: counted, not converted. */
-    CUresult r = GS_REAL(cuMemCreate, variant)(handle, size, prop, flags);
-    if (r == CUDA_SUCCESS) {
-        int device = prop && prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE ? prop->location.id
-                                                                                : -1;
-        gs_note_alloc(*handle, size, GS_ALLOC_VMM, device);
-    }
+    int device = prop && prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE ? prop->location.id
+                                                                            : -1;
+    struct gs_pending p;
+    CUresult r = gs_begin_alloc("cuMemCreate", GS_ALLOC_VMM, size, device, &p);
+    if (r == CUDA_SUCCESS)
+        r = gs_end_alloc(&p, GS_REAL(cuMemCreate, variant)(handle, size, prop, flags), handle,
+                         size);
     return r;
 }
 
@@ -668,20 +729,42 @@ CUresult gs_impl_cuMemUnmap(enum gs_variant variant, CUdeviceptr ptr, size_t siz
 
 CUresult gs_impl_cuMemGetInfo_v2(enum gs_variant variant, size_t *free_bytes, size_t *total)
 {
+    gs_client_wait_first_attempt(); /* a limit sent at registration is the answer's */
     CUresult r = GS_REAL(cuMemGetInfo_v2, variant)(free_bytes, total);
     CUcontext ctx;
     int device;
-    if (r != CUDA_SUCCESS || !gs_config()->unified_memory || free_bytes == NULL || total == NULL ||
-        !gs_current(&ctx, &device) || device >= GS_MAX_DEVICES)
+    if (r != CUDA_SUCCESS || free_bytes == NULL || total == NULL || !gs_current(&ctx, &device) ||
+        device >= GS_MAX_DEVICES)
         return r;
     atomic_store(&gs_device_total[device], (uint64_t)*total);
     gs_reap_deferred(false, false);
-    /* With Unified Memory the whole device is this process's while it holds the lock: what is
-     * free is what it has not allocated, whatever other processes hold. */
+    uint64_t limit = atomic_load(&gs_limit);
     pthread_mutex_lock(&gs_mem_mu);
     uint64_t held = gs_allocated[device];
     pthread_mutex_unlock(&gs_mem_mu);
-    *free_bytes = held < *total ? *total - held : 0;
+    /* With Unified Memory the whole device is this process's while it holds the lock: what is
+     * free is what it has not allocated, whatever other processes hold. */
+    if (gs_config()->unified_memory)
+        *free_bytes = held < *total ? *total - held : 0;
+    /* Under a limit the device looks no larger than it, so that frameworks sizing their caches
+     * from these numbers stay within it. */
+    if (limit > 0) {
+        uint64_t room = held < limit ? limit - held : 0;
+        if (*total > limit)
+            *total = limit;
+        if (*free_bytes > room)
+            *free_bytes = room;
+    }
+    return r;
+}
+
+CUresult gs_impl_cuDeviceTotalMem_v2(enum gs_variant variant, size_t *bytes, CUdevice dev)
+{
+    gs_client_wait_first_attempt();
+    CUresult r = GS_REAL(cuDeviceTotalMem_v2, variant)(bytes, dev);
+    uint64_t limit = atomic_load(&gs_limit);
+    if (r == CUDA_SUCCESS && bytes != NULL && limit > 0 && *bytes > limit)
+        *bytes = limit;
     return r;
 }
 

@@ -44,6 +44,11 @@ bool gs_memory_deferred_pending(void);
  * thread, while stream captures are held off. */
 void gs_memory_reap(void);
 
+/* The scheduler's memory limit per device (LIMITS), for every device; 0: none. Allocations
+ * that would take a device past it fail with CUDA_ERROR_OUT_OF_MEMORY, and cuMemGetInfo and
+ * cuDeviceTotalMem answer no more than it. */
+void gs_memory_set_limit(uint64_t bytes);
+
 /* The context was destroyed or reset: its allocations are gone. */
 void gs_memory_forget_context(CUcontext ctx);
 

@@ -12,12 +12,15 @@
  * The program's own managed memory keeps migrating: its host code may read it any time. */
 #include "migrate.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "capture.h"
 #include "config.h"
 #include "contexts.h"
+#include "gate.h"
 #include "gemshare_protocol.h"
 #include "impl.h"
 #include "log.h"
@@ -65,6 +68,10 @@ static struct gs_migrate_state {
     struct gs_staged staged[GS_MAX_DEVICES];
 } gs_mig;
 
+/* Devices with converted memory allocated while the process could not run there: set by the
+ * program's threads, cleared by the client thread at a grant. */
+static atomic_bool gs_unpopulated[GS_MAX_DEVICES];
+
 /* One move in progress. */
 struct gs_mover {
     int device;
@@ -103,6 +110,7 @@ static int gs_newest_first(const void *x, const void *y)
 
 /* Prefetches one range, with the v2 entry point where the driver has it (CUDA 12.2) and the
  * older one otherwise. */
+/* Cached on first use; a race between threads writes the same value. */
 static int gs_driver_version(void)
 {
     if (gs_mig.driver_version == 0 &&
@@ -527,6 +535,36 @@ void gs_migrate_restore_all(void)
     }
 }
 
+/* Fresh managed memory gets its pages on the device by page faults at first touch: 13 GB/s on
+ * an H100, where cudaMalloc memory is simply there and a prefetch of fresh pages runs at about
+ * 270 GB/s. Queued on the legacy stream, so that the program's work queued after the allocation
+ * finds the pages there. Only what fits in 15/16 of the free memory: past that, pages of this
+ * process or another would have to leave for it. */
+void gs_migrate_populate(CUdeviceptr ptr, size_t size, int device)
+{
+    /* A capture running would record the prefetch, or be broken by work on the legacy stream. */
+    if (!gs_config()->populate || !gs_device_ok(device) || size == 0 || gs_capture_active())
+        return;
+    if (!atomic_load(&gs_gate_is_open)) {
+        atomic_store(&gs_unpopulated[device], true);
+        return;
+    }
+    size_t free_bytes = 0, total = 0;
+    if (GS_REAL(cuMemGetInfo_v2, GS_LEGACY)(&free_bytes, &total) != CUDA_SUCCESS ||
+        size > free_bytes / 16 * 15)
+        return;
+    struct gs_chunk c = {.ptr = ptr, .size = size};
+    CUresult r = gs_prefetch(&c, device, false, NULL);
+    if (r != CUDA_SUCCESS)
+        gs_debug("new allocation of %zu bytes not prefetched to device %d (CUDA error %d): page "
+                 "faults bring it", size, device, (int)r);
+}
+
+bool gs_migrate_unpopulated(int device)
+{
+    return gs_device_ok(device) && atomic_load(&gs_unpopulated[device]);
+}
+
 uint64_t gs_migrate_moved_out(int device)
 {
     return gs_device_ok(device) ? gs_mig.out[device].bytes : 0;
@@ -534,12 +572,16 @@ uint64_t gs_migrate_moved_out(int device)
 
 void gs_migrate_granted(int device)
 {
-    if (gs_device_ok(device))
+    if (gs_device_ok(device)) {
         gs_mig.out[device] = (struct gs_moved_out){0, 0, 0};
+        atomic_store(&gs_unpopulated[device], false);
+    }
 }
 
 void gs_migrate_after_fork_child(void)
 {
     memset(&gs_mig, 0, sizeof gs_mig);
+    for (int d = 0; d < GS_MAX_DEVICES; d++)
+        atomic_store(&gs_unpopulated[d], false);
     gs_staging_after_fork_child();
 }

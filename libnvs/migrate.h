@@ -1,12 +1,14 @@
 /* Moving a device's managed memory in bulk: to the host to make room for another process, back to
  * the device when the lock returns (README.md, "Moving memory"). For the client thread only,
- * while stream captures are held off. */
+ * while stream captures are held off, but for gs_migrate_populate and gs_migrate_unpopulated. */
 #ifndef GS_MIGRATE_H
 #define GS_MIGRATE_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "cuda_api.h"
 
 /* What one move did. */
 struct gs_move {
@@ -46,6 +48,14 @@ void gs_migrate_pin_prepared(void);
 bool gs_migrate_staged(int device);
 /* Copies everything staged back, on every device: before the program runs without the lock. */
 void gs_migrate_restore_all(void);
+
+/* A new converted allocation: its pages are asked for on the device at once when the process
+ * may run there and it fits in what the device has free; else it is left for the next grant.
+ * Any thread (the program's, in its allocation). */
+void gs_migrate_populate(CUdeviceptr ptr, size_t size, int device);
+/* Whether converted memory allocated while the process could not run on the device waits to be
+ * brought there (gs_migrate_in does; gs_migrate_granted forgets it). */
+bool gs_migrate_unpopulated(int device);
 
 /* Bytes moved to the host since the lock was last granted. */
 uint64_t gs_migrate_moved_out(int device);

@@ -32,6 +32,8 @@ size_t gs_wire_fixed_size(uint16_t type)
         return sizeof(struct gs_evict);
     case GS_MSG_IDLE_HINT:
         return sizeof(struct gs_idle_hint);
+    case GS_MSG_LIMITS:
+        return sizeof(struct gs_limits);
     default:
         return 0;
     }

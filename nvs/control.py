@@ -1,14 +1,23 @@
-"""Control requests (CONTROL frames, JSON): which operation, and whether a `set` is valid.
+"""Control requests (CONTROL frames, JSON): which operation, and whether its values are valid.
 
 Validation happens before anything changes, so a request with one bad value applies nothing.
 """
 
 from __future__ import annotations
 
-from .protocol import Mode
-from .settings import TQ, check_mode, shortened, shown
+from dataclasses import dataclass
 
-SET_KEYS = ("tq", "anti_thrash")
+from .config import SETTING_CHECKS, TERM_CHECKS
+from .layers import LIVE
+from .settings import WholeNumber, shortened, shown
+
+OPERATIONS = ("status", "set", "client", "reload")
+# Operations that change something: only root and the control group may ask for them.
+CHANGES = ("set", "client", "reload")
+SET_KEYS = LIVE
+# Limits a client may be given "no limit" (null) for, over what a config rule says.
+LIFTABLE = ("gpu_limit", "memory_limit")
+PID = WholeNumber("pid", 1, 1 << 22)  # the kernel's largest pid_max
 
 
 class Refused(Exception):
@@ -22,26 +31,77 @@ class Refused(Exception):
         return {"ok": False, "code": self.code, "error": str(self)}
 
 
+@dataclass(frozen=True)
+class SetRequest:
+    values: dict  # setting -> checked value
+    clear: bool  # drop gemsharectl's earlier changes first
+
+
+@dataclass(frozen=True)
+class ClientRequest:
+    pid: int
+    values: dict  # term -> checked value; None lifts a limit
+    reset: bool  # drop the client's earlier overrides first
+
+
 def operation(body: dict) -> str:
     op = body.get("op")
-    if op not in ("status", "set"):
-        raise Refused("protocol", f"unknown control op {shown(op)}: use \"status\" or \"set\"")
+    if op not in OPERATIONS:
+        named = ", ".join(f'"{name}"' for name in OPERATIONS[:-1])
+        raise Refused("protocol", f"unknown control op {shown(op)}: use {named} or "
+                                  f'"{OPERATIONS[-1]}"')
     return op
 
 
-def parse_set(body: dict) -> tuple[int | None, Mode | None]:
-    """The new TQ and mode of a `set` request (None where not given), or Refused."""
-    unknown = sorted(set(body) - {"op", *SET_KEYS})
+def _only(body: dict, op: str, keys) -> None:
+    unknown = sorted(set(body) - {"op", *keys})
     if unknown:
         named = ", ".join(shortened(key) for key in unknown[:3])
         more = f" and {len(unknown) - 3} more" if len(unknown) > 3 else ""
-        raise Refused("invalid", f"set accepts only tq and anti_thrash, not {named}{more}; "
-                                 "nothing was changed")
-    if not any(key in body for key in SET_KEYS):
-        raise Refused("invalid", "set needs tq, anti_thrash or both; nothing was changed")
+        takes = f"accepts only {', '.join(keys)}" if keys else "takes nothing besides op"
+        raise Refused("invalid", f"{op} {takes}, not {named}{more}; nothing was changed")
+
+
+def _flag(body: dict, key: str) -> bool:
+    value = body.get(key, False)
+    if not isinstance(value, bool):
+        raise Refused("invalid", f"{key} must be true or false, not {shown(value)}; nothing "
+                                 "was changed")
+    return value
+
+
+def _checked(body: dict, checks: dict, liftable=()) -> dict:
     try:
-        tq = TQ.check(body["tq"]) if "tq" in body else None
-        mode = check_mode(body["anti_thrash"]) if "anti_thrash" in body else None
+        return {key: None if body[key] is None and key in liftable else check(body[key])
+                for key, check in checks.items() if key in body}
     except ValueError as exc:
         raise Refused("invalid", f"{exc}; nothing was changed") from None
-    return tq, mode
+
+
+def parse_set(body: dict) -> SetRequest:
+    """The settings a `set` request changes, or Refused."""
+    _only(body, "set", (*SET_KEYS, "clear"))
+    clear = _flag(body, "clear")
+    if not clear and not any(key in body for key in SET_KEYS):
+        raise Refused("invalid", "set needs tq, anti_thrash or both (min_slice_ms and clear "
+                                 "are taken too); nothing was changed")
+    return SetRequest(_checked(body, {key: SETTING_CHECKS[key] for key in SET_KEYS}), clear)
+
+
+def parse_client(body: dict) -> ClientRequest:
+    """The terms a `client` request gives one client (by pid), or Refused."""
+    _only(body, "client", ("pid", *TERM_CHECKS, "reset"))
+    pid = _checked(body, {"pid": PID.check}).get("pid")
+    if pid is None:
+        raise Refused("invalid", "client needs the pid of a connected client; nothing was "
+                                 "changed")
+    reset = _flag(body, "reset")
+    values = _checked(body, TERM_CHECKS, LIFTABLE)
+    if not values and not reset:
+        raise Refused("invalid", f"client needs {', '.join(TERM_CHECKS)} or reset; nothing was "
+                                 "changed")
+    return ClientRequest(pid, values, reset)
+
+
+def parse_reload(body: dict) -> None:
+    _only(body, "reload", ())

@@ -21,6 +21,9 @@ MIN_SAMPLE_BYTES = 64 * MIB
 # Below this a switch is as cheap as the handoff itself: the usual idle release applies.
 CHEAP_SWITCH_S = 0.05
 DEFAULT_IDLE_RELEASE_MS = 250
+# Idle time before a holder hands a cheap switch to a waiter: past the gaps between the kernels of
+# one piece of work (a training step, a notebook cell), short beside the work a waiter loses.
+CONTENDED_IDLE_RELEASE_MS = 100
 
 
 def margin(capacity: int) -> int:
@@ -99,11 +102,13 @@ class Link:
         return {"to_host": self.moved_to_host.view(), "to_device": self.moved_to_device.view()}
 
 
-def idle_release_ms(switch_s: float, quantum_s: float) -> int:
-    """The idle time after which a holder should hand the lock on, 0 for the client's own (the
-    switch is cheap). Releasing pays the switch now and the holder's return pays it again, so
-    only a gap longer than both is worth giving away; past the quantum the drop comes anyway."""
+def idle_release_ms(switch_s: float, quantum_s: float, contended: bool = False) -> int:
+    """The idle time after which a holder should hand the lock on; 0 for the client's own.
+    Releasing pays the switch now and the holder's return pays it again, so only a gap longer
+    than both is worth giving away; past the quantum the drop comes anyway. A cheap switch with
+    someone waiting is worth making sooner than the client's own setting: every idle
+    millisecond then is GPU time the waiter could have had."""
     if switch_s < CHEAP_SWITCH_S:
-        return 0
+        return CONTENDED_IDLE_RELEASE_MS if contended else 0
     wanted = max(DEFAULT_IDLE_RELEASE_MS, round(2 * switch_s * 1000))
     return min(wanted, max(DEFAULT_IDLE_RELEASE_MS, round(quantum_s * 1000)))

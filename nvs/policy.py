@@ -47,11 +47,25 @@ keeps the estimate of where each client's memory is):
 - A grant tells a client when another ran since its last grant (GRANT_OTHERS_RAN), so that it
   brings its memory back in bulk; and a holder whose handoff would swap memory is told to keep
   the lock through idle gaps shorter than twice that swap (IDLE_HINT).
+
+Shares (shares.py does the arithmetic, usage.py keeps each client's decayed lock time, terms.py
+says what a client is allowed; the shell gives the rules that set the terms):
+
+- A waiter whose weighted usage is clearly below a holder's when it asks goes to the front of the
+  queue, and the holder is dropped once it has run a minimum slice (longer when the switch moves
+  memory). It passes those ahead of it only while the first of them has waited less than a TQ,
+  so every waiter is granted within one TQ per client ahead of it, plus one, plus the drains,
+  grace periods and moves between.
+- Under contention a holder's quantum is TQ times its weight over the heaviest contender's.
+- A client with a gpu_limit is dropped when its usage reaches its level, with or without
+  waiters, and waits until it has fallen enough for another turn.
+- A memory limit goes to the client in LIMITS, before REGISTERED and whenever it changes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import math
+from collections.abc import Callable, Iterable
 
 from . import protocol as p
 from .actions import Close, Log, Send
@@ -60,11 +74,18 @@ from .capacity import Capacity
 from .cost import GB, Link, idle_release_ms, room_to_make
 from .device_identity import MAX_DEVICES, GpuIndices, Numbering, out_of_range, too_many_devices
 from .residency import Residency, eviction_order, take
+from .settings import DEFAULT_MIN_SLICE_MS
+from .shares import clearly_under, limit_levels, minimum_slice, turn_length, weighted
 from .snapshot import Snapshot, snapshot_of
 from .state import Client, Device, Hold, Registration, Wait
+from .terms import OVERRIDE_SOURCE, Identity, Terms, no_rules
+from .usage import Usage
 
 RELEASE_WORDS = {p.ReleaseReason.DROPPED: "after drop", p.ReleaseReason.IDLE: "early (idle)",
                  p.ReleaseReason.REVOKED: "after revocation"}
+# Why a hold ended, as status names it: the drop's reason, or how it ended without one.
+QUANTUM, SHARE, GPU_LIMIT, MEMORY, MODE = "quantum", "share", "gpu_limit", "memory", "mode"
+IDLE, RELEASED, REVOKED, GONE = "idle", "released", "revoked", "disconnected"
 
 
 def printable(text: str, limit: int = 256) -> str:
@@ -80,11 +101,28 @@ def _mib(count: int) -> str:
     return f"{count / (1 << 20):.0f} MiB"
 
 
+def _terms_words(terms: Terms) -> str:
+    """The terms that differ from the defaults, for a log line."""
+    words = [f"weight {terms.weight:g}" if terms.weight != 1 else "",
+             f"gpu limit {terms.gpu_limit:g}" if terms.gpu_limit is not None else "",
+             f"memory limit {_mib(terms.memory_limit)}" if terms.memory_limit is not None else ""]
+    return "".join(f", {word}" for word in words if word)
+
+
 class Policy:
     def __init__(self, tq: int, mode: p.Mode, grace_s: float, max_clients: int,
                  reserve_bytes: int = 512 << 20, nvml_capacity: dict[int, int] | None = None,
-                 capacity_limit: int | None = None, nvml_uuids: dict[str, int] | None = None):
+                 capacity_limit: int | None = None, nvml_uuids: dict[str, int] | None = None,
+                 rules: Callable[[Identity], Terms] = no_rules,
+                 min_slice_ms: int = DEFAULT_MIN_SLICE_MS, share_preemption: bool = True):
         self.tq = tq
+        self.min_slice_ms = min_slice_ms
+        # Off: strict turns, first come first served for a whole quantum (weights still scale
+        # the quantum, limits still apply).
+        self.share_preemption = share_preemption
+        self.rules = rules
+        self.usage = Usage()
+        self.weighted: set[int] = set()  # clients whose weight is not 1
         self.mode = mode
         self.grace_s = grace_s
         self.max_clients = max_clients
@@ -97,14 +135,15 @@ class Policy:
         self.residency = Residency()
         self.links: dict[int, Link] = {}  # device -> its measured moves, kept while we run
         self.grants: dict[int, int] = {}  # device -> grants made on it so far
-        # device -> the client whose hold there ended last: with nobody waiting, the one most
-        # likely to ask next, so what handing the device to it would cost is the switch cost.
-        self.last_holder: dict[int, int] = {}
+        # device -> (client, why) of the hold there that ended last: with nobody waiting, that
+        # client is the one most likely to ask next, so what handing the device to it would
+        # cost is the switch cost; and status says why it ended.
+        self.last_end: dict[int, tuple[int, str]] = {}
 
     # ----- events -------------------------------------------------------------------------
 
     def register(self, cid: int, pid: int, uid: int, gid: int, message: p.Register,
-                 now: float, wall: float) -> list:
+                 now: float, wall: float, user: str = "", group: str = "") -> list:
         if cid in self.clients:
             return [Close(cid, f"client {cid} is already registered", p.ErrorCode.PROTOCOL)]
         if len(self.clients) >= self.max_clients:
@@ -118,9 +157,41 @@ class Policy:
                            printable(message.pod_namespace, 64), printable(message.pod_name),
                            message.flags, wall)
         client = self.clients[cid] = Client(who, Numbering.registered(message.device))
+        client.identity = Identity(uid, user, gid, group, who.name, who.pod, who.namespace,
+                                   printable(message.label, 64))
+        self._set_terms(client, self.rules(client.identity))
         pod = f", pod {who.namespace}/{who.pod}" if who.pod else ""
-        return [Send(cid, p.Registered(cid, self.mode, self.tq)),
-                Log(f"register {client}: uid {uid}, device {client.numbering.device}{pod}")]
+        label = f", label {client.identity.label}" if client.identity.label else ""
+        limits = [Send(cid, p.Limits(client.terms.memory_limit))] \
+            if client.terms.memory_limit is not None else []
+        return limits + [Send(cid, p.Registered(cid, self.mode, self.tq)),
+                         Log(f"register {client}: uid {uid}, device {client.numbering.device}"
+                             f"{pod}{label}{_terms_words(client.terms)}")]
+
+    def set_rules(self, rules: Callable[[Identity], Terms], now: float) -> list:
+        """New configuration rules: every client's terms are worked out again, with its
+        gemsharectl overrides still on top."""
+        self.rules = rules
+        actions = []
+        for client in self.clients.values():
+            actions += self._retake_terms(client, now)
+        return actions
+
+    def override(self, pid: int, values: dict, now: float, reset: bool = False) -> list:
+        """gemsharectl's terms for the clients of process `pid` (validated by the caller), on
+        top of the rules' for as long as they stay connected; `reset` drops earlier ones first.
+        LookupError when no client has that pid."""
+        clients = [client for client in self.clients.values()
+                   if client.registration.pid == pid]
+        if not clients:
+            raise LookupError(f"no client of the scheduler has pid {pid}")
+        actions = []
+        for client in clients:
+            if reset:
+                client.overrides.clear()
+            client.overrides.update(values)
+            actions += self._retake_terms(client, now)
+        return actions
 
     def device_uuid(self, cid: int, device: int, uuid: str, now: float) -> list:
         """The client says which physical GPU its registered device is: from now on it is keyed
@@ -176,6 +247,7 @@ class Policy:
             dev.waiters[cid].queued = True
             client.waits += 1
             log = Log(f"{log.text}, {len(dev.waiters)} waiting")
+            actions += self._claim_share(dev, cid, now)
         return [log] + actions
 
     def lock_released(self, cid: int, device: int, reason: int, now: float) -> list:
@@ -188,7 +260,10 @@ class Policy:
             return [Log(f"release from {client} for device {device} ignored: it holds no lock "
                         "there", debug=True)]
         words = RELEASE_WORDS.get(reason, f"with reason {reason}")
-        held = self._end_hold(dev, cid, now)
+        hold = dev.holders[cid]
+        why = hold.drop_reason if hold.dropped_at is not None else \
+            IDLE if reason == p.ReleaseReason.IDLE else RELEASED
+        held = self._end_hold(dev, cid, now, why)
         return [Log(f"release {client}: device {device} {words}, held {held:.3f} s")] + \
             self._settle(dev, now)
 
@@ -238,8 +313,8 @@ class Policy:
             # Its memory coming back is no work done: the quantum runs from when it is back, so
             # that a move back longer than the quantum cannot leave every turn empty; at most
             # once more, so that progress frames cannot hold the device.
-            hold.quantum_end = min(max(hold.quantum_end, now + self.tq),
-                                   hold.granted_at + 2 * self.tq)
+            hold.quantum_end = min(max(hold.quantum_end, now + hold.turn_s),
+                                   hold.granted_at + 2 * hold.turn_s)
         if not done:
             if hold is not None and hold.dropped_at is not None:
                 hold.revoke_at = max(hold.revoke_at, now + self.grace_s)
@@ -268,32 +343,38 @@ class Policy:
         for dev in self.devices.values():
             dev.evictions.pop(cid, None)  # its memory left with it
             if cid in dev.holders:
-                self._end_hold(dev, cid, now, client)
+                self._end_hold(dev, cid, now, GONE, client)
                 held.append(dev.index)
             elif cid in dev.waiters:
                 self._end_wait(dev, cid, now, client)
                 waited.append(dev.index)
         what = "".join([f", held device {_listed(held)}" if held else "",
                         f", was waiting for device {_listed(waited)}" if waited else ""])
+        self.usage.forget(cid)
+        self.weighted.discard(cid)
         actions = [Log(f"disconnect {client}{what}")]
         # Every device: its reported capacity may have left with this client.
         for dev in list(self.devices.values()):
             actions += self._settle(dev, now)
         return actions
 
-    def configure(self, now: float, tq: int | None = None, mode: p.Mode | None = None) -> list:
-        """Apply validated settings at once; the caller has checked both values already."""
-        old_tq, old_mode = self.tq, self.mode
+    def configure(self, now: float, tq: int | None = None, mode: p.Mode | None = None,
+                  min_slice_ms: int | None = None) -> list:
+        """Apply validated settings at once; the caller has checked the values already."""
+        old_tq, old_mode, old_slice = self.tq, self.mode, self.min_slice_ms
         self.tq = old_tq if tq is None else tq
         self.mode = old_mode if mode is None else mode
-        if (self.tq, self.mode) == (old_tq, old_mode):
-            return [Log(f"settings unchanged: tq {self.tq} s, anti-thrash {self.mode.label}")]
+        self.min_slice_ms = old_slice if min_slice_ms is None else min_slice_ms
+        if (self.tq, self.mode, self.min_slice_ms) == (old_tq, old_mode, old_slice):
+            return [Log(f"settings unchanged: tq {self.tq} s, anti-thrash {self.mode.label}, "
+                        f"min slice {self.min_slice_ms} ms")]
         actions = [Log(f"settings: tq {old_tq} -> {self.tq} s, anti-thrash "
-                       f"{old_mode.label} -> {self.mode.label}")]
+                       f"{old_mode.label} -> {self.mode.label}, min slice {old_slice} -> "
+                       f"{self.min_slice_ms} ms")]
         if self.mode is p.Mode.OFF:
             for dev in list(self.devices.values()):
                 for cid in list(dev.holders):
-                    self._end_hold(dev, cid, now)
+                    self._end_hold(dev, cid, now, MODE)
                 for cid in list(dev.waiters):
                     self._end_wait(dev, cid, now)
             self.devices.clear()
@@ -303,11 +384,12 @@ class Policy:
                 for device in client.last_grant:  # and each runs beside the others
                     client.last_grant[device] = -1
         else:
-            # A running quantum is measured against the new TQ; a drop already sent stands.
+            # A running quantum is measured against the new TQ (settling shortens it again for a
+            # light weight); a drop already sent stands.
             for dev in self.devices.values():
                 for hold in dev.holders.values():
                     if hold.dropped_at is None:
-                        hold.quantum_end = hold.granted_at + self.tq
+                        hold.turn_s, hold.quantum_end = self.tq, hold.granted_at + self.tq
         actions += [Send(cid, p.SchedMode(self.mode, self.tq)) for cid in self.clients]
         for dev in list(self.devices.values()):
             actions += self._settle(dev, now)
@@ -334,13 +416,18 @@ class Policy:
         """When `tick` next has something to do, or None when no timer runs."""
         due = []
         for dev in self.devices.values():
-            for hold in dev.holders.values():
+            # Holders are dropped for waiters only once one of them may be granted.
+            eligible = [self._eligible_at(cid, dev.index) for cid in dev.waiters]
+            contended_from = min(eligible, default=math.inf)
+            for cid, hold in dev.holders.items():
                 if hold.dropped_at is not None:
                     due.append(hold.revoke_at)
-                elif dev.waiters:
-                    due.append(hold.quantum_end)
+                    continue
+                due += [max(min(hold.quantum_end, hold.preempt_at), contended_from),
+                        self._limit_reached_at(cid, dev.index)]
+            due += [at for at in eligible if at != -math.inf]
             due.extend(deadline for deadline, _ in dev.evictions.values())
-        return min(due, default=None)
+        return min((at for at in due if at != math.inf), default=None)
 
     # ----- queries --------------------------------------------------------------------------
 
@@ -376,25 +463,131 @@ class Policy:
         actions = []
         for cid, _ in active:
             if cid not in keep:
-                actions += self._drop(dev, cid, now, self._why_shrunk(dev, budget))
+                actions += self._drop(dev, cid, now, self._why_shrunk(dev, budget),
+                                      MODE if self.mode is p.Mode.ON else MEMORY)
+        for cid in dev.waiters:  # so that a waiter found under its limit stays so (usage.py)
+            self.usage.meter(cid, dev.index).advance(now)
         # A generator: admission usually stops at the head, so a long queue is not walked.
         waiting = (Waiting(cid, self.memory_of(cid, dev.index), now - wait.since)
-                   for cid, wait in dev.waiters.items())
+                   for cid, wait in dev.waiters.items() if self._eligible_at(cid, dev.index) <= now)
         holding = [self.memory_of(cid, dev.index) for cid in dev.holders]
         chosen = admitted(budget, holding, waiting, patience=self.tq)  # before dev.waiters changes
         ready = self._with_room(dev, chosen, now, actions)
         shared = len(dev.holders) + len(ready) > 1
         for cid in ready:
             actions += self._grant(dev, cid, now, shared)
-        if dev.waiters:
-            for cid, hold in dev.holders.items():
-                if hold.dropped_at is None and now >= hold.quantum_end:
-                    actions += self._drop(dev, cid, now,
-                                          f"quantum over, {len(dev.waiters)} waiting")
-        actions += self._idle_hints(dev)
+        actions += self._end_turns(dev, now)
+        actions += self._idle_hints(dev, now)
         if dev.idle:
             del self.devices[dev.index]
         return actions
+
+    def _end_turns(self, dev: Device, now: float) -> list:
+        """Drop the holders whose turn is over: at the end of their quantum, or of the minimum
+        slice a waiter under its share set them, once some waiter may be granted; at their
+        gpu_limit, whoever waits."""
+        first = self._first_contender(dev, now)
+        actions = []
+        for cid, hold in dev.holders.items():
+            if hold.dropped_at is not None:
+                continue
+            if first is not None:
+                self._shorten_turn(dev, cid, hold, first, now)
+            if first is not None and now >= hold.quantum_end:
+                actions += self._drop(dev, cid, now, f"quantum over, {len(dev.waiters)} waiting",
+                                      QUANTUM)
+            elif first is not None and now >= hold.preempt_at:
+                actions += self._drop(dev, cid, now, f"slice over for {self.clients[first]}, "
+                                      "under its share", SHARE)
+            elif now >= self._limit_reached_at(cid, dev.index):
+                limit = self.clients[cid].terms.gpu_limit
+                actions += self._drop(dev, cid, now, f"gpu limit {limit:g} reached", GPU_LIMIT)
+        return actions
+
+    # ----- shares ---------------------------------------------------------------------------
+
+    def _weighted_usage(self, cid: int, device: int, now: float) -> float:
+        return weighted(self.usage.read(cid, device, now), self.clients[cid].terms.weight)
+
+    def _eligible_at(self, cid: int, device: int) -> float:
+        """When a waiter may be granted: at once (-inf) unless its gpu_limit pauses it until its
+        usage has fallen enough."""
+        limit = self.clients[cid].terms.gpu_limit
+        if limit is None:
+            return -math.inf
+        meter = self.usage.meter(cid, device)
+        at = meter.falls_to(limit_levels(limit)[1], meter.at)
+        return -math.inf if at == meter.at else at
+
+    def _limit_reached_at(self, cid: int, device: int) -> float:
+        """When a holder's usage reaches its gpu_limit (inf: never)."""
+        limit = self.clients[cid].terms.gpu_limit
+        if limit is None:
+            return math.inf
+        meter = self.usage.meter(cid, device)
+        return meter.reaches(limit_levels(limit)[0], meter.at)
+
+    def _min_slice(self, dev: Device, incoming: int) -> float:
+        """How long a holder runs before it is preempted for `incoming`: longer when handing the
+        device over moves memory."""
+        out = self._room_for(dev, [incoming], len(dev.holders))
+        return minimum_slice(self.min_slice_ms / 1000, self._link(dev.index).switch_seconds(out, out))
+
+    def _first_contender(self, dev: Device, now: float) -> int | None:
+        """The first waiter that may be granted now, if any."""
+        return next((cid for cid in dev.waiters if self._eligible_at(cid, dev.index) <= now),
+                    None)
+
+    def _turn(self, dev: Device, cid: int, first: int | None, now: float) -> float:
+        """A holder's quantum beside the waiters that may be granted (`first` the first of
+        them): TQ scaled by its weight against the heaviest of them, and never under the
+        minimum slice for the first. Only clients of other weights than 1 are looked up, so a
+        long queue of default weights is not walked."""
+        if first is None:
+            return float(self.tq)
+        heavier = [self.clients[other].terms.weight for other in self.weighted
+                   if other in dev.waiters and self._eligible_at(other, dev.index) <= now]
+        heaviest = max([self.clients[first].terms.weight, *heavier])
+        return turn_length(self.tq, self.clients[cid].terms.weight, heaviest,
+                           self._min_slice(dev, first))
+
+    def _shorten_turn(self, dev: Device, cid: int, hold: Hold, first: int, now: float) -> None:
+        turn = self._turn(dev, cid, first, now)
+        if turn < hold.turn_s:
+            hold.quantum_end -= hold.turn_s - turn
+            hold.turn_s = turn
+
+    def _claim_share(self, dev: Device, cid: int, now: float) -> list:
+        """A waiter that has had clearly less than its share when it asks goes ahead of the
+        waiters clearly busier than it (while the first it passes has waited under a TQ) and, at
+        the front, has the holders clearly busier than it drop after a minimum slice."""
+        if not self.share_preemption:
+            return []
+        mine = self._weighted_usage(cid, dev.index, now)
+        order = [other for other in dev.waiters if other != cid]
+        place = len(order)
+        while place > 0 and clearly_under(mine, self._weighted_usage(order[place - 1],
+                                                                        dev.index, now)):
+            place -= 1
+        if place < len(order) and now - dev.waiters[order[place]].since >= self.tq:
+            place = len(order)  # it would pass a waiter that has waited long enough
+        if place < len(order):
+            dev.waiters = {other: dev.waiters[other]
+                           for other in order[:place] + [cid] + order[place:]}
+        if place > 0:
+            return []
+        slice_s = self._min_slice(dev, cid)
+        preempted = []
+        for holder, hold in dev.holders.items():
+            if hold.dropped_at is None and \
+                    clearly_under(mine, self._weighted_usage(holder, dev.index, now)):
+                hold.preempt_at = min(hold.preempt_at, hold.granted_at + slice_s)
+                preempted.append(str(self.clients[holder]))
+        if not preempted:
+            return []
+        return [Log(f"share {self.clients[cid]}: device {dev.index}, usage {mine:.2f} s "
+                    f"weighted, under its share: {', '.join(preempted)} drop after "
+                    f"{slice_s * 1000:.0f} ms held")] + self._settle(dev, now)
 
     def _why_shrunk(self, dev: Device, budget: Budget) -> str:
         if self.mode is p.Mode.ON:
@@ -480,7 +673,7 @@ class Policy:
             return 0.0
         head = next(iter(dev.waiters), None)
         if head is None:
-            last = self.last_holder.get(device)
+            last = self.last_end.get(device, (None, ""))[0]
             client = self.clients.get(last) if last is not None else None
             if client is None or last in dev.holders or not client.allocated.get(device):
                 return 0.0
@@ -488,12 +681,14 @@ class Policy:
         out = self._room_for(dev, [head], len(dev.holders))
         return self._link(device).switch_seconds(out, out)
 
-    def _idle_hints(self, dev: Device) -> list:
+    def _idle_hints(self, dev: Device, now: float) -> list:
         """IDLE_HINT for each holder whose advice changed: how long to keep the lock through an
-        idle gap, from what handing it to the head waiter would move, and what its drop would
+        idle gap, from what handing it to the head waiter would move and whether anyone waits
+        (cost.idle_release_ms), and what its drop would
         ask it to move out (so that it can get ready for that while it works)."""
         actions = []
-        hint = idle_release_ms(self.switch_seconds(dev.index), self.tq)
+        contended = self._first_contender(dev, now) is not None
+        hint = idle_release_ms(self.switch_seconds(dev.index), self.tq, contended)
         for cid, hold in dev.holders.items():
             if hold.dropped_at is not None:
                 continue
@@ -506,10 +701,10 @@ class Policy:
 
     # ----- lock changes ------------------------------------------------------------------------
 
-    def _drop(self, dev: Device, cid: int, now: float, why: str) -> list:
+    def _drop(self, dev: Device, cid: int, now: float, why: str, reason: str) -> list:
         hold = dev.holders[cid]
         evict = self._evict_on_drop(dev, cid)
-        hold.dropped_at = now
+        hold.dropped_at, hold.drop_reason = now, reason
         hold.revoke_at = now + self.grace_s + self._link(dev.index).to_host.seconds(evict)
         ordinal = self.clients[cid].numbering.own_ordinal(dev.index)
         return [Send(cid, p.DropLock(ordinal, 0, evict)),
@@ -520,7 +715,9 @@ class Policy:
         client = self.clients[cid]
         wait = dev.waiters[cid]
         waited = self._end_wait(dev, cid, now)
-        dev.holders[cid] = Hold(granted_at=now, quantum_end=now + self.tq)
+        turn = self._turn(dev, cid, self._first_contender(dev, now), now)
+        dev.holders[cid] = Hold(granted_at=now, quantum_end=now + turn, turn_s=turn)
+        self.usage.meter(cid, dev.index).start(now)
         client.revoked = False
         number = self.grants[dev.index] = self.grants.get(dev.index, 0) + 1
         last = client.last_grant.get(dev.index)
@@ -532,14 +729,14 @@ class Policy:
         after = f" after waiting {waited:.3f} s" if wait.queued else ""
         beside = f", shared ({_mib(self.memory_of(cid, dev.index))} allocated)" if shared else ""
         ordinal = client.numbering.own_ordinal(dev.index)
-        return [Send(cid, p.LockGranted(ordinal, flags, self.tq * 1000)),
+        return [Send(cid, p.LockGranted(ordinal, flags, round(turn * 1000))),
                 Log(f"grant {client}: device {dev.index}{after}{beside}")]
 
     def _revoke(self, dev: Device, cid: int, now: float) -> list:
         client = self.clients[cid]
         hold = dev.holders[cid]
         waited = now - (hold.dropped_at if hold.dropped_at is not None else now)
-        held = self._end_hold(dev, cid, now)
+        held = self._end_hold(dev, cid, now, REVOKED)
         client.revocations += 1
         client.revoked = True
         self.revocations += 1
@@ -548,11 +745,40 @@ class Policy:
                     f"the drop (grace {self.grace_s * 1000:.0f} ms, plus its move's time, and "
                     f"no progress reported since; held {held:.3f} s)")]
 
-    def _end_hold(self, dev: Device, cid: int, now: float, client: Client | None = None) -> float:
-        self.last_holder[dev.index] = cid
+    def _end_hold(self, dev: Device, cid: int, now: float, why: str,
+                  client: Client | None = None) -> float:
+        self.last_end[dev.index] = (cid, why)
+        self.usage.meter(cid, dev.index).stop(now)
         held = now - dev.holders.pop(cid).granted_at
         (client or self.clients[cid]).hold_time += held
         return held
+
+    def _retake_terms(self, client: Client, now: float) -> list:
+        """Work out a client's terms again (rules, then its overrides); tell it a new memory
+        limit, and let the devices it uses see the new weight and gpu_limit."""
+        terms = self.rules(client.identity)
+        if client.overrides:
+            terms = terms.with_values(client.overrides, OVERRIDE_SOURCE)
+        old = client.terms
+        self._set_terms(client, terms)
+        if terms == old:
+            return []
+        actions = [Log(f"terms {client}: {_terms_words(terms).lstrip(', ') or 'the defaults'}")]
+        if terms.memory_limit != old.memory_limit:
+            actions.append(Send(client.registration.id, p.Limits(terms.memory_limit or 0)))
+        cid = client.registration.id
+        for dev in list(self.devices.values()):
+            if cid in dev.holders or cid in dev.waiters:
+                actions += self._settle(dev, now)
+        return actions
+
+    def _set_terms(self, client: Client, terms: Terms) -> None:
+        client.terms = terms
+        cid = client.registration.id
+        if terms.weight == 1:
+            self.weighted.discard(cid)
+        else:
+            self.weighted.add(cid)
 
     def _end_wait(self, dev: Device, cid: int, now: float, client: Client | None = None) -> float:
         wait = dev.waiters.pop(cid)

@@ -1,4 +1,4 @@
-"""The gemshare wire protocol, version 3: the Python definition of docs/protocol.md.
+"""The gemshare wire protocol, version 4: the Python definition of docs/protocol.md.
 
 Pure bytes in, messages out; no sockets. `tests/protocol/test_c_header_agrees.py` checks that
 `libnvs/gemshare_protocol.h` says the same thing.
@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 MAGIC = 0x52485347  # b"GSHR" read as a little-endian u32
-VERSION = 3  # 2: DEVICE_UUID; 3: EVICT, MOVED, IDLE_HINT, DROP_LOCK's byte count
+VERSION = 4  # 2: DEVICE_UUID; 3: EVICT, MOVED, IDLE_HINT, DROP_LOCK's byte count;
+#               4: REGISTER's label, LIMITS
 HEADER = struct.Struct("<IHHII")  # magic, version, type, length, seq
 HEADER_SIZE = HEADER.size
 MAX_PAYLOAD = 1 << 20
@@ -40,6 +41,7 @@ class MsgType(enum.IntEnum):
     EVICT = 14
     MOVED = 15
     IDLE_HINT = 16
+    LIMITS = 17
 
 
 class Mode(enum.IntEnum):
@@ -142,12 +144,13 @@ class Fixed:
 class Register(Fixed):
     TYPE = MsgType.REGISTER
     LAYOUT = (("device", "I"), ("flags", "I"), ("process_name", "64s"),
-              ("pod_namespace", "64s"), ("pod_name", "256s"))
+              ("pod_namespace", "64s"), ("pod_name", "256s"), ("label", "64s"))
     device: int = 0
     flags: int = 0
     process_name: str = ""
     pod_namespace: str = ""
     pod_name: str = ""
+    label: str = ""  # the program's GEMSHARE_LABEL
 
 
 @dataclass(frozen=True)
@@ -216,6 +219,16 @@ class IdleHint(Fixed):
     device: int = 0
     idle_release_ms: int = 0
     evict_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class Limits(Fixed):
+    """The most the client may allocate on each device it uses (0: no limit); sent before
+    REGISTERED when a limit applies, and whenever it changes."""
+    TYPE = MsgType.LIMITS
+    LAYOUT = (("memory_limit", "Q"), ("reserved", "Q"))
+    memory_limit: int = 0
+    reserved: int = 0
 
 
 @dataclass(frozen=True)
@@ -328,7 +341,8 @@ class Error:
 
 MESSAGES = {cls.TYPE: cls for cls in (
     Register, Registered, RequestLock, LockGranted, DropLock, LockReleased, LockRevoked,
-    SchedMode, MemReport, Control, ControlReply, Error, DeviceUuid, Evict, Moved, IdleHint)}
+    SchedMode, MemReport, Control, ControlReply, Error, DeviceUuid, Evict, Moved, IdleHint,
+    Limits)}
 FIXED_MESSAGES = {t: cls for t, cls in MESSAGES.items() if issubclass(cls, Fixed)}
 
 

@@ -5,7 +5,8 @@ bounded in frames and in bytes), all inside the server's nursery; a frame with n
 ahead of it is written at once, and what the socket does not take goes to the queue. Policy
 events go in with `trio.current_time()`; the actions that come out are carried out
 synchronously, so the policy's view and the queues never disagree. One timer task sleeps until
-the policy's next deadline.
+the policy's next deadline, and one watches the config file (configuration.py decides what a
+new file changes).
 """
 
 from __future__ import annotations
@@ -22,14 +23,18 @@ from dataclasses import dataclass, field
 
 import trio
 
-from . import control
+from . import config_file, control
 from . import protocol as p
 from .actions import Close, Log, Send
+from .config import ConfigError
+from .configuration import Configuration
 from .conversation import CLIENT, CONTROL, next_kind
 from .gpus import Gpus
+from .names import names_of
 from .peer import Credentials, peer_credentials
 from .permissions import may_control
 from .policy import Policy
+from .runtime_state import as_json
 from .settings import Settings
 from .status import build_status, encoded_size, fit_status
 
@@ -39,6 +44,7 @@ FLUSH_SECONDS = 1.0  # how long a closing connection may take to receive its las
 ACCEPT_BACKOFF = 0.1  # after running out of file descriptors
 # The room a status object has in its reply, {"ok":true,"status":STATUS}, within one frame.
 STATUS_ROOM = p.MAX_PAYLOAD - (encoded_size({"ok": True, "status": {}}) - encoded_size({}))
+CONFIG_POLL_SECONDS = 1.0  # how soon an edited config file applies, without inotify
 
 
 @dataclass
@@ -56,6 +62,8 @@ class Conn:
     forgotten: bool = False  # the policy has been told it is gone
     queued: int = 0  # frames handed to the writer task and not yet written
     queued_bytes: int = 0  # and their bytes
+    user: str = ""  # the peer's user and group names, as config rules match them
+    group: str = ""
 
     @property
     def pid(self) -> int:
@@ -77,7 +85,8 @@ class Conn:
 # CONTROL is the one message the shell answers itself.
 POLICY_EVENTS = {
     p.Register: lambda policy, conn, message, now: policy.register(
-        conn.id, conn.pid, conn.uid, conn.gid, message, now, time.time()),
+        conn.id, conn.pid, conn.uid, conn.gid, message, now, time.time(), user=conn.user,
+        group=conn.group),
     p.RequestLock: lambda policy, conn, message, now: policy.request_lock(
         conn.id, message.device, now),
     p.LockReleased: lambda policy, conn, message, now: policy.lock_released(
@@ -92,15 +101,24 @@ POLICY_EVENTS = {
 
 
 class Server:
-    def __init__(self, settings: Settings, listener: socket.socket, gpus: Gpus | None = None):
+    def __init__(self, settings: Settings, listener: socket.socket, gpus: Gpus | None = None,
+                 configuration: Configuration | None = None):
+        """`configuration` is what Configuration.start(settings) gives; made here when not
+        given (which reads the files it names)."""
         self.settings = settings
         self.gpus = gpus
-        self.policy = Policy(settings.tq, settings.mode, settings.grace_ms / 1000,
-                             settings.max_clients, reserve_bytes=settings.context_reserve_mib << 20,
+        self.configuration = configuration or Configuration.start(settings)
+        start = self.configuration.started
+        self.policy = Policy(start["tq"], start["anti_thrash"], start["grace_ms"] / 1000,
+                             settings.max_clients,
+                             reserve_bytes=start["context_reserve_mib"] << 20,
                              nvml_capacity=gpus.memory_totals() if gpus is not None else None,
                              nvml_uuids=gpus.indices_by_uuid() if gpus is not None else None,
-                             capacity_limit=None if settings.capacity_mib is None
-                             else settings.capacity_mib << 20)
+                             capacity_limit=None if start["capacity_mib"] is None
+                             else start["capacity_mib"] << 20,
+                             rules=self.configuration.rules, min_slice_ms=start["min_slice_ms"])
+        self._reloading = trio.Lock()  # one reload at a time, in the order asked
+        self._saving = trio.Lock()  # and one write of the kept settings
         self._listener = trio.socket.from_stdlib_socket(listener)
         self.conns: dict[int, Conn] = {}
         self._ids = itertools.count(1)
@@ -112,6 +130,8 @@ class Server:
         """Serve until cancelled; `started` once accepting."""
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._timer)
+            if self.settings.config is not None:
+                nursery.start_soon(self._watch_config)
             task_status.started(self)
             await self._accept_loop(nursery)
 
@@ -231,6 +251,8 @@ class Server:
             self._check_control_room()
         conn.kind = kind
         conn.reader.deadline = math.inf  # it has said what it is: no first-frame deadline
+        if type(message) is p.Register:
+            conn.user, conn.group = await trio.to_thread.run_sync(names_of, conn.uid, conn.gid)
         event = POLICY_EVENTS.get(type(message))
         if event is not None:
             actions = event(self.policy, conn, message, trio.current_time())
@@ -250,20 +272,104 @@ class Server:
 
     async def _control(self, conn: Conn, body: dict) -> dict:
         try:
-            if control.operation(body) == "status":
+            op = control.operation(body)
+            if op == "status":
                 return {"ok": True, "status": await self.status()}
             allowed, why = await trio.to_thread.run_sync(
                 may_control, conn.uid, conn.gid, conn.peer.groups, self.settings.control_group)
             if not allowed:
                 raise control.Refused("permission", why)
-            tq, mode = control.parse_set(body)
+            if op == "set":
+                return await self._set(conn, control.parse_set(body))
+            if op == "client":
+                return self._client(conn, control.parse_client(body))
+            control.parse_reload(body)
+            return await self._reload_op(conn)
         except control.Refused as refusal:
             log.info("control %s refused: %s", conn, refusal)
             return refusal.reply()
-        log.info("control %s: set %s", conn,
-                 ", ".join(f"{k}={body[k]!r}" for k in control.SET_KEYS if k in body))
-        self._apply(self.policy.configure(trio.current_time(), tq=tq, mode=mode))
-        return {"ok": True, "tq": self.policy.tq, "anti_thrash": self.policy.mode.label}
+
+    async def _set(self, conn: Conn, request: control.SetRequest) -> dict:
+        log.info("control %s: set %s", conn, ", ".join(
+            [*(["clear"] if request.clear else []),
+             *(f"{k}={as_json(v)}" for k, v in request.values.items())]))
+        self._apply(self.configuration.set(request, self.policy, trio.current_time()))
+        reply = {"ok": True, "tq": self.policy.tq, "anti_thrash": self.policy.mode.label}
+        if "min_slice_ms" in request.values or request.clear:
+            reply["min_slice_ms"] = self.configuration.layers.value("min_slice_ms")
+        if not await self._keep_settings() and self.settings.state_dir is not None:
+            reply["temporary"] = self.configuration.state.problem
+        return reply
+
+    async def _keep_settings(self) -> bool:
+        """Write gemsharectl's settings to the state file; whether they were kept."""
+        state = self.configuration.state
+        if state.directory is None:
+            return False
+        async with self._saving:  # FIFO: the last change is the last written
+            before = state.problem
+            values = dict(self.configuration.layers.runtime)
+            kept = await trio.to_thread.run_sync(state.save, values)
+        if not kept and state.problem != before:
+            log.warning("changes made with gemsharectl will last only until the scheduler "
+                        "stops: %s", state.problem)
+        elif kept and before:
+            log.info("changes made with gemsharectl are kept in %s again", state.path)
+        return kept
+
+    def _client(self, conn: Conn, request: control.ClientRequest) -> dict:
+        try:
+            actions = self.policy.override(request.pid, request.values, trio.current_time(),
+                                           reset=request.reset)
+        except LookupError as exc:
+            raise control.Refused("invalid", f"{exc}; nothing was changed") from None
+        log.info("control %s: client pid %d %s", conn, request.pid, ", ".join(
+            [*(["reset"] if request.reset else []),
+             *(f"{k}={'none' if v is None else v}" for k, v in request.values.items())]))
+        self._apply(actions)
+        return {"ok": True, "pid": request.pid, "reset": request.reset, **request.values}
+
+    async def _reload_op(self, conn: Conn) -> dict:
+        if self.settings.config is None:
+            raise control.Refused("invalid", "this scheduler runs without a config file")
+        problem = await self.reload(f"asked by {conn}")
+        if problem is not None:
+            raise control.Refused("invalid", problem)
+        return {"ok": True, "config": self.configuration.status()["config"]}
+
+    # ----- the config file ------------------------------------------------------------------
+
+    async def reload(self, why: str) -> str | None:
+        """Read the config file and put it in force if it is good; else keep what is in force.
+        None when it was loaded, else what kept it out."""
+        path = self.settings.config
+        if path is None:
+            log.info("reload (%s): this scheduler runs without a config file", why)
+            return "this scheduler runs without a config file"
+        async with self._reloading:
+            # Taken before reading: a change made while reading is seen at the next poll.
+            signature = await trio.to_thread.run_sync(config_file.signature, path)
+            self.configuration.signature = signature
+            try:
+                config = await trio.to_thread.run_sync(config_file.read, path)
+            except FileNotFoundError:
+                self.configuration.vanished(why)
+                return f"{path} does not exist; the configuration in force stays"
+            except ConfigError as error:
+                self.configuration.refused(error, why)
+                return f"{error}; the configuration in force stays"
+            self._apply(self.configuration.loaded(config, self.policy, trio.current_time(), why))
+            return None
+
+    async def _watch_config(self) -> None:
+        """Reload when the file is written, replaced, created or removed."""
+        path = self.settings.config
+        while True:
+            await trio.sleep(CONFIG_POLL_SECONDS)
+            signature = await trio.to_thread.run_sync(config_file.signature, path)
+            if signature != self.configuration.signature:
+                await self.reload("the file changed" if signature is not None
+                                  else "the file was removed")
 
     async def status(self) -> dict:
         gpus = None
@@ -271,9 +377,10 @@ class Server:
             gpus = await trio.to_thread.run_sync(self.gpus.describe)
         extra = {"pid": os.getpid(), "uptime_s": round(time.time() - self._started, 3),
                  "control_group": self.settings.control_group,
-                 "connections": len(self.conns)}
+                 "connections": len(self.conns), **self.configuration.status()}
         return fit_status(build_status(self.policy, trio.current_time(), time.time(),
-                                       grace_ms=self.settings.grace_ms, gpus=gpus, extra=extra),
+                                       grace_ms=self.configuration.started["grace_ms"], gpus=gpus,
+                                       extra=extra),
                           STATUS_ROOM)
 
     # ----- carrying out the policy's actions --------------------------------------------

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from .cost import Link
 from .protocol import Mode
 from .state import Client, Registration
+from .terms import Terms
 
 if TYPE_CHECKING:
     from .policy import Policy
@@ -37,6 +38,9 @@ class DeviceSnapshot:
     resident: int  # bytes the scheduler believes are on the device
     switch_seconds: float  # what handing the device to its head waiter now would cost in moves
     link: Link | None  # what the moves so far have shown; None before any
+    slices: dict[int, float]  # holder -> seconds held in this grant
+    turns: dict[int, float]  # holder -> its quantum in this grant, seconds
+    last_end: tuple[int, str] | None  # (client, why) of the hold that ended last
 
 
 @dataclass(frozen=True)
@@ -52,12 +56,16 @@ class ClientSnapshot:
     resident: int  # bytes on its registered GPU, as the scheduler believes
     revocations: int
     revoked: bool
+    terms: Terms  # its share and limits, and where each came from
+    label: str
+    usage: dict[int, float]  # device -> decayed lock seconds (usage.py)
 
 
 @dataclass(frozen=True)
 class Snapshot:
     tq: int
     mode: Mode
+    min_slice_ms: int
     max_clients: int
     revocations: int
     devices: list[DeviceSnapshot]  # by index
@@ -71,14 +79,16 @@ def snapshot_of(policy: Policy, now: float, devices: Iterable[int] = ()) -> Snap
     for client in policy.clients.values():
         indices |= {client.numbering.device, *client.allocated}
         allocated.update(client.allocated)
-    return Snapshot(tq=policy.tq, mode=policy.mode, max_clients=policy.max_clients,
+    return Snapshot(tq=policy.tq, mode=policy.mode, min_slice_ms=policy.min_slice_ms,
+                    max_clients=policy.max_clients,
                     revocations=policy.revocations,
-                    devices=[_device(policy, index, allocated[index]) for index in sorted(indices)],
+                    devices=[_device(policy, index, allocated[index], now)
+                             for index in sorted(indices)],
                     clients=[_client(policy, cid, client, now)
                              for cid, client in sorted(policy.clients.items())])
 
 
-def _device(policy: Policy, index: int, allocated: int) -> DeviceSnapshot:
+def _device(policy: Policy, index: int, allocated: int, now: float) -> DeviceSnapshot:
     dev = policy.devices.get(index)
     holds = dev.holders if dev else {}
     capacity, source = policy.capacity.of(index)
@@ -92,7 +102,9 @@ def _device(policy: Policy, index: int, allocated: int) -> DeviceSnapshot:
         capacity_source=source, reserve=policy.reserve,
         holders_allocated=policy.holders_memory(index),
         resident=policy.residency.total(index), switch_seconds=policy.switch_seconds(index),
-        link=copy.deepcopy(link))
+        link=copy.deepcopy(link), slices={cid: now - hold.granted_at for cid, hold in holds.items()},
+        turns={cid: hold.turn_s for cid, hold in holds.items()},
+        last_end=policy.last_end.get(index))
 
 
 def _client(policy: Policy, cid: int, client: Client, now: float) -> ClientSnapshot:
@@ -107,4 +119,6 @@ def _client(policy: Policy, cid: int, client: Client, now: float) -> ClientSnaps
         wait_time=client.wait_time + sum(now - wait.since for wait in waiting if wait.queued),
         allocated=dict(sorted(client.allocated.items())),
         resident=policy.residency.of(numbering.device, cid),
-        revocations=client.revocations, revoked=client.revoked)
+        revocations=client.revocations, revoked=client.revoked, terms=client.terms,
+        label=client.identity.label if client.identity else "",
+        usage=dict(sorted(policy.usage.of_client(cid, now).items())))

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .device_identity import Numbering
+from .terms import Identity, Terms
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,9 @@ class Client:
     revocations: int = 0
     revoked: bool = False  # its last lock was taken away and it has not been granted since
     last_grant: dict[int, int] = field(default_factory=dict)  # device -> number of its last grant
+    identity: Identity | None = None  # what configuration rules match on
+    terms: Terms = field(default_factory=Terms)  # its share and limits, overrides included
+    overrides: dict = field(default_factory=dict)  # term -> value set by gemsharectl
 
     def __str__(self) -> str:
         who = self.registration
@@ -49,6 +53,9 @@ class Hold:
     revoke_at: float = 0.0  # once dropped: grace, plus the time its move out may take
     idle_hint_ms: int = 0  # the last IDLE_HINT sent for this hold
     hint_evict_bytes: int = 0  # and the move out it announced
+    turn_s: float = 0.0  # its quantum: TQ, shorter for a light weight beside heavier waiters
+    preempt_at: float = float("inf")  # when a waiter under its share takes the device
+    drop_reason: str = ""  # once dropped: why (policy.py's reasons)
 
 
 @dataclass

@@ -9,6 +9,8 @@ from __future__ import annotations
 from .policy import Policy
 from .protocol import REG_UNIFIED_MEMORY, ControlReply
 from .snapshot import ClientSnapshot, DeviceSnapshot
+from .terms import TERM_NAMES
+from .usage import HALF_LIFE_S
 
 
 def build_status(policy: Policy, now: float, wall: float, *, grace_ms: int,
@@ -19,6 +21,8 @@ def build_status(policy: Policy, now: float, wall: float, *, grace_ms: int,
     status = {
         "tq": snapshot.tq,
         "anti_thrash": snapshot.mode.label,
+        "min_slice_ms": snapshot.min_slice_ms,
+        "usage_half_life_s": HALF_LIFE_S,
         "grace_ms": grace_ms,
         "devices": [_device_entry(dev, by_index.get(dev.index, {})) for dev in snapshot.devices],
         "clients": [_client_entry(client) for client in snapshot.clients],
@@ -33,6 +37,7 @@ def build_status(policy: Policy, now: float, wall: float, *, grace_ms: int,
 
 def _device_entry(dev: DeviceSnapshot, gpu: dict) -> dict:
     entry = {"index": dev.index, "holders": dev.holders, "waiters": dev.waiters}
+    last = dev.last_end
     entry.update({k: v for k, v in gpu.items() if k != "index"})
     entry.update({
         "dropping": dev.dropping,
@@ -52,6 +57,11 @@ def _device_entry(dev: DeviceSnapshot, gpu: dict) -> dict:
         "switch_cost_s": round(dev.switch_seconds, 3),
         "evicting": dev.evicting,
         "idle_hints_ms": {str(cid): ms for cid, ms in dev.idle_hints_ms.items()},
+        # Shares: how long each holder has held in this grant and its quantum, and why the
+        # last hold ended.
+        "slices_s": {str(cid): round(held, 3) for cid, held in dev.slices.items()},
+        "turns_s": {str(cid): round(turn, 3) for cid, turn in dev.turns.items()},
+        "last_drop": {"client": last[0], "reason": last[1]} if last else None,
     })
     if dev.link is not None:  # a device that has seen moves (kept short for the others)
         entry["move_rates"] = dev.link.rates_view()
@@ -81,6 +91,12 @@ def _client_entry(client: ClientSnapshot) -> dict:
         "revoked": client.revoked,
         "gid": who.gid,
         "unified_memory": bool(who.flags & REG_UNIFIED_MEMORY),
+        "label": client.label,
+        "weight": client.terms.weight,
+        "gpu_limit": client.terms.gpu_limit,
+        "memory_limit": client.terms.memory_limit,
+        "terms_from": {name: client.terms.source(name) for name in TERM_NAMES},
+        "usage_s": {str(d): round(seconds, 3) for d, seconds in client.usage.items()},
         "allocated_by_device": {str(d): b for d, b in client.allocated.items()},
     }
 

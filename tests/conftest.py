@@ -7,7 +7,8 @@ will not do) and returns once it accepts connections. Options become command-lin
 --debug`. Keyword-only extras: `env={...}` adds environment variables, `directory=` uses a
 directory you made (the socket is `directory/scheduler.sock`), `wrapper=[...]` puts a command in
 front (it must exec the rest), `pass_fds=` keeps descriptors open in the child. Everything
-started is stopped at teardown.
+started is stopped at teardown. A test scheduler reads `gemshare.toml` and keeps its settings in
+`state/` of its own directory, never the machine's, unless `config=` or `state_dir=` say where.
 
 `run_scheduler(*args, env=None)` runs gemshare-scheduler with exactly `args` for a run that is
 expected to end by itself (bad options, socket refused) and returns the CompletedProcess.
@@ -45,6 +46,8 @@ def short_tmp_dir() -> Path:
 
 
 def scheduler_command(socket_path: Path, **options) -> list[str]:
+    options = {"config": socket_path.parent / "gemshare.toml",
+               "state_dir": socket_path.parent / "state", **options}
     command = [sys.executable, "-m", "gemshare_nvs.daemon", "--socket", str(socket_path)]
     for name, value in options.items():
         flag = "--" + name.replace("_", "-")

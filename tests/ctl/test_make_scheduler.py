@@ -25,7 +25,10 @@ def test_make_scheduler_runs_in_the_foreground_and_prints_the_socket(ctl):
                                                             "LISTEN_PID")}
     env["GEMSHARE_SOCKET"] = str(socket)
     with output.open("wb") as sink:
-        make = subprocess.Popen(["make", "-s", "-C", str(REPO), "scheduler", *make_variables()],
+        # Its own config (none) and state, whatever the checkout's or the machine's hold.
+        make = subprocess.Popen(["make", "-s", "-C", str(REPO), "scheduler", *make_variables(),
+                                 f"SCHEDULER_CONFIG={directory}/gemshare.toml",
+                                 f"SCHEDULER_STATE_DIR={directory}/state"],
                                 env=env, stdin=subprocess.DEVNULL, stdout=sink,
                                 stderr=subprocess.STDOUT, start_new_session=True)
     try:

@@ -11,6 +11,7 @@ from pathlib import Path, PurePosixPath
 import pytest
 
 from gemshare_nvs.connection import DEFAULT_SOCKET
+from gemshare_nvs.settings import DEFAULT_STATE_DIR
 
 REPO = Path(__file__).resolve().parents[2]
 UNITS = REPO / "systemd"
@@ -42,6 +43,14 @@ def test_service_runs_the_installed_scheduler_as_a_notify_service():
     assert service["RuntimeDirectoryPreserve"] == "yes"  # else a restart deletes the socket
     assert "AF_UNIX" in service["RestrictAddressFamilies"].split()
     assert service.get("PrivateDevices", "no") == "no"  # NVML needs /dev/nvidia*
+
+
+def test_service_reloads_by_sighup_and_keeps_state_where_the_scheduler_looks():
+    service = read_unit(SERVICE)["Service"]
+    assert service["ExecReload"].split() == ["/bin/kill", "-HUP", "$MAINPID"]
+    # The one writable place ProtectSystem=strict leaves is the default --state-dir.
+    assert f"/var/lib/{service['StateDirectory']}" == DEFAULT_STATE_DIR
+    assert service["ProtectSystem"] == "strict"
 
 
 def test_socket_unit_listens_where_every_part_looks():

@@ -70,18 +70,20 @@ def scripted(built, tmp_path):
 @pytest.fixture
 def scripted_migrating(scripted):
     """`scripted` with moves by copy off: every move is the driver's migration, which the fake
-    logs as prefetches (moves by copy: test_move_by_copy.py)."""
-    scripted[0].base_env["GEMSHARE_MOVE_COPY"] = "0"
+    logs as prefetches (moves by copy: test_move_by_copy.py); and no prefetch of new memory, so
+    that the prefetches logged are the moves (new memory: test_populate.py)."""
+    scripted[0].base_env.update(GEMSHARE_MOVE_COPY="0", GEMSHARE_POPULATE="0")
     return scripted
 
 
 @pytest.fixture
 def gpu_with_migrating(gpu_with):
     """`gpu_with` with moves by copy off: programs of many GiB would otherwise make the fake
-    stage that much real host memory, where migrations on the fake cost none."""
+    stage that much real host memory, where migrations on the fake cost none. New memory is not
+    prefetched either, so that the prefetches logged are the moves."""
     def start(device_mem: str = "64M", **options):
         gpu, scheduler = gpu_with(device_mem, **options)
-        gpu.base_env["GEMSHARE_MOVE_COPY"] = "0"
+        gpu.base_env.update(GEMSHARE_MOVE_COPY="0", GEMSHARE_POPULATE="0")
         return gpu, scheduler
 
     return start

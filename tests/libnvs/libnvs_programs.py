@@ -211,13 +211,18 @@ def state_of(socket: Path, pid: int) -> str | None:
     return (client_of(scheduler_status(socket), pid) or {}).get("state")
 
 
-def wait_for_client(socket: Path, pid: int, state: str | None = None) -> dict:
-    """The scheduler's record of the client with this pid, once it exists (in that state)."""
+def wait_for_client(socket: Path, pid: int, state: str | None = None, **values) -> dict:
+    """The scheduler's record of the client with this pid, once it exists (in that state, and
+    with these values in its status entry: weight=2, ...)."""
+    if state is not None:
+        values["state"] = state
+
     def found():
         client = client_of(scheduler_status(socket), pid)
-        return client if client and (state is None or client["state"] == state) else None
-    return wait_for(found, f"pid {pid} as a scheduler client" + (f" in state {state}"
-                                                                  if state else ""))
+        return client if client and all(client.get(key) == value
+                                        for key, value in values.items()) else None
+    return wait_for(found, f"pid {pid} as a scheduler client" +
+                    "".join(f", {key} {value}" for key, value in values.items()))
 
 
 # Only a drop-lock (or death) may take the lock from a process with this environment.

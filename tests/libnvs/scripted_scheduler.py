@@ -2,9 +2,10 @@
 client gets (DROP_LOCK with a byte count, EVICT, IDLE_HINT, grant flags) and of when it gets them.
 
 It speaks the real protocol (`gemshare_nvs.protocol`) on a Unix socket: it answers REGISTER with
-REGISTERED (mode `on`) by itself, records every frame a client sends with the CLOCK_MONOTONIC time
-it arrived (the clock of the fake driver's log), and sends whatever the test asks. Clients are
-known by their pid (SO_PEERCRED).
+REGISTERED (mode `on`) by itself, after `registration_delay` seconds and preceded by LIMITS when
+`memory_limit` is set, records every frame a client sends with the CLOCK_MONOTONIC time it arrived
+(the clock of the fake driver's log), and sends whatever the test asks. Clients are known by their
+pid (SO_PEERCRED).
 """
 
 from __future__ import annotations
@@ -37,6 +38,10 @@ class ScriptedScheduler:
         self._received: list[tuple[int, int, object]] = []  # (ns, pid, message)
         self._grants: dict[int, int] = {}  # pid -> grants sent
         self._stopping = False
+        # How registrations are answered: the memory limit sent before REGISTERED (None: no
+        # LIMITS), and how long the answer takes.
+        self.memory_limit: int | None = None
+        self.registration_delay = 0.0
         self._thread = threading.Thread(target=self._serve, name="scripted-scheduler",
                                         daemon=True)
         self._thread.start()
@@ -77,6 +82,14 @@ class ScriptedScheduler:
 
     def evict(self, pid: int, size: int) -> None:
         self.send(pid, p.Evict(0, 0, size))
+
+    def limit(self, pid: int, memory_limit: int) -> None:
+        """Sends LIMITS and returns once the client has handled it: it handles frames in order,
+        so a MOVED that answers an EVICT of nothing sent behind it means it has."""
+        answered = len(self.moved(pid, done=True))
+        self.send(pid, p.Limits(memory_limit))
+        self.evict(pid, 0)
+        self.wait_moved_done(pid, answered + 1)
 
     def moved(self, pid: int, done: bool | None = None) -> list[tuple[int, p.Moved]]:
         """(arrival ns, MOVED) from the client; only those with (or without) MOVED_DONE when
@@ -156,6 +169,9 @@ class ScriptedScheduler:
         if isinstance(message, p.Register):
             with self._changed:
                 self._connections[pid] = connection
+            time.sleep(self.registration_delay)
+            if self.memory_limit is not None:
+                connection.sendall(p.encode(p.Limits(self.memory_limit)))
             connection.sendall(p.encode(p.Registered(pid, p.Mode.ON, TQ_SECONDS)))
         with self._changed:
             self._received.append((arrived, pid, message))

@@ -1,5 +1,5 @@
-"""IDLE_HINT: while it holds the lock, a process releases early only after
-max(GEMSHARE_IDLE_RELEASE_MS, hint) with nothing submitted; its own 0 still means never; each
+"""IDLE_HINT: while it holds the lock, a process releases early after the hinted idle time
+instead of its GEMSHARE_IDLE_RELEASE_MS, longer or shorter; its own 0 still means never; each
 grant starts without a hint. Frames come from `scripted` (scripted_scheduler.py)."""
 
 from __future__ import annotations
@@ -36,13 +36,29 @@ def test_a_hint_lengthens_the_early_release_until_the_next_grant(scripted):
     assert plain_ns - second.ns < 0.9 * SECOND, "the hint outlived its grant"
 
 
-def test_a_hint_never_turns_early_release_on(scripted):
+def hinted_holder(scripted, own_ms: str, hint_ms: int):
+    """A process that launches once and then idles, granted the lock and sent a hint."""
     gpu, scheduler = scripted
     program = gpu.start(["init", "launch", 100, "sync", "wait-file", gpu.path("end")],
-                        env={"GEMSHARE_IDLE_RELEASE_MS": "0"})
+                        env={"GEMSHARE_IDLE_RELEASE_MS": own_ms})
     scheduler.wait_for(program.pid, p.RequestLock)
     scheduler.grant(program.pid)
-    scheduler.send(program.pid, p.IdleHint(0, 200))
+    scheduler.send(program.pid, p.IdleHint(0, hint_ms))
+    return gpu, scheduler, program
+
+
+def test_a_shorter_hint_shortens_the_early_release(scripted):
+    gpu, scheduler, program = hinted_holder(scripted, "5000", 100)
+    ((released_ns, released),) = scheduler.wait_for(program.pid, p.LockReleased)
+    gpu.path("end").touch()
+    assert program.wait().returncode == 0
+    assert released.reason == p.ReleaseReason.IDLE
+    (launch,) = fakelog.named(gpu.events(), "launch", pid=program.pid)
+    assert released_ns - launch.ns < 4 * SECOND, "the process kept its own, longer idle time"
+
+
+def test_a_hint_never_turns_early_release_on(scripted):
+    gpu, scheduler, program = hinted_holder(scripted, "0", 200)
     time.sleep(0.8)
     assert not scheduler.received(program.pid, p.LockReleased)
     scheduler.drop(program.pid)

@@ -64,14 +64,18 @@ def test_progress_keeps_a_holder_whose_moves_outlast_the_schedulers_deadline(gpu
         wait_for(lambda: re.search(rf"grant client \d+ \(pid {program.pid},", scheduler.log()),
                  f"a grant to pid {program.pid}")
 
-    # A long program; a short one that makes it move out; a smaller one that queues behind its
-    # return and so drops it while its memory comes back. Only first grants need no move back,
-    # so the short ones run within their quantum and leave (two long ones would only swap).
+    # A long program; a short one that makes it move out; a smaller one that asks while the
+    # long one's memory comes back, and so drops it then. Only first grants need no move back,
+    # so the short ones run within their quantum and leave (two long ones would only swap). The
+    # smaller one starts only once the long one holds again: a newcomer is under its share and
+    # would go ahead of it in the queue.
     long = gpu.start(["init", "alloc", "a", "10G", *["launch", 100_000, "stream-sync"] * 20],
                      env=env)
     granted(long)
     short = gpu.start(["init", "alloc", "b", "10G", "launches", 5, 100_000, "sync"], env=env)
     granted(short)
+    wait_for(lambda: len(re.findall(rf"grant client \d+ \(pid {long.pid},", scheduler.log())) >= 2,
+             "the long program's second grant")
     small = gpu.start(["init", "alloc", "c", "6G", "launches", 5, 100_000, "sync"], env=env)
     for program in (long, short, small):
         result = program.wait()
@@ -135,7 +139,9 @@ def test_gaps_shorter_than_a_swap_keep_the_lock_until_the_quantum_ends(gpu_with_
 
 
 def test_programs_that_fit_together_hand_over_after_a_short_idle_gap(gpu_with_migrating):
-    gpu, scheduler = gpu_with_migrating(device_mem="16G", tq=10)
+    # A minimum slice past the test, so that the early release, not the newcomer's share, ends
+    # the hold.
+    gpu, scheduler = gpu_with_migrating(device_mem="16G", tq=10, min_slice_ms=5000)
     waiter = gpu.start(["init", "alloc", "b", "1G", "wait-file", gpu.path("go"),
                         "launch", 100_000, "stream-sync"])
     # The holder's kernel runs 300 ms past "go", so the waiter asks while it still holds.

@@ -51,8 +51,9 @@ def hold_then_idle(gpu, idle_release_ms: str):
 
 
 def test_an_idle_holder_releases_early_once_its_work_drained(gpu_with):
-    # With a quantum of a day, only an early release can let the second process run.
-    gpu, scheduler = gpu_with(tq=86400)
+    # With a quantum and a minimum slice of hours, only an early release can let the second
+    # process run.
+    gpu, scheduler = gpu_with(tq=86400, min_slice_ms=3_600_000)
     idle = hold_then_idle(gpu, "250")
     wait_file(gpu.path("submitted"))
     waiter = gpu.run(["init", "launch", 100, "sync"])
@@ -66,7 +67,8 @@ def test_an_idle_holder_releases_early_once_its_work_drained(gpu_with):
 
 
 def test_without_early_release_the_waiter_keeps_waiting(gpu_with):
-    gpu, scheduler = gpu_with(tq=86400)
+    # The newcomer, under its share, would take the lock after the minimum slice: an hour here.
+    gpu, scheduler = gpu_with(tq=86400, min_slice_ms=3_600_000)
     idle = hold_then_idle(gpu, "0")  # 0 turns early release off
     wait_file(gpu.path("submitted"))
     waiter = gpu.start(["init", "launch", 100, "sync"])

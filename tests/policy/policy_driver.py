@@ -11,9 +11,13 @@ class Driver:
     def __init__(self, tq: int = 30, mode: p.Mode = p.Mode.ON, grace: float = 10.0,
                  max_clients: int = 1024, start: float = 100.0, reserve: int = 512 << 20,
                  nvml: dict[int, int] | None = None, limit: int | None = None,
-                 nvml_uuids: dict[str, int] | None = None, answer_evictions: bool = False):
+                 nvml_uuids: dict[str, int] | None = None, answer_evictions: bool = False,
+                 **shares):
+        """`shares`: the Policy's rules, min_slice_ms and share_preemption, where a test sets
+        them."""
         self.policy = Policy(tq, mode, grace, max_clients, reserve_bytes=reserve,
-                             nvml_capacity=nvml, capacity_limit=limit, nvml_uuids=nvml_uuids)
+                             nvml_capacity=nvml, capacity_limit=limit, nvml_uuids=nvml_uuids,
+                             **shares)
         self.now = start
         self.sent: list[tuple[int, object]] = []
         self.closed: list[Close] = []
@@ -39,8 +43,8 @@ class Driver:
         return actions
 
     def register(self, cid: int, name: str = "proc", device: int = 0, pid: int | None = None,
-                 uid: int = 1000, wall: float = 1_700_000_000.0) -> list:
-        message = p.Register(device, 0, name, "ns" if name else "", "pod" if name else "")
+                 uid: int = 1000, wall: float = 1_700_000_000.0, label: str = "") -> list:
+        message = p.Register(device, 0, name, "ns" if name else "", "pod" if name else "", label)
         return self._take(self.policy.register(cid, pid or 4000 + cid, uid, uid, message,
                                                self.now, wall))
 

@@ -20,7 +20,8 @@ the core sends is checked as it goes out, and the state after every step:
 - nothing to disconnected clients; revocation exactly `grace` after the drop, plus the time the
   drop's move out may take at the assumed rate; the core's timer is the model's.
 
-The clients here answer every EVICT at once (MOVED, done): making room then never delays a grant,
+Share preemption is off here (strict turns, as its rules describe); the shares have their own
+machine in test_policy_share_invariants.py. The clients here answer every EVICT at once (MOVED, done): making room then never delays a grant,
 and the rules above hold as they are.
 """
 
@@ -60,7 +61,7 @@ class AutoMachine(ClockMachine):
         super().__init__()
         self.policy = Policy(tq=3, mode=p.Mode.AUTO, grace_s=GRACE, max_clients=16,
                              reserve_bytes=RESERVE, nvml_capacity=NVML,
-                             capacity_limit=self.LIMIT)
+                             capacity_limit=self.LIMIT, share_preemption=False)
         self.now = 0.0
         self.connected: set[int] = set()
         self.gone: set[int] = set()

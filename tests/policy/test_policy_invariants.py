@@ -10,6 +10,9 @@ every message the core sends is checked against it as it happens:
 - DROP_LOCK only when someone waits and the quantum is over (no needless drop), never late;
 - revocation exactly `grace` after the drop, never earlier, never later.
 
+Share preemption is off here, so that turns are strict FCFS for a whole quantum; the shares
+have their own machine in test_policy_share_invariants.py.
+
 The clock only moves up to the core's next deadline, so "never late" is checkable: the model's
 own deadline must equal `next_deadline()` before every step of the clock.
 """
@@ -33,7 +36,8 @@ GRACE = 0.75
 class PolicyMachine(ClockMachine):
     def __init__(self):
         super().__init__()
-        self.policy = Policy(tq=3, mode=p.Mode.ON, grace_s=GRACE, max_clients=16)
+        self.policy = Policy(tq=3, mode=p.Mode.ON, grace_s=GRACE, max_clients=16,
+                             share_preemption=False)
         self.now = 0.0
         self.connected: set[int] = set()
         self.gone: set[int] = set()

@@ -5,7 +5,7 @@ the lock through gaps shorter than the swap their release would cause."""
 import pytest
 
 from gemshare_nvs import protocol as p
-from gemshare_nvs.cost import DEFAULT_TO_HOST_BPS, margin
+from gemshare_nvs.cost import CONTENDED_IDLE_RELEASE_MS, DEFAULT_TO_HOST_BPS, margin
 from gemshare_nvs.status import build_status
 
 from policy_driver import Driver
@@ -257,12 +257,12 @@ def test_a_swap_longer_than_the_quantum_keeps_the_lock_for_the_quantum():
     assert driver.hints == [(1, p.IdleHint(0, 2_000, 8 * G + RESERVE + MARGIN))]
 
 
-def test_holders_that_fit_beside_their_waiter_get_the_usual_idle_release():
+def test_a_holder_whose_handoff_moves_nothing_releases_sooner_while_someone_waits():
     driver = pair(sizes=(6 * G, 6 * G))
-    assert driver.hints == []  # nothing to move: hint 0, never sent
+    assert driver.hints == [(1, p.IdleHint(0, CONTENDED_IDLE_RELEASE_MS, 0))]
     driver.advance_to_deadline()
     driver.release(1)
-    assert driver.hints == []
+    assert driver.hints == [(1, p.IdleHint(0, CONTENDED_IDLE_RELEASE_MS, 0))]  # 2: nobody waits
 
 
 def test_a_last_holder_that_left_or_fits_adds_no_hint():

@@ -61,7 +61,7 @@ def test_holder_with_nobody_waiting_keeps_the_lock_without_drop():
 
 
 def test_drop_is_sent_when_the_quantum_ends_and_someone_waits():
-    driver = Driver(tq=30)
+    driver = Driver(tq=30, share_preemption=False)  # a newcomer would be under its share
     clients(driver, 1, 2)
     driver.request(1)
     driver.advance(5)

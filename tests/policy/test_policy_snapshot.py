@@ -8,7 +8,7 @@ G = 1 << 30
 
 
 def test_a_snapshot_shows_the_locks_and_the_time_held_and_waited():
-    driver = Driver(tq=10)
+    driver = Driver(tq=10, share_preemption=False)  # client 2 waits out client 1's quantum
     for cid in (1, 2):
         driver.register(cid)
     driver.request(1)

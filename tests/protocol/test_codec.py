@@ -13,7 +13,7 @@ text = st.text(max_size=80)
 
 messages = st.one_of(
     st.builds(p.Register, device=u32, flags=u32, process_name=text, pod_namespace=text,
-              pod_name=st.text(max_size=300)),
+              pod_name=st.text(max_size=300), label=text),
     st.builds(p.Registered, client_id=u64, mode=u32, tq_seconds=u32),
     st.builds(p.RequestLock, device=u32),
     st.builds(p.LockGranted, device=u32, flags=u32, quantum_ms=u64),
@@ -21,6 +21,7 @@ messages = st.one_of(
     st.builds(p.Evict, device=u32, bytes=u64),
     st.builds(p.Moved, device=u32, flags=u32, bytes=u64, elapsed_us=u64),
     st.builds(p.IdleHint, device=u32, idle_release_ms=u32),
+    st.builds(p.Limits, memory_limit=u64),
     st.builds(p.LockReleased, device=u32, reason=u32),
     st.builds(p.LockRevoked, device=u32),
     st.builds(p.SchedMode, mode=u32, tq_seconds=u32),
@@ -95,6 +96,13 @@ def test_text_fields_are_cut_on_character_boundaries():
     decoder.feed(p.encode(p.Register(process_name=long_name)))
     message, _ = decoder.next()
     assert message.process_name == "é" * 32
+
+
+def test_version_4_layouts_are_the_documented_ones():
+    assert p.VERSION == 4
+    assert (p.Register.offsets()["label"], p.Register.struct().size) == (392, 456)
+    assert (p.MsgType.LIMITS, p.Limits.struct().size) == (17, 16)
+    assert p.Limits(5 << 30).payload() == (5 << 30).to_bytes(8, "little") + bytes(8)
 
 
 def test_mode_labels():

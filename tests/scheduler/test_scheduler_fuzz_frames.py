@@ -82,7 +82,7 @@ def any_message(rng: random.Random):
     """Any type at all, including those only the scheduler may send."""
     return rng.choice([
         lambda: p.Register(random_u32(rng), random_u32(rng), random_text(rng, 80),
-                           random_text(rng, 70), random_text(rng, 300)),
+                           random_text(rng, 70), random_text(rng, 300), random_text(rng, 70)),
         lambda: p.RequestLock(random_u32(rng), random_u32(rng)),
         lambda: p.MemReport(rng.choice([MAX_DEVICES, 2**31, 2**32 - 1, random_u32(rng)]), 0,
                             rng.randrange(2**64), rng.randrange(2**64)),
@@ -91,6 +91,7 @@ def any_message(rng: random.Random):
         lambda: p.LockGranted(random_u32(rng), random_u32(rng), rng.randrange(2**64)),
         lambda: p.DropLock(random_u32(rng)),
         lambda: p.SchedMode(random_u32(rng), random_u32(rng)),
+        lambda: p.Limits(rng.randrange(2**64)),
         lambda: p.ControlReply({"ok": True}),
         lambda: p.Error(random_u32(rng), random_text(rng, 20)),
     ])()

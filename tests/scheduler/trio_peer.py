@@ -14,6 +14,7 @@ class Peer:
         self.stream = stream
         self.decoder = p.FrameDecoder()
         self.seq = 0
+        self.hints: list[p.IdleHint] = []  # set aside by recv
 
     @classmethod
     async def connect(cls, path) -> "Peer":
@@ -28,8 +29,11 @@ class Peer:
         await self.stream.send_all(data)
 
     async def recv(self, timeout: float = RECV_TIMEOUT):
-        """The next message; EOFError when the scheduler closed the connection."""
-        return (await self.recv_with_seq(timeout))[0]
+        """The next message but IDLE_HINT (advice that changes no turn, kept in `hints`);
+        EOFError when the scheduler closed the connection."""
+        while isinstance(message := (await self.recv_with_seq(timeout))[0], p.IdleHint):
+            self.hints.append(message)
+        return message
 
     async def recv_with_seq(self, timeout: float = RECV_TIMEOUT):
         with trio.fail_after(timeout):

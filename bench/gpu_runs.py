@@ -1,0 +1,88 @@
+"""Running a bench-gpu part's programs: each as a subprocess with its output in files, the shared
+ones under a scheduler of their own, and none left running whatever way a run ends."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+
+from scheduler_process import SchedulerProcess
+
+# Inherited settings that would change what is measured or endanger a shared card: debug logging
+# slows every handoff, and single-process oversubscription must never be enabled here.
+UNWANTED = ("GEMSHARE_DEBUG", "GEMSHARE_ENABLE_SINGLE_OVERSUB")
+
+
+def inherited() -> dict:
+    return {name: value for name, value in os.environ.items() if name not in UNWANTED}
+
+
+def free_mib() -> list[int]:
+    """Free memory of each GPU nvidia-smi lists, in MiB; none if it does not answer."""
+    try:
+        done = subprocess.run(["nvidia-smi", "--query-gpu=memory.free",
+                               "--format=csv,noheader,nounits"],
+                              capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [int(field) for field in done.stdout.split() if field.isdigit()]
+
+
+def launch(command: list[str], env: dict, stem: Path) -> subprocess.Popen:
+    # Output to files, not pipes: a program blocked on a full pipe while it holds the GPU lock
+    # would stall its partner as well.
+    with open(stem.with_suffix(".out"), "w") as out, open(stem.with_suffix(".err"), "w") as err:
+        return subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=out,
+                                stderr=err)
+
+
+def stop(processes: list[subprocess.Popen], grace_s: float = 0.0) -> None:
+    """Ends whichever are still running: SIGTERM and `grace_s` to exit, then SIGKILL."""
+    for process in processes:
+        if process.poll() is None and grace_s > 0:
+            process.terminate()
+            try:
+                process.wait(grace_s)
+            except subprocess.TimeoutExpired:
+                pass
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+@contextmanager
+def private_scheduler(library: Path, directory: Path, args: list[str] = (), **options):
+    """A scheduler for one run, so that its log is that run's alone; yields it and the
+    environment that runs a program under it. `options` and `args` as for SchedulerProcess."""
+    directory.mkdir(parents=True)
+    scheduler = SchedulerProcess(directory, env=inherited(), args=args, **options)
+    # REQUIRE_SCHEDULER: a program that failed to register fails instead of running unlocked.
+    env = {**inherited(), "LD_PRELOAD": str(library), "GEMSHARE_SOCKET": str(scheduler.socket),
+           "GEMSHARE_REQUIRE_SCHEDULER": "1"}
+    try:
+        yield scheduler, env
+    finally:
+        scheduler.stop()
+
+
+def keep_log(log: str, variable: str, name: str) -> None:
+    """Copies a run's scheduler log into the folder the environment variable names, if any:
+    where a run's whole story can be read afterwards."""
+    kept = os.environ.get(variable)
+    if kept:
+        Path(kept).mkdir(parents=True, exist_ok=True)
+        (Path(kept) / name).write_text(log)
+
+
+def attempt(name: str, line, measure, *args) -> dict:
+    """One run's figures, or its error: a failed run must not lose the other runs' figures.
+    `line(name, run)` is its progress line, printed should the rest not end."""
+    try:
+        run = measure(*args)
+    except Exception as exc:
+        run = {"error": f"{type(exc).__name__}: {exc}"}
+    print(line(name, run), file=sys.stderr, flush=True)
+    return run

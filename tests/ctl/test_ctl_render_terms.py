@@ -1,0 +1,89 @@
+"""How `gemsharectl status` draws where settings come from, the config file, each client's
+weight, limits and usage, and each device's slices and last drop."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+
+from gemshare_ctl import render
+
+CONFIG = "/etc/gemshare/gemshare.toml"
+BASE = {"tq": 12, "anti_thrash": "auto", "min_slice_ms": 300, "grace_ms": 10000}
+
+
+def draw(status: dict, width: int = 200) -> str:
+    console = Console(file=io.StringIO(), width=width, color_system=None)
+    console.print(render.status_view(console, status, "/run/gemshare/scheduler.sock"))
+    return console.file.getvalue()
+
+
+def test_each_setting_says_where_it_came_from_unless_a_default():
+    out = draw({**BASE, "settings_from": {
+        "tq": "gemsharectl", "anti_thrash": f"config ({CONFIG}:2)", "min_slice_ms": "default",
+        "grace_ms": "command line"}, "clients": []})
+    assert "TQ 12 s (gemsharectl)" in out
+    assert "anti-thrash auto (config line 2)" in out
+    assert "min slice 300 ms   grace 10 s (command line)" in out
+
+
+def test_the_config_file_its_refusal_and_temporary_settings_are_said():
+    out = draw({**BASE, "clients": [],
+                "config": {"path": CONFIG, "loaded": True, "rules": 3, "loaded_at": 1.7e9,
+                           "problem": f"1 problem: {CONFIG}:4: tq: tq must be ..."},
+                "runtime_settings": {"persistent": False,
+                                     "problem": "/var/lib is not writable by the scheduler"}})
+    assert f"Config {CONFIG}: 3 rules, loaded " in out
+    assert f"Config not reloaded: 1 problem: {CONFIG}:4: tq" in out
+    assert "last only until the scheduler stops: /var/lib is not writable" in out
+    quiet = draw({**BASE, "clients": [], "config": {"path": CONFIG, "loaded": False},
+                  "runtime_settings": {"persistent": True, "problem": None}})
+    assert f"Config {CONFIG}: none in force" in quiet and "until the scheduler" not in quiet
+
+
+def test_clients_show_weight_limits_sources_and_usage():
+    out = draw({**BASE, "clients": [
+        {"id": 1, "pid": 10, "name": "nb", "state": "idle", "weight": 2, "gpu_limit": 0.5,
+         "memory_limit": 16 << 30, "usage_s": {"0": 42.0, "1": 3.0},
+         "terms_from": {"weight": f"config rule 1 ({CONFIG}:5)", "gpu_limit": "gemsharectl",
+                        "memory_limit": f"config rule 1 ({CONFIG}:5)"}},
+        {"id": 2, "pid": 11, "name": "plain", "state": "idle", "weight": 1, "gpu_limit": None,
+         "memory_limit": None, "usage_s": {}, "terms_from": {"weight": "default"}}]})
+    header = next(line for line in out.splitlines() if "Weight" in line)
+    assert "Limits" in header and "Terms from" in header and "Usage" in header
+    row = next(line for line in out.splitlines() if " nb " in line)
+    assert "50% GPU, 16.0 GiB" in row and "rule 1, gemsharectl" in row and "45.0 s" in row
+    plain = next(line for line in out.splitlines() if "plain" in line)
+    assert " 1 " in plain and "0.0 s" in plain
+
+
+def test_columns_nobody_has_anything_for_are_left_out():
+    out = draw({**BASE, "clients": [{"id": 1, "pid": 10, "name": "a", "state": "idle"}]})
+    for header in ("Weight", "Limits", "Terms from", "Usage", "Pod"):
+        assert header not in out, header
+
+
+def test_holders_show_their_slice_and_devices_their_last_drop():
+    out = draw({**BASE, "devices": [{
+        "index": 0, "holders": [7], "waiters": [8], "slices_s": {"7": 4.25},
+        "turns_s": {"7": 12.0}, "last_drop": {"client": 8, "reason": "share"}}],
+        "clients": [{"id": 7, "pid": 100, "name": "a", "state": "holding"},
+                    {"id": 8, "pid": 101, "name": "b", "state": "waiting"}]})
+    row = next(line for line in out.splitlines() if "#7 a" in line)
+    assert "#7 a (pid 100), 4.2 s of 12.0 s" in row and "#8 b (pid 101): share" in row
+    assert "Last drop" in out
+    assert "Last drop" not in draw({**BASE, "devices": [{"index": 0, "holders": [],
+                                                        "waiters": [], "last_drop": None}]})
+
+
+def test_one_clients_terms_name_every_source():
+    text = render.terms_view({"id": 3, "pid": 42, "name": "nb", "label": "notebook",
+                              "weight": 2, "gpu_limit": 0.25, "memory_limit": None,
+                              "terms_from": {"weight": "gemsharectl",
+                                             "gpu_limit": f"config rule 2 ({CONFIG}:9)"}}).plain
+    assert text.splitlines() == [
+        "#3 nb (pid 42), label notebook",
+        "  weight: 2 (gemsharectl)",
+        f"  gpu_limit: 25% of the GPU's time (config rule 2 ({CONFIG}:9))",
+        "  memory_limit: none (default)"]
