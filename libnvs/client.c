@@ -355,13 +355,18 @@ static void gs_reap_freed(int64_t now)
     gs_capture_allow();
 }
 
-/* How long a holder waits idle before it releases early: the scheduler's hint for this grant
- * when it sent one (longer than our own when a handoff would swap memory, shorter when someone
- * waits and a handoff is cheap), else our own setting; our own 0 means never, whatever the hint. */
+/* How long a holder waits idle before it releases early: our own setting (0: never, whatever
+ * the hint), bounded by the scheduler's hint for this grant. A hint from GS_IDLE_HINT_FLOOR_MS up
+ * is a floor (a handoff would swap memory: keep the lock through shorter gaps), a shorter one a
+ * ceiling (someone waits and a handoff is cheap: let go sooner). */
 static unsigned gs_idle_release_ms(void)
 {
-    unsigned own = gs_config()->idle_release_ms;
-    return own == 0 || gs_idle_hint_ms == 0 ? own : gs_idle_hint_ms;
+    unsigned own = gs_config()->idle_release_ms, hint = gs_idle_hint_ms;
+    if (own == 0 || hint == 0)
+        return own;
+    if (hint >= GS_IDLE_HINT_FLOOR_MS)
+        return hint > own ? hint : own;
+    return hint < own ? hint : own;
 }
 
 /* Early release: nothing submitted for the idle time, nothing in flight, the GPU work done. */

@@ -54,6 +54,8 @@ enum gs_error_code {
 #define GS_GRANT_OTHERS_RAN (1u << 2)
 /* DROP_LOCK's evict_bytes or EVICT's bytes: every managed byte on the device. */
 #define GS_EVICT_ALL UINT64_MAX
+/* IDLE_HINT's idle_release_ms from here up is a floor, below it a ceiling (docs/protocol.md). */
+#define GS_IDLE_HINT_FLOOR_MS 250u
 #define GS_MOVED_TO_HOST (1u << 0)
 #define GS_MOVED_DONE (1u << 1)
 #define GS_MOVED_FAILED (1u << 2)

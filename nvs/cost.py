@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .protocol import IDLE_HINT_FLOOR_MS
+
 GB = 1e9
 MIB = 1 << 20
 # Until a device has shown its own: an H100's first move to the host (its host pages are new)
@@ -20,9 +22,10 @@ DEFAULT_TO_DEVICE_BPS = 10 * GB
 MIN_SAMPLE_BYTES = 64 * MIB
 # Below this a switch is as cheap as the handoff itself: the usual idle release applies.
 CHEAP_SWITCH_S = 0.05
-DEFAULT_IDLE_RELEASE_MS = 250
+DEFAULT_IDLE_RELEASE_MS = IDLE_HINT_FLOOR_MS  # libnvs's default: a swap's hint is never below it
 # Idle time before a holder hands a cheap switch to a waiter: past the gaps between the kernels of
 # one piece of work (a training step, a notebook cell), short beside the work a waiter loses.
+# Under IDLE_HINT_FLOOR_MS, so it is a ceiling: a client that releases sooner still does.
 CONTENDED_IDLE_RELEASE_MS = 100
 
 

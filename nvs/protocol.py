@@ -79,6 +79,10 @@ GRANT_AFTER_WAIT = 1 << 0
 GRANT_SHARED = 1 << 1
 GRANT_OTHERS_RAN = 1 << 2
 EVICT_ALL = (1 << 64) - 1  # DROP_LOCK's evict_bytes: every managed byte on the device
+# IDLE_HINT's idle_release_ms from this value up is a floor (keep the lock through shorter gaps: a
+# handoff would swap memory); below it, a ceiling (release sooner: someone waits, a handoff is
+# cheap). A client's own shorter or longer setting stands on the other side of each.
+IDLE_HINT_FLOOR_MS = 250
 MOVED_TO_HOST = 1 << 0
 MOVED_DONE = 1 << 1
 MOVED_FAILED = 1 << 2

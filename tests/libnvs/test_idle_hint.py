@@ -1,6 +1,7 @@
-"""IDLE_HINT: while it holds the lock, a process releases early after the hinted idle time
-instead of its GEMSHARE_IDLE_RELEASE_MS, longer or shorter; its own 0 still means never; each
-grant starts without a hint. Frames come from `scripted` (scripted_scheduler.py)."""
+"""IDLE_HINT: while it holds the lock, a process's early-release idle time is its
+GEMSHARE_IDLE_RELEASE_MS bounded by the hint: at least the hint from 250 ms up, at most a shorter
+hint; its own 0 still means never; each grant starts without a hint. Frames come from `scripted`
+(scripted_scheduler.py)."""
 
 from __future__ import annotations
 
@@ -55,6 +56,15 @@ def test_a_shorter_hint_shortens_the_early_release(scripted):
     assert released.reason == p.ReleaseReason.IDLE
     (launch,) = fakelog.named(gpu.events(), "launch", pid=program.pid)
     assert released_ns - launch.ns < 4 * SECOND, "the process kept its own, longer idle time"
+
+
+def test_a_short_hint_never_lengthens_a_shorter_setting(scripted):
+    gpu, scheduler, program = hinted_holder(scripted, "10", 240)
+    ((released_ns, released),) = scheduler.wait_for(program.pid, p.LockReleased)
+    gpu.path("end").touch()
+    assert program.wait().returncode == 0
+    (launch,) = fakelog.named(gpu.events(), "launch", pid=program.pid)
+    assert released_ns - launch.ns < 0.2 * SECOND, "the hint made the process keep the lock"
 
 
 def test_a_hint_never_turns_early_release_on(scripted):
