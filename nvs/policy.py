@@ -123,6 +123,7 @@ class Policy:
         self.rules = rules
         self.usage = Usage()
         self.weighted: set[int] = set()  # clients whose weight is not 1
+        self.limited: set[int] = set()  # clients with a gpu_limit
         self.mode = mode
         self.grace_s = grace_s
         self.max_clients = max_clients
@@ -352,6 +353,7 @@ class Policy:
                         f", was waiting for device {_listed(waited)}" if waited else ""])
         self.usage.forget(cid)
         self.weighted.discard(cid)
+        self.limited.discard(cid)
         actions = [Log(f"disconnect {client}{what}")]
         # Every device: its reported capacity may have left with this client.
         for dev in list(self.devices.values()):
@@ -416,9 +418,12 @@ class Policy:
         """When `tick` next has something to do, or None when no timer runs."""
         due = []
         for dev in self.devices.values():
-            # Holders are dropped for waiters only once one of them may be granted.
-            eligible = [self._eligible_at(cid, dev.index) for cid in dev.waiters]
-            contended_from = min(eligible, default=math.inf)
+            # Holders are dropped for waiters only once one of them may be granted: at once if
+            # one has no gpu_limit, else when the first limited one may. Only those are looked
+            # at, so a long queue is not walked.
+            eligible = [self._eligible_at(cid, dev.index) for cid in self._limited_waiters(dev)]
+            contended_from = -math.inf if len(eligible) < len(dev.waiters) else \
+                min(eligible, default=math.inf)
             for cid, hold in dev.holders.items():
                 if hold.dropped_at is not None:
                     due.append(hold.revoke_at)
@@ -465,7 +470,7 @@ class Policy:
             if cid not in keep:
                 actions += self._drop(dev, cid, now, self._why_shrunk(dev, budget),
                                       MODE if self.mode is p.Mode.ON else MEMORY)
-        for cid in dev.waiters:  # so that a waiter found under its limit stays so (usage.py)
+        for cid in self._limited_waiters(dev):  # found under its limit, it stays so (usage.py)
             self.usage.meter(cid, dev.index).advance(now)
         # A generator: admission usually stops at the head, so a long queue is not walked.
         waiting = (Waiting(cid, self.memory_of(cid, dev.index), now - wait.since)
@@ -533,6 +538,10 @@ class Policy:
         out = self._room_for(dev, [incoming], len(dev.holders))
         return minimum_slice(self.min_slice_ms / 1000, self._link(dev.index).switch_seconds(out, out))
 
+    def _limited_waiters(self, dev: Device) -> list[int]:
+        """The device's waiters that have a gpu_limit, found without walking the queue."""
+        return [cid for cid in self.limited if cid in dev.waiters]
+
     def _first_contender(self, dev: Device, now: float) -> int | None:
         """The first waiter that may be granted now, if any."""
         return next((cid for cid in dev.waiters if self._eligible_at(cid, dev.index) <= now),
@@ -548,8 +557,10 @@ class Policy:
         heavier = [self.clients[other].terms.weight for other in self.weighted
                    if other in dev.waiters and self._eligible_at(other, dev.index) <= now]
         heaviest = max([self.clients[first].terms.weight, *heavier])
-        return turn_length(self.tq, self.clients[cid].terms.weight, heaviest,
-                           self._min_slice(dev, first))
+        weight = self.clients[cid].terms.weight
+        if weight >= heaviest:  # a whole TQ: no floor to work out
+            return float(self.tq)
+        return turn_length(self.tq, weight, heaviest, self._min_slice(dev, first))
 
     def _shorten_turn(self, dev: Device, cid: int, hold: Hold, first: int, now: float) -> None:
         turn = self._turn(dev, cid, first, now)
@@ -564,17 +575,19 @@ class Policy:
         if not self.share_preemption:
             return []
         mine = self._weighted_usage(cid, dev.index, now)
-        order = [other for other in dev.waiters if other != cid]
-        place = len(order)
-        while place > 0 and clearly_under(mine, self._weighted_usage(order[place - 1],
-                                                                        dev.index, now)):
-            place -= 1
-        if place < len(order) and now - dev.waiters[order[place]].since >= self.tq:
-            place = len(order)  # it would pass a waiter that has waited long enough
-        if place < len(order):
+        passed = []  # from the back of the queue: usually none, so the queue is not walked
+        for other in reversed(dev.waiters):
+            if other != cid:
+                if not clearly_under(mine, self._weighted_usage(other, dev.index, now)):
+                    break
+                passed.append(other)
+        if passed and now - dev.waiters[passed[-1]].since < self.tq:
+            first = passed[-1]
+            order = [other for other in dev.waiters if other != cid]
+            place = order.index(first)
             dev.waiters = {other: dev.waiters[other]
                            for other in order[:place] + [cid] + order[place:]}
-        if place > 0:
+        if next(iter(dev.waiters)) != cid:
             return []
         slice_s = self._min_slice(dev, cid)
         preempted = []
@@ -775,10 +788,12 @@ class Policy:
     def _set_terms(self, client: Client, terms: Terms) -> None:
         client.terms = terms
         cid = client.registration.id
-        if terms.weight == 1:
-            self.weighted.discard(cid)
-        else:
-            self.weighted.add(cid)
+        for members, member in ((self.weighted, terms.weight != 1),
+                                (self.limited, terms.gpu_limit is not None)):
+            if member:
+                members.add(cid)
+            else:
+                members.discard(cid)
 
     def _end_wait(self, dev: Device, cid: int, now: float, client: Client | None = None) -> float:
         wait = dev.waiters.pop(cid)
