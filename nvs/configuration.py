@@ -59,16 +59,18 @@ class Configuration:
     def announce(self) -> None:
         """Log where the starting configuration came from."""
         if self.config is not None:
-            log.info("config %s: %d rule%s%s", self.path, len(self.config.rules),
-                     "" if len(self.config.rules) == 1 else "s", self._settings_words())
+            log.info("config %s: %s%s", self.path, _rules(self.config), self._settings_words())
         elif self.path is not None:
             log.info("no config file at %s: command-line settings only, no rules", self.path)
         if self.layers.runtime:
             log.info("settings changed with gemsharectl before the last stop, kept in %s: %s",
                      self.state.path, self._words(self.layers.runtime))
         if self.state.problem:
-            log.warning("changes made with gemsharectl will last only until the scheduler "
-                        "stops: %s", self.state.problem)
+            self.warn_temporary()
+
+    def warn_temporary(self) -> None:
+        log.warning("changes made with gemsharectl will last only until the scheduler stops: %s",
+                    self.state.problem)
 
     @staticmethod
     def _words(values: dict) -> str:
@@ -96,8 +98,8 @@ class Configuration:
         before = self.layers.values()
         self.layers.config = config
         self.loaded_at, self.problem = time.time(), None
-        log.info("config %s reloaded (%s): %d rule%s%s", self.path, why, len(config.rules),
-                 "" if len(config.rules) == 1 else "s", self._settings_words())
+        log.info("config %s reloaded (%s): %s%s", self.path, why, _rules(config),
+                 self._settings_words())
         for name in AT_START:
             if self.layers.value(name) != self.started[name]:
                 log.warning("config %s: %s %s takes effect when the scheduler restarts (now %s)",
@@ -157,3 +159,7 @@ class Configuration:
                                  "persistent": self.state.problem is None,
                                  "problem": self.state.problem},
         }
+
+
+def _rules(config: Config) -> str:
+    return f"{len(config.rules)} rule{'' if len(config.rules) == 1 else 's'}"

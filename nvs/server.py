@@ -311,8 +311,7 @@ class Server:
             values = dict(self.configuration.layers.runtime)
             kept = await trio.to_thread.run_sync(state.save, values)
         if not kept and state.problem != before:
-            log.warning("changes made with gemsharectl will last only until the scheduler "
-                        "stops: %s", state.problem)
+            self.configuration.warn_temporary()
         elif kept and before:
             log.info("changes made with gemsharectl are kept in %s again", state.path)
         return kept
@@ -330,8 +329,6 @@ class Server:
         return {"ok": True, "pid": request.pid, "reset": request.reset, **request.values}
 
     async def _reload_op(self, conn: Conn) -> dict:
-        if self.settings.config is None:
-            raise control.Refused("invalid", "this scheduler runs without a config file")
         problem = await self.reload(f"asked by {conn}")
         if problem is not None:
             raise control.Refused("invalid", problem)

@@ -39,14 +39,20 @@ class Program:
 
 
 class Simulation:
-    def __init__(self, driver: Driver, programs: list[Program]):
+    def __init__(self, driver: Driver, programs: list[Program] = ()):
         self.driver = driver
-        self.programs = {program.cid: program for program in programs}
+        self.programs: dict[int, Program] = {}
         self.drops = 0
         for program in programs:
-            driver.register(program.cid)
-        for program in programs:
-            self._start_burst(program)
+            self.add(program)
+
+    def add(self, program: Program, terms: dict | None = None) -> None:
+        """Register a program (with gemsharectl's `terms` for it, if given) and start it."""
+        self.programs[program.cid] = program
+        self.driver.register(program.cid)
+        if terms:
+            self.driver.policy.override(4000 + program.cid, terms, self.driver.now)
+        self._start_burst(program)
 
     def _start_burst(self, program: Program) -> None:
         program.left = program.burst or math.inf

@@ -86,16 +86,10 @@ def test_equally_busy_programs_take_turns_of_a_whole_quantum():
 @pytest.mark.parametrize("count", range(2, 9))
 def test_lock_time_follows_the_weights_within_five_percent(count):
     weights = random.Random(count).choices([1, 1.5, 2, 3, 4], k=count)
-    driver = Driver(tq=30)
+    simulation = Simulation(Driver(tq=30))
     programs = [Program(cid) for cid in range(1, count + 1)]
     for program, weight in zip(programs, weights):
-        driver.register(program.cid)
-        driver.policy.override(4000 + program.cid, {"weight": weight}, driver.now)
-    simulation = Simulation.__new__(Simulation)  # registered above, with their weights
-    simulation.driver, simulation.programs, simulation.drops = driver, \
-        {program.cid: program for program in programs}, 0
-    for program in programs:
-        simulation._start_burst(program)
+        simulation.add(program, {"weight": weight})
     simulation.run(60 * 60)
     total_held, total_weight = sum(pr.held for pr in programs), sum(weights)
     for program, weight in zip(programs, weights):
@@ -108,9 +102,7 @@ def beside_a_trainer(driver: Driver) -> tuple[Program, Program]:
     trainer, bursty = Program(1), Program(2, burst=0.43, sleep=2.0)
     simulation = Simulation(driver, [trainer])
     simulation.run(20)
-    simulation.programs[2] = bursty
-    driver.register(2)
-    simulation._start_burst(bursty)
+    simulation.add(bursty)
     simulation.run(300)
     return trainer, bursty
 
@@ -175,11 +167,8 @@ def test_a_waiter_passes_busier_ones_only_while_the_first_has_waited_under_a_qua
 def test_a_gpu_limit_keeps_a_lone_client_to_its_fraction():
     driver = Driver(tq=30)
     program = Program(1)
-    driver.register(1)
-    driver.policy.override(4001, {"gpu_limit": 0.4}, driver.now)
-    simulation = Simulation.__new__(Simulation)
-    simulation.driver, simulation.programs, simulation.drops = driver, {1: program}, 0
-    simulation._start_burst(program)
+    simulation = Simulation(driver)
+    simulation.add(program, {"gpu_limit": 0.4})
     simulation.run(600)
     early = program.held
     simulation.run(1800)
