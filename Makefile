@@ -14,8 +14,14 @@ BUILD ?= build
 VENV ?= .venv
 PYTHON ?= python3
 CC ?= cc
-# The interpreter the installed commands run on; the absolute path of $(PYTHON) unless given.
-INSTALL_PYTHON ?= $(shell $(PYTHON) -c 'import sys; print(sys.executable)')
+# The interpreter the installed commands run on, looked up on the target when they start: by
+# default the first python3 on PATH (`/usr/bin/env python3`); an absolute path pins one
+# (INSTALL_PYTHON=/usr/bin/python3.11). Either way it must be the same Python version (3.X) as
+# $(VENV)'s, for which the package folder is filled (some dependencies are compiled for it); the
+# launchers say so if it is not.
+INSTALL_PYTHON ?= /usr/bin/env python3
+# A shebang passes one argument: `env` needs -S to split "python3 -IS".
+LAUNCHER_INTERPRETER = $(if $(filter %/env,$(firstword $(INSTALL_PYTHON))),$(firstword $(INSTALL_PYTHON)) -S $(wordlist 2,$(words $(INSTALL_PYTHON)),$(INSTALL_PYTHON)),$(INSTALL_PYTHON))
 SCHEDULER_ARGS ?=
 # make scheduler keeps the settings changed with gemsharectl in the build tree rather than
 # /var/lib/gemshare; it reads the scheduler's default config file unless SCHEDULER_CONFIG names
@@ -23,6 +29,9 @@ SCHEDULER_ARGS ?=
 SCHEDULER_STATE_DIR ?= $(BUILD)/state
 SCHEDULER_CONFIG ?=
 PROGRAMS := gemshare-scheduler gemsharectl
+# What dependencies put at the top of the package folder that is no part of what they provide:
+# nvidia-ml-py's sample program would be importable as a module named `example`.
+STRAY := example.py
 UNITS := gemshare-scheduler.service gemshare-scheduler.socket
 
 .PHONY: all lib fakecuda venv test scheduler install uninstall clean
@@ -70,13 +79,20 @@ install: lib venv
 	mkdir -p $(BUILD)/python-src && cp -R pyproject.toml README.md nvs ctl $(BUILD)/python-src/
 	$(VENV)/bin/python -m pip install -q --disable-pip-version-check --no-warn-script-location \
 		--no-compile --target $(DESTDIR)$(PKGDIR)/python $(BUILD)/python-src
-	rm -rf $(DESTDIR)$(PKGDIR)/python/bin $(BUILD)/python-src
+	rm -rf $(DESTDIR)$(PKGDIR)/python/bin $(addprefix $(DESTDIR)$(PKGDIR)/python/,$(STRAY)) \
+		$(BUILD)/python-src
 	@# Bytecode made here names the final paths (-d), not the staging ones, in tracebacks.
 	$(VENV)/bin/python -m compileall -q -d $(PKGDIR)/python $(DESTDIR)$(PKGDIR)/python
-	@for name in $(PROGRAMS); do \
-	  printf '%s\n' '#!$(INSTALL_PYTHON) -IS' \
+	@built=$$($(VENV)/bin/python -c 'import sys; print("%d, %d" % sys.version_info[:2])'); \
+	dotted=$$($(VENV)/bin/python -c 'import sys; print("%d.%d" % sys.version_info[:2])'); \
+	for name in $(PROGRAMS); do \
+	  printf '%s\n' '#!$(LAUNCHER_INTERPRETER) -IS' \
 	    "# $$name, installed by gemshare's make install; runs from $(PKGDIR)/python." \
 	    'import sys' \
+	    "if sys.version_info[:2] != ($$built):" \
+	    "    sys.exit(f\"$$name: installed for Python $$dotted, but {sys.executable} \"" \
+	    "             f\"is {sys.version.split()[0]}; run make install again with \"" \
+	    "             f\"INSTALL_PYTHON=/path/to/python3\")" \
 	    'sys.path.insert(0, "$(PKGDIR)/python")' \
 	    'from importlib.metadata import entry_points' \
 	    "(entry,) = entry_points(group=\"console_scripts\", name=\"$$name\")" \

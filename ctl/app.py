@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-from importlib import metadata
 from pathlib import Path
 from typing import Optional
 
@@ -21,10 +20,12 @@ from rich.text import Text
 
 from gemshare_nvs import config_file
 from gemshare_nvs.config import ConfigError
+from gemshare_nvs.config_shadows import shadows
 from gemshare_nvs.connection import DEFAULT_SOCKET, socket_path
 from gemshare_nvs.settings import (DEFAULT_CONFIG, DEFAULT_CONTROL_GROUP, GPU_LIMIT,
                                    MEMORY_LIMIT, MIN_SLICE_MS, MODE_LABELS, TQ, TQ_MAX, TQ_MIN,
                                    WEIGHT)
+from gemshare_nvs.version import version
 
 from . import client, options, render
 from .config_view import config_view, errors_view
@@ -98,11 +99,7 @@ def _fail(error: CtlError):
 
 def _show_version(wanted: bool) -> None:
     if wanted:
-        try:
-            version = metadata.version("gemshare")
-        except metadata.PackageNotFoundError:
-            version = "unknown (not installed as a package)"
-        typer.echo(f"gemsharectl {version}")
+        typer.echo(f"gemsharectl {version()}")
         raise typer.Exit()
 
 
@@ -244,7 +241,7 @@ def config_check(
     path: Path = typer.Argument(Path(DEFAULT_CONFIG), metavar="[FILE]",
                                 help=f"The file to check (default {DEFAULT_CONFIG})."),
 ) -> None:
-    """Check a config file here, without a scheduler: print the settings and rules it gives, or every problem with its line (exit status 1)."""
+    """Check a config file here, without a scheduler: print the settings and rules it gives, or every problem with its line (exit status 1). Rules that can never match, because an earlier rule takes all their clients, are warned about on stderr; the file is still valid."""
     errors = Console(stderr=True, highlight=False, soft_wrap=True)  # whole lines, for grep
     try:
         config = config_file.read(path)
@@ -255,6 +252,8 @@ def config_check(
         errors.print(errors_view(error))
         raise typer.Exit(CHECK_FAILED)
     _stdout().print(config_view(config))
+    for shadow in shadows(config):  # valid, and run as written, but most likely a mistake
+        errors.print(Text(f"warning: {shadow.warning(config.path)}", style="yellow"))
 
 
 @config_app.command("reload")

@@ -10,6 +10,7 @@ import errno
 import os
 from pathlib import Path
 
+from gemshare_nvs import control
 from gemshare_nvs.connection import Connection, SchedulerUnavailable
 
 from .errors import CtlError, ExitCode
@@ -48,6 +49,11 @@ def _connect(path: Path, timeout: float) -> Connection:
 def _refusal(path: Path, reply: dict) -> CtlError:
     code = reply.get("code")
     text = reply.get("error") or "no reason given"
+    if code == "expired":
+        return CtlError(f"the scheduler on {path} reached the request only after "
+                        f"gemsharectl's --timeout: {text}. Check its log (journalctl -u "
+                        "gemshare-scheduler), or retry with a longer --timeout.",
+                        ExitCode.UNREACHABLE)
     if code == "permission":
         return CtlError(f"the scheduler on {path} refused: {text}", ExitCode.PERMISSION)
     if code == "invalid":
@@ -57,10 +63,15 @@ def _refusal(path: Path, reply: dict) -> CtlError:
 
 
 def request(path: Path, body: dict, timeout: float) -> dict:
-    """Send one control request; returns the reply if it says ok, else raises CtlError."""
+    """Send one control request; returns the reply if it says ok, else raises CtlError.
+
+    The request carries the moment this gives up waiting for the reply, so that a scheduler
+    that reaches it later (stopped, overloaded) drops it instead of doing what was reported as
+    failed."""
     with _connect(path, timeout) as connection:
         try:
-            reply = connection.request(body)
+            deadline = control.now_ms() + int(timeout * 1000)
+            reply = connection.request({**body, control.DEADLINE_KEY: deadline})
         except SchedulerUnavailable as exc:
             raise CtlError(f"{exc}. Check the scheduler's log (journalctl -u gemshare-scheduler).",
                            ExitCode.UNREACHABLE) from None

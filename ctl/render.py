@@ -204,6 +204,27 @@ def devices_table(status: dict) -> Table | None:
     return table
 
 
+def gangs_table(status: dict) -> Table | None:
+    """One row per distributed job whose processes are scheduled together."""
+    gangs = [gang for gang in status.get("gangs") or [] if isinstance(gang, dict)]
+    if not gangs:
+        return None
+    clients_by_id = {c.get("id"): c for c in status.get("clients") or []}
+    table = Table(title="Gangs", title_justify="left")
+    for column in ("Job", "UID", "State", "Members (rank)", "Turn"):
+        table.add_column(column)
+    for gang in gangs:
+        members = [f"{_client_label(m.get('client'), clients_by_id)} ({m.get('rank', MISSING)})"
+                   for m in gang.get("members") or [] if isinstance(m, dict)]
+        devices = gang.get("turn_devices")
+        turn = "between turns" if devices is None else \
+            f"devices {', '.join(map(str, devices))}, {human_duration(gang.get('turn_left_s'))} left"
+        table.add_row(str(gang.get("name", MISSING)), str(gang.get("uid", MISSING)),
+                      f"{gang.get('state', MISSING)}, {len(members)} of {gang.get('size', '?')}",
+                      "\n".join(members) or "none", turn)
+    return table
+
+
 def _text(key):
     return lambda client: str(client.get(key, MISSING))
 
@@ -245,6 +266,16 @@ def usage(client: dict) -> str:
     return human_duration(sum(v for v in spent.values() if isinstance(v, (int, float))))
 
 
+def overrides_note(clients: list) -> Text | None:
+    """How long terms given with `gemsharectl client` stand, when any client has some: they are
+    kept nowhere, unlike settings changed with gemsharectl."""
+    lasts = next((c["overrides"].get("lasts") for c in clients
+                  if isinstance(c.get("overrides"), dict)), None)
+    if not isinstance(lasts, str):
+        return None
+    return Text(f"Terms from gemsharectl last {lasts}.", style="dim")
+
+
 def _state(client: dict) -> Text:
     state = str(client.get("state", MISSING))
     return Text(state, style=_STATE_STYLES.get(state, ""))
@@ -258,6 +289,7 @@ CLIENT_COLUMNS = (
     ("Name", False, lambda c: c.get("name") or MISSING),
     ("Pod", False, _pod),
     ("Dev", True, _text("device")),
+    ("Gang", False, lambda c: c.get("gang") or MISSING),
     ("State", False, _state),
     ("Held", True, lambda c: human_duration(c.get("hold_time_s"))),
     ("Waits", True, _text("waits")),
@@ -271,9 +303,10 @@ CLIENT_COLUMNS = (
     ("Revoked", True, _text("revocations")),
 )
 # What a narrow terminal loses first; the rest always stays.
-DROPPABLE_COLUMNS = ("Connected since", "UID", "Revoked", "Waits", "Pod", "Terms from", "Usage")
+DROPPABLE_COLUMNS = ("Connected since", "UID", "Revoked", "Waits", "Pod", "Terms from", "Usage",
+                     "Gang")
 # Columns left out when no client has anything to show in them.
-SPARSE_COLUMNS = {"Pod": lambda c: c.get("pod"), "Limits": lambda c: limits(c) != MISSING,
+SPARSE_COLUMNS = {"Pod": lambda c: c.get("pod"), "Gang": lambda c: c.get("gang"), "Limits": lambda c: limits(c) != MISSING,
                   "Terms from": lambda c: terms_from(c) != MISSING,
                   "Weight": lambda c: "weight" in c, "Usage": lambda c: "usage_s" in c}
 
@@ -329,11 +362,14 @@ def status_view(console: Console, status: dict, socket: str) -> Group:
     note = truncation_note(status)
     if note is not None:
         parts.append(note)
-    devices = devices_table(status)
-    if devices is not None:
-        parts.append(devices)
+    for table in (devices_table(status), gangs_table(status)):
+        if table is not None:
+            parts.append(table)
     if status.get("clients"):
         parts.append(fitted_clients_table(console, status))
+        temporary = overrides_note(status["clients"])
+        if temporary is not None:
+            parts.append(temporary)
     else:
         parts.append(Text("No clients connected.", style="dim"))
     return Group(*parts)
@@ -354,4 +390,8 @@ def terms_view(client: dict) -> Text:
                          else "none")):
         text.append(f"\n  {name}: {shown}")
         text.append(f" ({sources.get(name, 'default')})", style="dim")
+    temporary = overrides_note([client])
+    if temporary is not None:
+        text.append("\n")
+        text.append(temporary)
     return text

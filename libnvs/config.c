@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gang.h"
 #include "gemshare_protocol.h"
 #include "log.h"
 
@@ -85,6 +86,7 @@ static void gs_config_load(void)
     gs_env_text("POD_NAME", gs_cfg.pod_name, sizeof gs_cfg.pod_name);
     gs_env_text("POD_NAMESPACE", gs_cfg.pod_namespace, sizeof gs_cfg.pod_namespace);
     gs_env_text("GEMSHARE_LABEL", gs_cfg.label, sizeof gs_cfg.label);
+    gs_cfg.in_gang = gs_gang_from_env(&gs_cfg.gang);
 }
 
 const struct gs_config *gs_config(void)

@@ -4,6 +4,8 @@
 
 #include <stdbool.h>
 
+#include "gemshare_protocol.h"
+
 #define GS_MAX_MOVE_STREAMS 16
 
 struct gs_config {
@@ -21,6 +23,8 @@ struct gs_config {
     char pod_name[256];       /* POD_NAME */
     char pod_namespace[64];   /* POD_NAMESPACE */
     char label[64];           /* GEMSHARE_LABEL, for the scheduler's rules */
+    bool in_gang;             /* one process of a distributed job: gang says which (gang.c) */
+    struct gs_gang gang;
 };
 
 const struct gs_config *gs_config(void);

@@ -2,15 +2,24 @@
 #ifndef GS_CONTEXTS_H
 #define GS_CONTEXTS_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 
 #include "cuda_api.h"
 
+/* The device of every context this process has, while they are all on one device (the gate's
+ * hot path then needs no lookup); -1 with contexts on several devices, or none known. */
+extern atomic_int gs_contexts_sole_device;
+
+/* The device of a context (NULL or unknown to the driver: -1). Cached per thread; a context not
+ * seen before is asked about and remembered. Any thread. */
+int gs_contexts_device(CUcontext ctx);
+
 /* Remember a context seen in use (e.g. current during an allocation). */
 void gs_contexts_note(CUcontext ctx, CUdevice dev);
-/* Wait for all work of every known context (push, cuCtxSynchronize, pop). Client thread only,
- * and never while a stream capture is active. */
-void gs_contexts_synchronize(void);
+/* Waits for all work of every known context on the device (every device when device < 0): push,
+ * cuCtxSynchronize, pop. Client thread only, and never while a stream capture is active. */
+void gs_contexts_synchronize(int device);
 
 /* Makes a known context current on this thread and, when count is given, fills streams[] with up
  * to *count of its streams for moving memory (made on first use, non-blocking) and sets *count

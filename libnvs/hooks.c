@@ -11,15 +11,16 @@
     extern __typeof__(gs_hook_##name) name                                                       \
         __attribute__((alias("gs_hook_" #name), visibility("default")));
 
-/* SUBMIT: pass the gate, forward to the function the lookup handed out, leave the gate. */
+/* SUBMIT: pass the device's gate, forward to the function the lookup handed out, leave the gate. */
 #define GS_SUBMIT_HOOK(entry, name, variant, stream, params, args)                               \
     CUresult gs_hook_##name params;                                                              \
     CUresult gs_hook_##name params                                                               \
     {                                                                                            \
-        if (!gs_gate_enter())                                                                    \
-            gs_gate_wait(variant, (CUstream)(stream));                                           \
+        int gate = gs_gate_enter();                                                              \
+        if (gate < 0)                                                                            \
+            gate = gs_gate_wait(variant, (CUstream)(stream));                                    \
         CUresult result = GS_REAL(entry, variant) args;                                          \
-        gs_gate_exit();                                                                          \
+        gs_gate_exit(gate);                                                                      \
         return result;                                                                           \
     }                                                                                            \
     GS_EXPORT_ALIAS(name)

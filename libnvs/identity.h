@@ -1,13 +1,13 @@
-/* Which physical GPU this process's device 0 is: ordinals depend on the process's
+/* Which physical GPU each of this process's devices is: ordinals depend on the process's
  * CUDA_VISIBLE_DEVICES, UUIDs do not. */
 #ifndef GS_IDENTITY_H
 #define GS_IDENTITY_H
 
 #include <stddef.h>
 
-/* Device 0's UUID as NVML writes it ("GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"), into out (at
+/* The device's UUID as NVML writes it ("GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"), into out (at
  * least 41 bytes); "" when the driver cannot say, e.g. before the program has initialized CUDA.
  * Never initializes it: a program may still fork children that will. Client thread only. */
-void gs_identity_uuid(char *out, size_t size);
+void gs_identity_uuid(int device, char *out, size_t size);
 
 #endif

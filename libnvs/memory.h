@@ -52,6 +52,7 @@ void gs_memory_set_limit(uint64_t bytes);
 /* The context was destroyed or reset: its allocations are gone. */
 void gs_memory_forget_context(CUcontext ctx);
 
-void gs_memory_after_fork_child(void);
+void gs_memory_after_fork_child(void); /* records and VMM mappings too */
+void gs_vmm_after_fork_child(void);
 
 #endif

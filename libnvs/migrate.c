@@ -77,7 +77,7 @@ struct gs_mover {
     int device;
     bool to_host, wait;
     bool restore; /* staged chunks going back: each is prefetched, then copied in */
-    gs_move_progress progress;
+    const struct gs_move_progress *progress; /* NULL: none */
     int64_t began_ns, reported_ns;
     struct gs_move result;
     bool in_order;  /* every chunk so far arrived: the oldest-first prefix grows */
@@ -145,7 +145,8 @@ static void gs_tick(struct gs_mover *mv)
     int64_t now = gs_now_ns();
     if (mv->progress && now - mv->reported_ns >= GS_MOVE_PROGRESS_MS * 1000000ll) {
         mv->reported_ns = now;
-        mv->progress(mv->device, mv->result.bytes, (uint64_t)(now - mv->began_ns) / 1000);
+        mv->progress->report(mv->progress->arg, mv->device, mv->result.bytes,
+                             (uint64_t)(now - mv->began_ns) / 1000);
     }
 }
 
@@ -385,7 +386,7 @@ static uint64_t gs_round_up(uint64_t bytes)
  * the device is what the program most likely touches first when it returns, and it comes back
  * first too (gs_migrate_in goes newest first). The program's own managed memory goes too: the
  * next holder needs the room whatever made it. */
-struct gs_move gs_migrate_out(int device, uint64_t bytes, gs_move_progress progress)
+struct gs_move gs_migrate_out(int device, uint64_t bytes, const struct gs_move_progress *progress)
 {
     struct gs_mover mv = {.device = device, .to_host = true, .wait = true, .progress = progress};
     size_t n;
@@ -424,7 +425,7 @@ static int gs_by_stamp(const void *x, const void *y)
 
 /* Copies the device's staged chunks back, into the allocations that still exist (a freed one's
  * address may belong to a newer allocation now), and frees the staging memory for reuse. */
-static struct gs_move gs_restore(int device, gs_move_progress progress)
+static struct gs_move gs_restore(int device, const struct gs_move_progress *progress)
 {
     struct gs_mover mv = {.device = device, .wait = true, .restore = true, .progress = progress};
     struct gs_staged *st = &gs_mig.staged[device];
@@ -450,7 +451,7 @@ static struct gs_move gs_restore(int device, gs_move_progress progress)
     return mv.result;
 }
 
-struct gs_move gs_migrate_in(int device, gs_move_progress progress)
+struct gs_move gs_migrate_in(int device, const struct gs_move_progress *progress)
 {
     if (!gs_device_ok(device))
         return (struct gs_move){0};
@@ -545,7 +546,7 @@ void gs_migrate_populate(CUdeviceptr ptr, size_t size, int device)
     /* A capture running would record the prefetch, or be broken by work on the legacy stream. */
     if (!gs_config()->populate || !gs_device_ok(device) || size == 0 || gs_capture_active())
         return;
-    if (!atomic_load(&gs_gate_is_open)) {
+    if (!gs_gate_is_open(device)) {
         atomic_store(&gs_unpopulated[device], true);
         return;
     }

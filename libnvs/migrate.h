@@ -21,18 +21,21 @@ struct gs_move {
 
 /* While a move lasts, called at least every GS_MOVE_PROGRESS_MS with what has arrived so far. */
 #define GS_MOVE_PROGRESS_MS 250
-typedef void (*gs_move_progress)(int device, uint64_t bytes, uint64_t elapsed_us);
+struct gs_move_progress {
+    void (*report)(void *arg, int device, uint64_t bytes, uint64_t elapsed_us);
+    void *arg;
+};
 
 /* Moves `bytes` (GS_EVICT_ALL: all) of this process's managed memory on the device to the host
  * (converted memory by copy to staging memory where it can), the program's own managed memory
  * included, least recently allocated first, and waits until it is there. What moved out since
  * the lock was last granted is not moved again. */
-struct gs_move gs_migrate_out(int device, uint64_t bytes, gs_move_progress progress);
+struct gs_move gs_migrate_out(int device, uint64_t bytes, const struct gs_move_progress *progress);
 
 /* Copies what went to staging memory back (always waiting: it is not on the device until then),
  * then brings the converted allocations back, newest first, as many as fit in 15/16 of the
  * device, waiting until they are there unless GEMSHARE_SWAP_IN_WAIT=0. */
-struct gs_move gs_migrate_in(int device, gs_move_progress progress);
+struct gs_move gs_migrate_in(int device, const struct gs_move_progress *progress);
 
 /* A drop may soon ask to move `bytes` out: staging memory for them is faulted in on a thread of
  * its own, then `prepared` is called (on that thread) so that the client thread pins it with

@@ -24,6 +24,8 @@ class Close:
 
 @dataclass(frozen=True)
 class Log:
-    """One log line. `debug` lines appear only with --debug or GEMSHARE_DEBUG=1."""
+    """One log line. `debug` lines appear only with --debug or GEMSHARE_DEBUG=1; `warning`
+    lines say that something did not go as the client or the operator meant."""
     text: str
     debug: bool = False
+    warning: bool = False

@@ -33,6 +33,7 @@ class Waiting:
     id: int
     size: int  # allocated bytes on the device
     waited: float  # seconds since it asked
+    blocked: bool = False  # it may not be granted yet whatever fits (its gang is not ready)
 
 
 def kept(budget: Budget, holders: list[tuple[int, int]]) -> list[int]:
@@ -54,14 +55,14 @@ def admitted(budget: Budget, holding: list[int], waiters: Iterable[Waiting],
     """Ids of the waiters (first come first) to grant now beside holders of sizes `holding`.
 
     Each waiter in turn is admitted if it fits beside the holders and those admitted before it.
-    One that does not fit is passed over only while it has waited less than `patience` seconds
-    (the time quantum); from then on nobody behind it is admitted until it is.
+    One that does not fit, or is blocked, is passed over only while it has waited less than
+    `patience` seconds (the time quantum); from then on nobody behind it is admitted until it is.
     """
     chosen, total, count = [], sum(holding), len(holding)
     for waiter in waiters:
         if not budget.fits(total, count + 1):
             break  # not even an empty client fits: stop before walking a long queue
-        if budget.fits(total + waiter.size, count + 1):
+        if not waiter.blocked and budget.fits(total + waiter.size, count + 1):
             chosen.append(waiter.id)
             total += waiter.size
             count += 1

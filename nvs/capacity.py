@@ -7,6 +7,16 @@ clients' drivers report; the rule itself is stated in policy.py's docstring (Cap
 from __future__ import annotations
 
 
+def renumbered(by_device: dict[int, int], moves: dict[int, int | None]) -> dict[int, int]:
+    """`by_device` with its keys moved (old -> new), and those moved to None left out."""
+    result: dict[int, int] = {}
+    for device, value in by_device.items():
+        target = moves.get(device, device)
+        if target is not None:
+            result.setdefault(target, value)
+    return result
+
+
 class Capacity:
     def __init__(self, nvml: dict[int, int] | None = None, limit: int | None = None):
         self.nvml = dict(nvml or {})  # device -> bytes, read once by the shell
@@ -43,12 +53,11 @@ class Capacity:
             self._reports.setdefault(cid, {})[device] = total
             self._largest = None
 
-    def renumber(self, cid: int, ordinal: int, device: int) -> None:
-        """The client's device `ordinal` is the scheduler's `device`. Which GPUs its other
-        ordinals are is unknown, so what it reported for them no longer counts."""
-        reports = self._reports.pop(cid, {})
-        if ordinal in reports:
-            self._reports[cid] = {device: reports[ordinal]}
+    def renumber(self, cid: int, moves: dict[int, int | None]) -> None:
+        """What the client reported for device `old` is for device `new` (moves: old -> new;
+        None: for a GPU no longer known, so it no longer counts)."""
+        reports = self._reports.get(cid, {})
+        self._reports[cid] = renumbered(reports, moves)
         self._largest = None
 
     def forget(self, cid: int) -> None:

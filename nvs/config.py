@@ -50,7 +50,8 @@ NAME_KEYS = ("user", "group")  # must name an account that exists
 TEXT_KEYS = {"process": 15, "pod": 255, "namespace": 63, "label": 63}
 MATCH_KEYS = (*ID_KEYS, *NAME_KEYS, *TEXT_KEYS)
 ID_CHECKS = {name: WholeNumber(name, 0, 2 ** 32 - 2).check for name in ID_KEYS}
-_WILDCARD = re.compile(r"[*?\[]")
+# What makes a text value a pattern rather than the text itself (fnmatch's special characters).
+WILDCARD = re.compile(r"[*?\[]")
 
 
 @dataclass(frozen=True)
@@ -120,10 +121,11 @@ class Config:
         return Terms()
 
     def source(self, setting: str) -> str:
-        return f"config ({_at(self.path, self.setting_lines.get(setting))})"
+        return f"config ({located(self.path, self.setting_lines.get(setting))})"
 
 
-def _at(path: str, line: int | None) -> str:
+def located(path: str, line: int | None) -> str:
+    """`path:line`, or the path alone when the line is not known."""
     return f"{path}:{line}" if line else path
 
 
@@ -184,7 +186,8 @@ class _Reader:
         if len(self.problems) > before:
             return None
         line = line_of(self.text, here)
-        return Rule(number, line, match, values, f"config rule {number} ({_at(self.path, line)})")
+        return Rule(number, line, match, values,
+                    f"config rule {number} ({located(self.path, line)})")
 
     def match(self, number: int, match) -> tuple:
         here, key = ("rule", number, "match"), f"rule {number} match"
@@ -213,7 +216,7 @@ class _Reader:
             if not value or not exists(value):
                 self.refuse(path, key, f"no {name} named {shown(value)} on this system, so the "
                                        f"rule would match nothing")
-        elif len(value) > TEXT_KEYS[name] and not _WILDCARD.search(value):
+        elif len(value) > TEXT_KEYS[name] and not WILDCARD.search(value):
             self.refuse(path, key, f"{shown(value)} is longer than any {name} a client can "
                                    f"report ({TEXT_KEYS[name]} characters), so the rule would "
                                    "match nothing")

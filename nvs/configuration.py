@@ -13,6 +13,7 @@ import time
 
 from .config import Config, ConfigError
 from .config_file import Signature, read_if_present, signature
+from .config_shadows import shadows
 from .control import SetRequest
 from .layers import AT_START, LIVE, Layers, command_line_layer
 from .policy import Policy
@@ -60,6 +61,7 @@ class Configuration:
         """Log where the starting configuration came from."""
         if self.config is not None:
             log.info("config %s: %s%s", self.path, _rules(self.config), self._settings_words())
+            _warn_dead_rules(self.config)
         elif self.path is not None:
             log.info("no config file at %s: command-line settings only, no rules", self.path)
         if self.layers.runtime:
@@ -100,6 +102,7 @@ class Configuration:
         self.loaded_at, self.problem = time.time(), None
         log.info("config %s reloaded (%s): %s%s", self.path, why, _rules(config),
                  self._settings_words())
+        _warn_dead_rules(config)
         for name in AT_START:
             if self.layers.value(name) != self.started[name]:
                 log.warning("config %s: %s %s takes effect when the scheduler restarts (now %s)",
@@ -163,3 +166,9 @@ class Configuration:
 
 def _rules(config: Config) -> str:
     return f"{len(config.rules)} rule{'' if len(config.rules) == 1 else 's'}"
+
+
+def _warn_dead_rules(config: Config) -> None:
+    """A rule that can never match is allowed, but most likely not what was meant."""
+    for shadow in shadows(config):
+        log.warning("config %s", shadow.warning(config.path))

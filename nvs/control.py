@@ -5,6 +5,7 @@ Validation happens before anything changes, so a request with one bad value appl
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from .config import SETTING_CHECKS, TERM_CHECKS
@@ -18,10 +19,17 @@ SET_KEYS = LIVE
 # Limits a client may be given "no limit" (null) for, over what a config rule says.
 LIFTABLE = ("gpu_limit", "memory_limit")
 PID = WholeNumber("pid", 1, 1 << 22)  # the kernel's largest pid_max
+# When the sender stops waiting for the reply, in DEADLINE_CLOCK milliseconds: a request still
+# unapplied then is dropped, so that a change reported as failed never happens later. The
+# monotonic clock is the machine's, the same in every process, and never steps.
+DEADLINE_KEY = "deadline_ms"
+DEADLINE_CLOCK = time.CLOCK_MONOTONIC
+DEADLINE = WholeNumber(DEADLINE_KEY, 0, (1 << 63) - 1)
 
 
 class Refused(Exception):
-    """A control request that gets `{"ok": false, ...}`; `code` is permission, invalid or protocol."""
+    """A control request that gets `{"ok": false, ...}`; `code` is permission, invalid,
+    protocol or expired."""
 
     def __init__(self, code: str, message: str):
         super().__init__(message)
@@ -42,6 +50,33 @@ class ClientRequest:
     pid: int
     values: dict  # term -> checked value; None lifts a limit
     reset: bool  # drop the client's earlier overrides first
+
+
+def now_ms() -> int:
+    """The deadline clock's time now."""
+    return time.clock_gettime_ns(DEADLINE_CLOCK) // 1_000_000
+
+
+def take_deadline(body: dict) -> int | None:
+    """Remove the request's deadline from `body` and return it (None when it has none, as
+    requests from older senders do); Refused when it is not a whole number."""
+    if DEADLINE_KEY not in body:
+        return None
+    try:
+        return DEADLINE.check(body.pop(DEADLINE_KEY))
+    except ValueError as exc:
+        raise Refused("invalid", f"{exc}; nothing was changed") from None
+
+
+def check_deadline(deadline: int | None, op: str) -> None:
+    """Refused ("expired") when the sender has given up on the request already."""
+    if deadline is None:
+        return
+    late = now_ms() - deadline
+    if late > 0:
+        raise Refused("expired", f"the {op} request arrived or was reached {late} ms after "
+                                 "its sender stopped waiting; it was dropped, nothing was "
+                                 "changed")
 
 
 def operation(body: dict) -> str:

@@ -9,7 +9,8 @@ from __future__ import annotations
 from . import protocol as p
 
 CLIENT, CONTROL = "client", "control"
-CLIENT_MESSAGES = (p.RequestLock, p.LockReleased, p.MemReport, p.DeviceUuid, p.Moved)
+CLIENT_MESSAGES = (p.RequestLock, p.LockReleased, p.MemReport, p.DeviceUuid, p.Moved,
+                   p.Gang)
 
 
 def next_kind(kind: str | None, message) -> str:

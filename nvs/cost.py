@@ -4,6 +4,13 @@ The policy asks three questions of it: how many bytes must leave a device before
 how long a move takes (so that a holder that moves is not revoked for it, and so that an idle
 holder keeps the lock through gaps shorter than the swap its release would cause), and what the
 link has shown it can do (the rates, measured from the clients' own reports).
+
+The rates set every client's deadlines and idle hints, but they come from what clients say, and
+the scheduler cannot check a move's time. So no single report can move them far: the policy
+counts only the bytes it asked of the client (credit.py), a report faster than the host link
+can carry (LINK_CEILING_BPS) is not counted, and one move pulls a rate at most MAX_STEP times up
+or down. A client that lies can then at worst make the link look as fast as that ceiling, one
+step per move it is asked for, and never infinitely fast.
 """
 
 from __future__ import annotations
@@ -20,6 +27,15 @@ DEFAULT_TO_HOST_BPS = 3 * GB
 DEFAULT_TO_DEVICE_BPS = 10 * GB
 # Moves smaller than this are dominated by fixed costs and say nothing about the link.
 MIN_SAMPLE_BYTES = 64 * MIB
+# The host link of H100 and H200 cards, PCIe 5.0 x16, carries 63 GB/s each way (32 GT/s on 16
+# lanes, 128b/130b coding); their fastest moves measured 52 GB/s out and 50 back. A report past
+# it moved nothing across the link (pages that were not on the device) or is false. A faster link
+# (Grace Hopper's NVLink-C2C) has its moves refused and keeps slower rates: deadlines err long.
+LINK_CEILING_BPS = 64 * GB
+# One move counts as at most this many times the estimate, and at least its inverse: honest moves
+# far from the defaults (50 GB/s after 3) come within a tenth of their rate in four moves, and a
+# false one must be asked of its client again and again to get as far.
+MAX_STEP = 4
 # Below this a switch is as cheap as the handoff itself: the usual idle release applies.
 CHEAP_SWITCH_S = 0.05
 DEFAULT_IDLE_RELEASE_MS = IDLE_HINT_FLOOR_MS  # libnvs's default: a swap's hint is never below it
@@ -53,12 +69,18 @@ class Rate:
     bps: float
     measured: bool = False
 
-    def add(self, moved: int, seconds: float) -> None:
+    def add(self, moved: int, seconds: float) -> bool:
+        """Counts one move; False when it was refused, being faster than any host link. Moves too
+        small or untimed to say anything are passed over as fine."""
         if moved < MIN_SAMPLE_BYTES or seconds <= 0:
-            return
+            return True
         sample = moved / seconds
+        if sample > LINK_CEILING_BPS:
+            return False
+        sample = min(max(sample, self.bps / MAX_STEP), self.bps * MAX_STEP)
         self.bps = sample if not self.measured else (self.bps + sample) / 2
         self.measured = True
+        return True
 
     def seconds(self, moved: int) -> float:
         return moved / self.bps if moved > 0 else 0.0
@@ -88,9 +110,14 @@ class Link:
     moved_to_host: Tally = field(default_factory=Tally)
     moved_to_device: Tally = field(default_factory=Tally)
 
-    def record(self, to_host: bool, moved: int, seconds: float) -> None:
-        (self.to_host if to_host else self.to_device).add(moved, seconds)
+    def record(self, to_host: bool, moved: int, seconds: float,
+               counted: int | None = None) -> bool:
+        """A move of `moved` bytes in `seconds`, of which `counted` (all by default) may teach
+        the rate: fewer bytes in the same time make it slower, the side deadlines may err on.
+        False when the rate refused it (Rate.add); the tally always has it."""
         (self.moved_to_host if to_host else self.moved_to_device).add(moved, seconds)
+        rate = self.to_host if to_host else self.to_device
+        return rate.add(moved if counted is None else counted, seconds)
 
     def switch_seconds(self, out: int, back: int) -> float:
         """A handoff that moves `out` bytes to the host and brings `back` bytes to the device."""

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import signal
 import sys
 import time
@@ -15,21 +14,27 @@ from pathlib import Path
 
 import trio
 
-from . import sdnotify
+from . import fd_limits, journal, sdnotify
 from .config import ConfigError
 from .configuration import Configuration
 from .connection import DEFAULT_SOCKET, socket_path
 from .gpus import Gpus
 from .listener import ListenerError, Listening, open_listener
+from .log_rate import PeerRateLimit
 from .protocol import Mode
 from .server import Server
 from .settings import (CAPACITY_MIB, CONTEXT_RESERVE_MIB, DEFAULT_CONFIG,
                        DEFAULT_CONTEXT_RESERVE_MIB, DEFAULT_CONTROL_GROUP, DEFAULT_GRACE_MS,
                        DEFAULT_MAX_CLIENTS, DEFAULT_MIN_SLICE_MS, DEFAULT_STATE_DIR, DEFAULT_TQ,
-                       GRACE_MS, MAX_CLIENTS, MIN_SLICE_MS, MODE_LABELS, TQ, Settings,
-                       WholeNumber, debug_from_environment)
+                       GRACE_MS, MAX_CLIENTS, MAX_CLIENTS_PER_USER, MIN_SLICE_MS, MODE_LABELS,
+                       TQ, Settings, WholeNumber, debug_from_environment)
+from .summary import summary_line
+from .version import version
 
 log = logging.getLogger("gemshare.scheduler")
+
+HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+IGNORED_UNTIL_RUNNING = (signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 
 # Options a config file and gemsharectl may also give, with their Settings fields: they are
 # None unless given, so that Settings' defaults apply and status can say which were given.
@@ -96,11 +101,19 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-clients", type=_checked(MAX_CLIENTS, "--max-clients"),
                         default=DEFAULT_MAX_CLIENTS, metavar="N",
                         help=f"most registered clients at once (default {DEFAULT_MAX_CLIENTS})")
+    parser.add_argument("--max-clients-per-user",
+                        type=_checked(MAX_CLIENTS_PER_USER, "--max-clients-per-user"),
+                        metavar="N",
+                        help="most clients of one user at once, so that others always find room; "
+                             "root is held only to --max-clients (default: a quarter of "
+                             "--max-clients)")
     parser.add_argument("--control-group", default=DEFAULT_CONTROL_GROUP, metavar="NAME",
                         help="group whose members may change settings besides root (default "
                              f"{DEFAULT_CONTROL_GROUP})")
     parser.add_argument("--debug", action="store_true",
                         help="log more (also GEMSHARE_DEBUG=1)")
+    parser.add_argument("--version", action="version",
+                        version=f"gemshare-scheduler {version()}")
     return parser
 
 
@@ -113,6 +126,7 @@ def parse_args(argv=None) -> Settings:
     if args.anti_thrash is not None:
         args.anti_thrash = Mode.from_label(args.anti_thrash)
     return Settings(socket=socket_path(args.socket), max_clients=args.max_clients,
+                    max_clients_per_user=args.max_clients_per_user,
                     control_group=args.control_group,
                     **{LAYERED[name]: getattr(args, name) for name in given},
                     given=given, config=Path(args.config) if args.config else None,
@@ -120,22 +134,37 @@ def parse_args(argv=None) -> Settings:
                     debug=args.debug or debug_from_environment())
 
 
-def setup_logging(debug: bool) -> None:
-    # journald stamps each line itself; a terminal or a file needs the time in the line.
-    stamp = "" if os.environ.get("JOURNAL_STREAM") else "%(asctime)s.%(msecs)03d "
+def setup_logging(debug: bool) -> PeerRateLimit:
+    """Log to stderr, as journald wants it when that is where it goes; the filter that keeps
+    each peer's warnings few is returned, to be flushed."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter(stamp + "%(levelname)s %(message)s",
-                                           "%Y-%m-%d %H:%M:%S"))
+    handler.setFormatter(journal.formatter(journal.stderr_is_journal()))
+    rate_limit = PeerRateLimit()
+    handler.addFilter(rate_limit)
     root = logging.getLogger("gemshare")
     root.handlers[:] = [handler]
     root.setLevel(logging.DEBUG if debug else logging.INFO)
     root.propagate = False
+    return rate_limit
 
 
-async def run(settings: Settings, configuration: Configuration) -> None:
+def fit_connections(settings: Settings) -> None:
+    """Raise the descriptor limit as far as allowed, and bring the connection caps within it."""
+    caps = fd_limits.fit(fd_limits.raise_soft_limit(), settings.max_clients,
+                         settings.max_control)
+    if caps.clamped:
+        log.warning("the file descriptor limit (%d) allows %d clients and %d control "
+                    "connections, not the %d and %d asked for: serving that many; raise "
+                    "LimitNOFILE= (or ulimit -n) for more", caps.limit, caps.clients,
+                    caps.control, settings.max_clients, settings.max_control)
+    settings.max_clients, settings.max_control = caps.clients, caps.control
+
+
+async def run(settings: Settings, configuration: Configuration,
+              rate_limit: PeerRateLimit | None = None) -> None:
     # Signals are caught before the socket exists, so a SIGTERM that follows the first
     # connection always ends in a clean exit.
-    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+    with trio.open_signal_receiver(*HANDLED_SIGNALS) as signals:
         gpus = Gpus()
         log.info("GPU information: %s", "from NVML" if gpus.available else gpus.reason)
         configuration.announce()
@@ -147,8 +176,16 @@ async def run(settings: Settings, configuration: Configuration) -> None:
                     nursery.start_soon(_on_signals, signals, nursery.cancel_scope, server)
                     await nursery.start(server.serve)
                     _announce(settings, configuration.started, listening)
+                    interval = sdnotify.watchdog_interval()
+                    if interval is not None:
+                        log.info("sending WATCHDOG=1 to systemd every %g s", interval)
+                        nursery.start_soon(_watchdog, interval)
+                    if rate_limit is not None:
+                        nursery.start_soon(_flush_periodically, rate_limit)
             finally:
                 listening.close()
+                if rate_limit is not None:
+                    rate_limit.flush(everything=True)
         finally:
             gpus.close()
 
@@ -157,16 +194,18 @@ def _announce(settings: Settings, start: dict, listening: Listening) -> None:
     capacity = ("the GPU's" if start["capacity_mib"] is None
                 else f"at most {start['capacity_mib']} MiB")
     log.info("listening on %s%s: tq %d s, anti-thrash %s, min slice %d ms, grace %d ms, "
-             "context reserve %d MiB, capacity %s, max %d clients, control group %s",
+             "context reserve %d MiB, capacity %s, max %d clients (%d per user), %d control "
+             "connections, control group %s",
              listening.path, " (socket from systemd)" if listening.inherited else "",
              start["tq"], start["anti_thrash"].label, start["min_slice_ms"], start["grace_ms"],
              start["context_reserve_mib"], capacity, settings.max_clients,
-             settings.control_group)
+             settings.clients_per_user(), settings.max_control, settings.control_group)
     _notify("READY=1\nSTATUS=listening on " + str(listening.path))
 
 
 async def _on_signals(signals, scope: trio.CancelScope, server: Server) -> None:
-    """SIGHUP reloads the config file (systemctl reload); SIGTERM and SIGINT stop."""
+    """SIGHUP reloads the config file (systemctl reload); SIGUSR1 and SIGUSR2 log a status
+    line; SIGTERM and SIGINT stop."""
     async for signum in signals:
         if signum == signal.SIGHUP:
             # systemd waits for READY=1 after RELOADING=1, so `systemctl reload` returns
@@ -176,22 +215,49 @@ async def _on_signals(signals, scope: trio.CancelScope, server: Server) -> None:
             await server.reload("SIGHUP")
             _notify("READY=1")
             continue
+        if signum in (signal.SIGUSR1, signal.SIGUSR2):
+            name = signal.Signals(signum).name
+            try:
+                log.info("%s received: %s", name, summary_line(await server.status()))
+            except Exception:  # a status line is not worth the scheduler
+                log.exception("%s received: cannot build the status line", name)
+            continue
         log.info("%s received: stopping", signal.Signals(signum).name)
         _notify("STOPPING=1")
         scope.cancel()
         return
 
 
+async def _watchdog(interval: float) -> None:
+    """Tell systemd the event loop still turns; if it stops (a hang, SIGSTOP), so do these and
+    systemd restarts the service once WatchdogSec= has passed."""
+    while True:
+        _notify("WATCHDOG=1")
+        await trio.sleep(interval)
+
+
+async def _flush_periodically(rate_limit: PeerRateLimit) -> None:
+    """Say how many lines each noisy peer had left out, also when it has gone quiet."""
+    while True:
+        await trio.sleep(rate_limit.window)
+        rate_limit.flush()
+
+
 def _notify(state: str) -> None:
     try:
         sdnotify.notify(state)
     except OSError as exc:
-        log.warning("cannot notify systemd at NOTIFY_SOCKET: %s", exc)
+        log.warning("cannot notify systemd at NOTIFY_SOCKET: %s", exc,
+                    extra={"peer": "NOTIFY_SOCKET"})
 
 
 def main(argv=None) -> int:
+    # Until the signal receiver is in place, a SIGHUP or SIGUSR1 sent early must not kill us.
+    for signum in IGNORED_UNTIL_RUNNING:
+        signal.signal(signum, signal.SIG_IGN)
     settings = parse_args(argv)
-    setup_logging(settings.debug)
+    rate_limit = setup_logging(settings.debug)
+    fit_connections(settings)
     try:
         configuration = Configuration.start(settings)
     except ConfigError as error:
@@ -201,7 +267,7 @@ def main(argv=None) -> int:
               f"{error.path} shows every problem)", file=sys.stderr)
         return 2
     try:
-        trio.run(run, settings, configuration)
+        trio.run(run, settings, configuration, rate_limit)
     except ListenerError as exc:
         print(f"gemshare-scheduler: {exc}", file=sys.stderr)
         return 1

@@ -2,9 +2,9 @@
 
 The scheduler numbers the node's GPUs once for everyone (NVML's index, where NVML knows the GPU);
 each client numbers them by its own CUDA ordinals, which depend on its CUDA_VISIBLE_DEVICES. A
-client says which physical GPU its registered device is (DEVICE_UUID), and from then on that
+client says which physical GPU each device it uses is (DEVICE_UUID), and from then on that
 device is keyed by the scheduler's index, while messages to the client still use its ordinal.
-Only the registered device's identity is ever known. Pure bookkeeping: policy.py asks and acts.
+Pure bookkeeping: policy.py asks and acts.
 """
 
 from __future__ import annotations
@@ -33,41 +33,71 @@ def too_many_devices(cid: int, device: int) -> Close:
 
 @dataclass
 class Numbering:
-    """One client's numbering of GPUs beside the scheduler's."""
+    """One client's numbering of GPUs beside the scheduler's.
+
+    Until a UUID says otherwise the client's ordinals are taken as the scheduler's indices. Each
+    UUID it sends fixes one ordinal to the index of that GPU; once one ordinal maps elsewhere than
+    its own number ("renumbered"), ordinals without a UUID mean nothing to the scheduler."""
     ordinal: int  # what the client itself calls the GPU it registered (its CUDA ordinal)
-    device: int  # the scheduler's index for that GPU
-    gpu_uuid: str = ""  # that GPU's UUID, once the client has said it
+    known: dict[int, int] = field(default_factory=dict)  # ordinal -> index, from its UUID
+    uuids: dict[int, str] = field(default_factory=dict)  # ordinal -> that GPU's UUID
     named: set[int] = field(default_factory=set)  # devices it has named, in its own numbering
 
     @classmethod
     def registered(cls, ordinal: int) -> Numbering:
-        """A client that registered its device `ordinal`: until it says which GPU that is, the
-        scheduler takes the client's numbering as its own."""
-        return cls(ordinal, ordinal, named={ordinal})
+        return cls(ordinal, named={ordinal})
 
-    def may_name(self, ordinal: int) -> bool:
-        """Whether naming `ordinal` keeps the client within MAX_DEVICES_PER_CLIENT; counts it."""
+    @property
+    def device(self) -> int:
+        """The scheduler's index for the registered GPU."""
+        return self.known.get(self.ordinal, self.ordinal)
+
+    @property
+    def gpu_uuid(self) -> str:
+        """The registered GPU's UUID, "" until the client has said it."""
+        return self.uuids.get(self.ordinal, "")
+
+    @property
+    def renumbered(self) -> bool:
+        return any(index != ordinal for ordinal, index in self.known.items())
+
+    def may_name(self, ordinal: int, count: bool = True) -> bool:
+        """Whether naming `ordinal` keeps the client within MAX_DEVICES_PER_CLIENT; counts it
+        unless told not to."""
         if ordinal not in self.named and len(self.named) >= MAX_DEVICES_PER_CLIENT:
             return False
-        self.named.add(ordinal)
+        if count:
+            self.named.add(ordinal)
         return True
 
     def takes_uuid(self, ordinal: int, uuid: str) -> bool:
-        """Whether a UUID for the client's device `ordinal` is one to use: only one, for the
-        device it registered."""
-        return ordinal == self.ordinal and bool(uuid) and not self.gpu_uuid
+        """Whether a UUID for the client's device `ordinal` is one to use: the first for it."""
+        return bool(uuid) and ordinal not in self.uuids
+
+    def learn(self, ordinal: int, uuid: str, index: int) -> dict[int, int | None]:
+        """The client's `ordinal` is GPU `uuid`, the scheduler's `index`. Returns how the
+        scheduler's indices the client's state was kept under change: old index -> new one, or
+        None where that state no longer means a known GPU."""
+        before = {named: self.scheduler_device(named) for named in self.named | {ordinal}}
+        self.known[ordinal], self.uuids[ordinal] = index, uuid
+        moves = {}
+        for named, old in before.items():
+            new = self.scheduler_device(named)
+            if old is not None and old != new:
+                moves[old] = new
+        return moves
 
     def scheduler_device(self, ordinal: int) -> int | None:
-        """The scheduler's index for a device the client names by its own ordinal. Other
-        ordinals than the registered one are taken as they are when the client's numbering is
-        the scheduler's, and are unknown (None) otherwise."""
-        if ordinal == self.ordinal:
-            return self.device
-        return ordinal if self.device == self.ordinal else None
+        """The scheduler's index for a device the client names by its own ordinal; None for one
+        whose GPU is unknown once the client is renumbered (never the registered one, which is
+        taken by its number until its UUID comes)."""
+        if ordinal in self.known:
+            return self.known[ordinal]
+        return None if self.renumbered and ordinal != self.ordinal else ordinal
 
     def own_ordinal(self, device: int) -> int:
         """What the client calls the scheduler's device `device`."""
-        return self.ordinal if device == self.device else device
+        return next((ordinal for ordinal, index in self.known.items() if index == device), device)
 
 
 class GpuIndices:

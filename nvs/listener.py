@@ -1,12 +1,13 @@
 """The scheduler's listening socket: inherited from systemd, or bound by us with care.
 
-Binding: the directory is created 0755 if missing; an existing one must not let other users
-swap files in it (owned by root or us, and not writable by others unless sticky), since we run as
-root. The socket file is created mode 0666 so any local user can connect as a client (control
-permissions are checked per request, from SO_PEERCRED). A lock file beside the socket
-(`<socket>.lock`, never followed if it is a symbolic link) makes two schedulers on one path
-impossible; a socket file nobody answers on is stale and replaced; one that answers belongs to a
-live scheduler (or to systemd's socket unit) and is left alone.
+Binding: the directory, and any missing one above it, is created 0755 whatever the umask; an
+existing one must not let other users swap files in it (owned by root or us, and not writable by
+others unless sticky), since we run as root. The socket file is created mode 0666 so any local
+user can connect as a client (control permissions are checked per request, from SO_PEERCRED). A
+lock file beside the socket (`<socket>.lock`, mode 0644) makes two schedulers on one path
+impossible; one that is a symbolic link, another user's, hard-linked or writable by others is
+refused, never written to nor quoted. A socket file nobody answers on is stale and replaced; one
+that answers belongs to a live scheduler (or to systemd's socket unit) and is left alone.
 """
 
 from __future__ import annotations
@@ -14,12 +15,15 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import pwd
 import socket
 import stat
 from pathlib import Path
 
 SD_LISTEN_FDS_START = 3
 BACKLOG = 128
+DIRECTORY_MODE = 0o755
+LOCK_MODE = 0o644  # others may read the pid in it, never write it
 
 
 class ListenerError(Exception):
@@ -48,7 +52,8 @@ class Listening:
             self._inode = None
         if self._lock_fd is not None:
             try:
-                os.unlink(lock_path(self.path))
+                if os.stat(lock_path(self.path)).st_ino == os.fstat(self._lock_fd).st_ino:
+                    os.unlink(lock_path(self.path))
             except FileNotFoundError:
                 pass
             os.close(self._lock_fd)
@@ -111,14 +116,19 @@ def _make_directory(directory: Path) -> None:
     if directory.is_dir():
         _check_directory(directory)
         return
-    try:
-        directory.mkdir(mode=0o755, parents=True)
-        os.chmod(directory, 0o755)  # the umask may have narrowed mkdir's mode
-    except FileExistsError:
-        pass
-    except OSError as exc:
-        raise ListenerError(f"cannot create the socket directory {directory}: {exc.strerror}; "
-                            "run as root or choose another --socket") from None
+    missing = [directory, *(parent for parent in directory.parents if not parent.is_dir())]
+    # Top down, each made 0755 whatever the umask: every user's programs must be able to walk
+    # to the socket, and mkdir(parents=True) would leave the intermediate ones at the umask's mode.
+    for each in reversed(missing):
+        try:
+            os.mkdir(each, DIRECTORY_MODE)
+        except FileExistsError:
+            continue  # made meanwhile by someone else: it is checked below if it is the last
+        except OSError as exc:
+            raise ListenerError(f"cannot create the socket directory {directory}: "
+                                f"{exc.strerror}; run as root or choose another --socket") from None
+        os.chmod(each, DIRECTORY_MODE)
+    _check_directory(directory)
 
 
 def _check_directory(directory: Path) -> None:
@@ -139,8 +149,10 @@ def _take_lock(path: Path) -> int:
     """An exclusive lock on `<socket>.lock`, held for the scheduler's life."""
     where = lock_path(path)
     for _ in range(10):  # retried only when the file was replaced under us
+        _check_lock_file(where, _existing(where))
         try:
-            fd = os.open(where, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+            fd = os.open(where, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW |
+                         os.O_NONBLOCK, LOCK_MODE)
         except OSError as exc:
             if exc.errno == errno.ELOOP:
                 raise ListenerError(f"the lock file {where} is a symbolic link; remove it or "
@@ -148,9 +160,16 @@ def _take_lock(path: Path) -> int:
             raise ListenerError(f"cannot create the lock file {where}: {exc.strerror}; run as "
                                 "root or choose another --socket") from None
         try:
+            # Checked again on what was opened: the file may have been swapped since the look.
+            _check_lock_file(where, os.fstat(fd))
+            os.fchmod(fd, LOCK_MODE)  # not the umask's idea of it
+        except BaseException:
+            os.close(fd)
+            raise
+        try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            holder = _holder(fd)
             os.close(fd)
             raise ListenerError(f"another gemshare-scheduler (pid {holder}) is already running on "
                                 f"socket {path}; stop it first or start this one with another "
@@ -165,6 +184,52 @@ def _take_lock(path: Path) -> int:
             return fd
         os.close(fd)  # the previous owner removed the file as we opened it: take the new one
     raise ListenerError(f"cannot lock {where}: it keeps being replaced")
+
+
+def _existing(where: Path) -> os.stat_result | None:
+    try:
+        return os.lstat(where)
+    except FileNotFoundError:
+        return None
+
+
+def _check_lock_file(where: Path, info: os.stat_result | None) -> None:
+    """Refuse a lock file that is not plainly ours: in a shared directory such as /tmp another
+    user may have put it there, to make us write into a file of their choosing, or to read
+    what we would say about it."""
+    if info is None:
+        return
+    if stat.S_ISLNK(info.st_mode):
+        raise ListenerError(f"the lock file {where} is a symbolic link; remove it or choose "
+                            "another --socket")
+    if not stat.S_ISREG(info.st_mode):
+        raise ListenerError(f"the lock file {where} is not a regular file; remove it or choose "
+                            "another --socket")
+    if info.st_uid != os.geteuid():
+        raise ListenerError(f"the lock file {where} belongs to {owner_words(info.st_uid)}, not "
+                            f"to this user ({owner_words(os.geteuid())}); remove it or choose "
+                            "another --socket")
+    if info.st_nlink != 1:
+        raise ListenerError(f"the lock file {where} has {info.st_nlink} hard links, so it is "
+                            "another file as well; remove it or choose another --socket")
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise ListenerError(f"the lock file {where} is writable by other users (mode "
+                            f"{stat.S_IMODE(info.st_mode):04o}); remove it or choose another "
+                            "--socket")
+
+
+def owner_words(uid: int) -> str:
+    """A uid as messages name it: with its user name when it has one."""
+    try:
+        return f"uid {uid} ({pwd.getpwuid(uid).pw_name})"
+    except KeyError:
+        return f"uid {uid}"
+
+
+def _holder(fd: int) -> str:
+    """The pid the running scheduler wrote in the lock file; only a number is ever quoted."""
+    text = os.pread(fd, 32, 0).decode("ascii", errors="replace").strip()
+    return text if text.isdigit() and text.isascii() else "unknown"
 
 
 def _clear_stale(path: Path) -> None:

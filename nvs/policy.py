@@ -53,26 +53,45 @@ says what a client is allowed; the shell gives the rules that set the terms):
 
 - A waiter whose weighted usage is clearly below a holder's when it asks goes to the front of the
   queue, and the holder is dropped once it has run a minimum slice (longer when the switch moves
-  memory). It passes those ahead of it only while the first of them has waited less than a TQ,
-  so every waiter is granted within one TQ per client ahead of it, plus one, plus the drains,
-  grace periods and moves between.
+  memory). It passes those ahead of it only while each of them has waited less than a TQ, so a
+  waiter is passed only during its first TQ of waiting, and it is granted after at most one
+  turn per client ahead of it when it asked or that passed it since, plus the holder's: each
+  turn at most a TQ plus the drain, grace period and moves that end it (docs/scheduling.md).
 - Under contention a holder's quantum is TQ times its weight over the heaviest contender's.
 - A client with a gpu_limit is dropped when its usage reaches its level, with or without
   waiters, and waits until it has fallen enough for another turn.
 - A memory limit goes to the client in LIMITS, before REGISTERED and whenever it changes.
+
+Gangs (gangs.py keeps who belongs to which): the processes of one distributed job wait on each
+other inside collectives, so holding some of their GPUs while others wait stalls them all.
+
+- A member's requests wait until its gang is complete; a gang not complete within the gang
+  timeout, or joined with another size, is broken, and its members are scheduled one by one.
+- A complete gang is granted as a whole: once every member waits, and every device they wait on
+  is free, each member gets each of its devices at once, for one shared quantum of TQ. Until
+  then its members block the devices they wait on once they have waited a TQ, as a waiter that
+  does not fit in `auto` does, so a gang is not starved by single clients.
+- During the turn the devices granted are the gang's alone: a member that released one early
+  gets it back at once, nobody else does, until every member has let go.
+- Any drop of a member drops them all (quantum, a waiter under its share, a limit); a member
+  that disconnects has the others' locks revoked at once, since their collectives cannot finish
+  without it, and breaks the gang.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable, Iterable
 
 from . import protocol as p
 from .actions import Close, Log, Send
 from .admission import Budget, Waiting, admitted, kept
-from .capacity import Capacity
-from .cost import GB, Link, idle_release_ms, room_to_make
+from .capacity import Capacity, renumbered
+from .cost import GB, LINK_CEILING_BPS, Link, idle_release_ms, room_to_make
+from .credit import MoveCredit
 from .device_identity import MAX_DEVICES, GpuIndices, Numbering, out_of_range, too_many_devices
+from .gangs import DEFAULT_GANG_TIMEOUT_S, MAX_GANG_SIZE, Gang, Gangs
 from .residency import Residency, eviction_order, take
 from .settings import DEFAULT_MIN_SLICE_MS
 from .shares import clearly_under, limit_levels, minimum_slice, turn_length, weighted
@@ -114,14 +133,13 @@ class Policy:
                  reserve_bytes: int = 512 << 20, nvml_capacity: dict[int, int] | None = None,
                  capacity_limit: int | None = None, nvml_uuids: dict[str, int] | None = None,
                  rules: Callable[[Identity], Terms] = no_rules,
-                 min_slice_ms: int = DEFAULT_MIN_SLICE_MS, share_preemption: bool = True):
+                 min_slice_ms: int = DEFAULT_MIN_SLICE_MS,
+                 gang_timeout_s: float = DEFAULT_GANG_TIMEOUT_S):
         self.tq = tq
         self.min_slice_ms = min_slice_ms
-        # Off: strict turns, first come first served for a whole quantum (weights still scale
-        # the quantum, limits still apply).
-        self.share_preemption = share_preemption
         self.rules = rules
         self.usage = Usage()
+        self.gangs = Gangs(gang_timeout_s)
         self.weighted: set[int] = set()  # clients whose weight is not 1
         self.limited: set[int] = set()  # clients with a gpu_limit
         self.mode = mode
@@ -134,6 +152,7 @@ class Policy:
         self.devices: dict[int, Device] = {}  # only devices with a holder or a waiter
         self.revocations = 0
         self.residency = Residency()
+        self.credit = MoveCredit()  # the bytes of reported moves that may teach a rate
         self.links: dict[int, Link] = {}  # device -> its measured moves, kept while we run
         self.grants: dict[int, int] = {}  # device -> grants made on it so far
         # device -> (client, why) of the hold there that ended last: with nobody waiting, that
@@ -195,31 +214,63 @@ class Policy:
         return actions
 
     def device_uuid(self, cid: int, device: int, uuid: str, now: float) -> list:
-        """The client says which physical GPU its registered device is: from now on it is keyed
-        by that GPU, whatever its own numbering (CUDA_VISIBLE_DEVICES)."""
+        """The client says which physical GPU one of its devices is: from now on that device is
+        keyed by that GPU, whatever the client's own numbering (CUDA_VISIBLE_DEVICES)."""
         client = self.clients.get(cid)
         if client is None:
             return []
         uuid, numbering = printable(uuid, 48), client.numbering
-        if not numbering.takes_uuid(device, uuid):
-            return [Log(f"GPU UUID from {client} for its device {device} ignored: only one, for "
-                        "the device it registered", debug=True)]
+        # Ignored rather than refused: a UUID only helps, and a device past the bounds is one
+        # the client cannot lock anyway.
+        if device >= MAX_DEVICES or not numbering.may_name(device, count=False) or \
+                not numbering.takes_uuid(device, uuid):
+            return [Log(f"GPU UUID from {client} for its device {device} ignored: empty, not "
+                        "its first for that device, or a device past the bounds", debug=True)]
+        numbering.may_name(device)
+        index = self.gpu_indices.index_of(uuid, device)
+        busy = {dev.index for dev in self.devices.values()
+                if cid in dev.holders or cid in dev.waiters}
+        if busy & set(copy.deepcopy(numbering).learn(device, uuid, index)):
+            return [Log(f"GPU UUID from {client} for its device {device} ignored: it came after a "
+                        "lock request that it would renumber, so the client keeps its numbers")]
+        moves = numbering.learn(device, uuid, index)
+        if moves:  # its memory, reported totals and residency follow the GPUs
+            client.allocated = renumbered(client.allocated, moves)
+            self.capacity.renumber(cid, moves)
+            self.residency.renumber(cid, moves)
+            self.credit.forget(cid)
+        actions = [Log(f"device {client}: {uuid} (its device {device}) is device {index}")]
+        for index_now in {index, *(new for new in moves.values() if new is not None)}:
+            dev = self.devices.get(index_now)
+            if dev is not None:  # its memory (and maybe the capacity) now count on that device
+                actions += self._settle(dev, now)
+        return actions
+
+    def gang(self, cid: int, message: p.Gang, now: float) -> list:
+        """The client is one process of a distributed job: join it to the job's gang."""
+        client = self.clients.get(cid)
+        if client is None:
+            return []
+        name = printable(message.name, 128)
+        if cid in self.gangs.of_client:
+            return [Close(cid, "GANG may be sent once per connection", p.ErrorCode.PROTOCOL)]
         if any(cid in dev.holders or cid in dev.waiters for dev in self.devices.values()):
-            return [Log(f"GPU UUID from {client} ignored: it came after a lock request, so the "
-                        f"client stays on device {numbering.device}")]
-        ordinal, index = numbering.ordinal, self.gpu_indices.index_of(uuid, numbering.ordinal)
-        if index != ordinal:
-            # Its other devices' numbers no longer mean ours: keep only the registered one.
-            client.allocated = {index: client.allocated.get(ordinal, 0)}
-            self.capacity.renumber(cid, ordinal, index)
-            resident = self.residency.of(ordinal, cid)
-            self.residency.forget(cid)
-            self.residency.set(index, cid, resident)
-        numbering.device, numbering.gpu_uuid = index, uuid
-        actions = [Log(f"device {client}: {uuid} (its device {ordinal}) is device {index}")]
-        dev = self.devices.get(index)
-        if dev is not None:  # its memory (and maybe the capacity) now count on that device
-            actions += self._settle(dev, now)
+            return [Close(cid, "GANG must come before the client's first REQUEST_LOCK",
+                          p.ErrorCode.PROTOCOL)]
+        if not name or not 2 <= message.local_size <= MAX_GANG_SIZE:
+            return [Log(f"gang of {client} ignored: a gang needs a name and 2 to "
+                        f"{MAX_GANG_SIZE} members on this node, not {message.local_size}; "
+                        "it is scheduled on its own", warning=True)]
+        joined = self.gangs.join(cid, client.registration.uid, name, message.local_size,
+                                 message.world_size, message.rank, now)
+        gang = joined.gang
+        if joined.problem:
+            return [Log(f"{gang} broken by {client}: {joined.problem}; its members are "
+                        "scheduled one by one", warning=True)] + self._settle_members(gang, now)
+        actions = [Log(f"gang {client}: rank {message.rank} of {gang}")]
+        if gang.scheduled_together:
+            actions += [Log(f"{gang} complete: its members' locks are granted together")]
+            actions += self._settle_members(gang, now)
         return actions
 
     def request_lock(self, cid: int, device: int, now: float) -> list:
@@ -243,7 +294,7 @@ class Policy:
             return [Log(f"repeated request from {client} for device {device}", debug=True)]
         dev.waiters[cid] = Wait(now, queued=False)
         log = Log(f"request {client}: device {device}")
-        actions = self._settle(dev, now)
+        actions = self._gang_outgrows_turn(cid, dev, now) + self._settle(dev, now)
         if cid in dev.waiters:  # not granted at once: it waits behind someone
             dev.waiters[cid].queued = True
             client.waits += 1
@@ -264,9 +315,10 @@ class Policy:
         hold = dev.holders[cid]
         why = hold.drop_reason if hold.dropped_at is not None else \
             IDLE if reason == p.ReleaseReason.IDLE else RELEASED
+        dropped = hold.dropped_at is not None
         held = self._end_hold(dev, cid, now, why)
         return [Log(f"release {client}: device {device} {words}, held {held:.3f} s")] + \
-            self._settle(dev, now)
+            self._gang_let_go(cid, now, dropped) + self._settle(dev, now)
 
     def mem_report(self, cid: int, device: int, allocated: int, total: int, now: float) -> list:
         client = self.clients.get(cid)
@@ -317,28 +369,48 @@ class Policy:
             hold.quantum_end = min(max(hold.quantum_end, now + hold.turn_s),
                                    hold.granted_at + 2 * hold.turn_s)
         if not done:
-            if hold is not None and hold.dropped_at is not None:
+            # Only progress pushes the deadline on: a move stuck in the driver that keeps
+            # reporting the same count is revoked like any holder that does not let go.
+            if hold is not None and hold.dropped_at is not None and size > hold.moved_so_far:
+                hold.moved_so_far = size
                 hold.revoke_at = max(hold.revoke_at, now + self.grace_s)
             return [Log(f"moving {client}: device {device}, {size} bytes to the "
                         f"{'host' if to_host else 'device'} so far", debug=True)]
         seconds = elapsed_us / 1e6
-        if to_host:
-            self.residency.moved_out(device, cid, size)
+        believed = self.residency.moved_out(device, cid, size) if to_host else size
+        if hold is not None and not to_host:  # a holder's memory is all back once it says so
+            self.residency.set(device, cid, client.allocated.get(device, 0))
+        # Only bytes it was asked for teach the rates, which set other clients' deadlines too.
+        counted = self.credit.counted(device, cid, to_host, believed)
+        refused = []
         if size > 0:  # clamped to its memory there: a client names no device it has none on
-            self.links.setdefault(device, Link()).record(to_host, size, seconds)
+            if not self.links.setdefault(device, Link()).record(to_host, size, seconds, counted):
+                refused = self._refused_rate(client, device, counted, seconds)
         rate = f" ({size / seconds / GB:.1f} GB/s)" if seconds > 0 else ""
         failed = ", cut short: the driver refused the rest" if flags & p.MOVED_FAILED else ""
         actions = [Log(f"moved {client}: device {device}, {size} bytes to the "
                        f"{'host' if to_host else 'device'} in {seconds:.3f} s{rate}{failed}")]
+        actions += refused
         if dev is not None and dev.evictions.pop(cid, None) is not None:
             actions += self._settle(dev, now)
         return actions
+
+    def _refused_rate(self, client: Client, device: int, counted: int, seconds: float) -> list:
+        """Said once per client: a program whose reports are false, or whose moves do not cross
+        the link, would say the same at every move."""
+        if client.rate_refused:
+            return []
+        client.rate_refused = True
+        return [Log(f"rates of device {device}: a move by {client} not counted, {counted} bytes "
+                    f"in {seconds:.6f} s being faster than any host link "
+                    f"({LINK_CEILING_BPS / GB:.0f} GB/s); its later ones are not logged")]
 
     def disconnect(self, cid: int, now: float) -> list:
         client = self.clients.pop(cid, None)
         if client is None:
             return []
         self.residency.forget(cid)
+        self.credit.forget(cid)
         self.capacity.forget(cid)
         held, waited = [], []
         for dev in self.devices.values():
@@ -351,10 +423,11 @@ class Policy:
                 waited.append(dev.index)
         what = "".join([f", held device {_listed(held)}" if held else "",
                         f", was waiting for device {_listed(waited)}" if waited else ""])
+        gang_actions = self._leave_gang(client, now)
         self.usage.forget(cid)
         self.weighted.discard(cid)
         self.limited.discard(cid)
-        actions = [Log(f"disconnect {client}{what}")]
+        actions = [Log(f"disconnect {client}{what}")] + gang_actions
         # Every device: its reported capacity may have left with this client.
         for dev in list(self.devices.values()):
             actions += self._settle(dev, now)
@@ -380,6 +453,8 @@ class Policy:
                 for cid in list(dev.waiters):
                     self._end_wait(dev, cid, now)
             self.devices.clear()
+            for gang in self.gangs:
+                gang.turn_devices = None
             for cid, client in self.clients.items():  # all run now, so all of it comes back
                 for device, allocated in client.allocated.items():
                     self.residency.set(device, cid, allocated)
@@ -400,6 +475,11 @@ class Policy:
     def tick(self, now: float) -> list:
         """Fire every timer that is due at `now`."""
         actions = []
+        for gang in self.gangs.expire(now):
+            actions += [Log(f"{gang} broken: not complete {self.gangs.timeout_s:g} s after it "
+                            "began to form; its members are scheduled one by one",
+                            warning=True)]
+            actions += self._settle_members(gang, now)
         for dev in list(self.devices.values()):
             for cid, hold in list(dev.holders.items()):
                 if hold.dropped_at is not None and now >= hold.revoke_at:
@@ -421,7 +501,7 @@ class Policy:
             # Holders are dropped for waiters only once one of them may be granted: at once if
             # one has no gpu_limit, else when the first limited one may. Only those are looked
             # at, so a long queue is not walked.
-            eligible = [self._eligible_at(cid, dev.index) for cid in self._limited_waiters(dev)]
+            eligible = [self._eligible_at(cid, dev.index) for cid in self._paused_waiters(dev)]
             contended_from = -math.inf if len(eligible) < len(dev.waiters) else \
                 min(eligible, default=math.inf)
             for cid, hold in dev.holders.items():
@@ -432,6 +512,9 @@ class Policy:
                         self._limit_reached_at(cid, dev.index)]
             due += [at for at in eligible if at != -math.inf]
             due.extend(deadline for deadline, _ in dev.evictions.values())
+        due += [at for at, _ in self.gangs.timeouts()]
+        due += [gang.turn_ends for gang in self.gangs
+                if gang.turn_devices is not None and self._gang_contended(gang)]
         return min((at for at in due if at != math.inf), default=None)
 
     # ----- queries --------------------------------------------------------------------------
@@ -462,8 +545,11 @@ class Policy:
         if self.mode is p.Mode.OFF:
             return []
         budget = self._budget(dev)
-        active = [(cid, self.memory_of(cid, dev.index))
-                  for cid, hold in dev.holders.items() if hold.dropped_at is None]
+        reserver = self._reserving_gang(dev.index)
+        # A gang's members may share a device in its turn: they run as one job.
+        active = [] if reserver is not None else \
+            [(cid, self.memory_of(cid, dev.index))
+             for cid, hold in dev.holders.items() if hold.dropped_at is None]
         keep = set(kept(budget, active))
         actions = []
         for cid, _ in active:
@@ -473,17 +559,27 @@ class Policy:
         for cid in self._limited_waiters(dev):  # found under its limit, it stays so (usage.py)
             self.usage.meter(cid, dev.index).advance(now)
         # A generator: admission usually stops at the head, so a long queue is not walked.
-        waiting = (Waiting(cid, self.memory_of(cid, dev.index), now - wait.since)
-                   for cid, wait in dev.waiters.items() if self._eligible_at(cid, dev.index) <= now)
+        waiting = (Waiting(cid, self.memory_of(cid, dev.index), now - wait.since,
+                           blocked=self._gang_blocks(cid))
+                   for cid, wait in dev.waiters.items()
+                   if self._eligible_at(cid, dev.index) <= now
+                   and (reserver is None or cid in reserver.members))
         holding = [self.memory_of(cid, dev.index) for cid in dev.holders]
         chosen = admitted(budget, holding, waiting, patience=self.tq)  # before dev.waiters changes
         ready = self._with_room(dev, chosen, now, actions)
         shared = len(dev.holders) + len(ready) > 1
         for cid in ready:
-            actions += self._grant(dev, cid, now, shared)
+            gang = self.gangs.of(cid)
+            if cid not in dev.waiters:
+                continue  # granted already, with its gang
+            if gang is not None and gang.turn_devices is None:
+                actions += self._grant_gang(gang, now)
+            else:
+                actions += self._grant(dev, cid, now, shared)
+        actions += self._end_gang_turn(dev, now)
         actions += self._end_turns(dev, now)
         actions += self._idle_hints(dev, now)
-        if dev.idle:
+        if dev.idle and self.devices.get(dev.index) is dev:  # a gang's settling may have already
             del self.devices[dev.index]
         return actions
 
@@ -516,7 +612,11 @@ class Policy:
 
     def _eligible_at(self, cid: int, device: int) -> float:
         """When a waiter may be granted: at once (-inf) unless its gpu_limit pauses it until its
-        usage has fallen enough."""
+        usage has fallen enough, or a member of a gang that is still forming until the gang is
+        complete or gives up."""
+        forming = self.gangs.forming(cid)
+        if forming is not None:
+            return forming.formed_from + self.gangs.timeout_s
         limit = self.clients[cid].terms.gpu_limit
         if limit is None:
             return -math.inf
@@ -541,6 +641,13 @@ class Policy:
     def _limited_waiters(self, dev: Device) -> list[int]:
         """The device's waiters that have a gpu_limit, found without walking the queue."""
         return [cid for cid in self.limited if cid in dev.waiters]
+
+    def _paused_waiters(self, dev: Device) -> list[int]:
+        """The device's waiters that may not be granted before some time: those with a gpu_limit
+        and the members of forming gangs, found without walking the queue."""
+        forming = [cid for cid in self.gangs.of_client
+                   if cid in dev.waiters and self.gangs.forming(cid) is not None]
+        return self._limited_waiters(dev) + forming
 
     def _first_contender(self, dev: Device, now: float) -> int | None:
         """The first waiter that may be granted now, if any."""
@@ -570,18 +677,20 @@ class Policy:
 
     def _claim_share(self, dev: Device, cid: int, now: float) -> list:
         """A waiter that has had clearly less than its share when it asks goes ahead of the
-        waiters clearly busier than it (while the first it passes has waited under a TQ) and, at
-        the front, has the holders clearly busier than it drop after a minimum slice."""
-        if not self.share_preemption:
+        waiters clearly busier than it (while each it passes has waited under a TQ) and, at the
+        front, has the holders clearly busier than it drop after a minimum slice."""
+        if cid in self.gangs.of_client:  # a gang is granted as a whole, in its members' order
             return []
         mine = self._weighted_usage(cid, dev.index, now)
         passed = []  # from the back of the queue: usually none, so the queue is not walked
+        oldest = now  # the longest-waiting of them: after earlier passes, not always the first
         for other in reversed(dev.waiters):
             if other != cid:
                 if not clearly_under(mine, self._weighted_usage(other, dev.index, now)):
                     break
                 passed.append(other)
-        if passed and now - dev.waiters[passed[-1]].since < self.tq:
+                oldest = min(oldest, dev.waiters[other].since)
+        if passed and now - oldest < self.tq:
             first = passed[-1]
             order = [other for other in dev.waiters if other != cid]
             place = order.index(first)
@@ -654,6 +763,7 @@ class Policy:
                 self.residency.presume_gone(dev.index, victim, size)
             else:
                 dev.evictions[victim] = (now + self.grace_s + link.to_host.seconds(size), size)
+            self.credit.asked_out(dev.index, victim, size)
             actions += [Send(victim, p.Evict(client.numbering.own_ordinal(dev.index), 0, size)),
                         Log(f"evict {client}: device {dev.index}, {_mib(size)} to the host to "
                             f"make room for {beneficiary}")]
@@ -712,23 +822,171 @@ class Policy:
                 actions.append(Send(cid, p.IdleHint(ordinal, hint, evict)))
         return actions
 
+    # ----- gangs ------------------------------------------------------------------------------
+
+    def _reserving_gang(self, device: int) -> Gang | None:
+        """The gang whose running turn owns the device, if any."""
+        return next((gang for gang in self.gangs
+                     if gang.turn_devices is not None and device in gang.turn_devices), None)
+
+    def _member_devices(self, gang: Gang) -> list[Device]:
+        return [dev for dev in self.devices.values()
+                if any(cid in dev.waiters or cid in dev.holders for cid in gang.members)]
+
+    def _gang_ready(self, gang: Gang) -> bool:
+        """Whether a complete gang between turns may be granted now: every member waits, and
+        every device they wait on is held by nobody else and moves no memory."""
+        waiting = {cid for dev in self.devices.values() for cid in dev.waiters}
+        if not set(gang.members) <= waiting:
+            return False
+        return all(set(dev.holders) <= set(gang.members) and not dev.evictions
+                   for dev in self._member_devices(gang))
+
+    def _gang_blocks(self, cid: int) -> bool:
+        """Whether a waiter may not be granted now for its gang's sake: between turns, until the
+        whole gang can go. In a turn a member gets a free device at once, even while the turn
+        is being dropped (the others' draining collectives may wait for its part), unless it
+        has already let go after the drop."""
+        gang = self.gangs.of(cid)
+        if gang is None:
+            return False
+        if gang.turn_devices is None:
+            return not self._gang_ready(gang)
+        return cid in gang.done
+
+    def _gang_drop_reason(self, gang: Gang) -> str | None:
+        """Why the gang's turn is being dropped, or None while it runs on."""
+        return next((hold.drop_reason for dev in self._member_devices(gang)
+                     for member, hold in dev.holders.items()
+                     if member in gang.members and hold.dropped_at is not None), None)
+
+    def _gang_contended(self, gang: Gang) -> bool:
+        """Whether anyone outside the gang waits for a device of its turn."""
+        return any(cid not in gang.members for index in gang.turn_devices or ()
+                   if index in self.devices for cid in self.devices[index].waiters)
+
+    def _grant_gang(self, gang: Gang, now: float) -> list:
+        """Grant every member every device it waits on, for one quantum."""
+        gang.turn_devices, gang.turn_ends, gang.done = set(), now + self.tq, set()
+        actions, granted = [], []
+        for dev in self._member_devices(gang):
+            members = [cid for cid in dev.waiters if cid in gang.members]
+            for cid in members:
+                actions += self._grant(dev, cid, now, shared=len(members) > 1)
+            granted.append(dev)
+        actions.insert(0, Log(f"grant {gang}: devices {_listed(sorted(gang.turn_devices))} "
+                              "together"))
+        for dev in granted[1:]:
+            actions += self._idle_hints(dev, now)
+        return actions
+
+    def _end_gang_turn(self, dev: Device, now: float) -> list:
+        """Drop the whole gang whose turn owns the device once its quantum is over and someone
+        else waits for one of its devices."""
+        gang = self._reserving_gang(dev.index)
+        if gang is None or now < gang.turn_ends or not self._gang_contended(gang):
+            return []
+        for other in self._member_devices(gang):
+            for cid, hold in other.holders.items():
+                if cid in gang.members and hold.dropped_at is None:
+                    return self._drop(other, cid, now, f"quantum over for {gang}", QUANTUM)
+        return []
+
+    def _drop_gang(self, cid: int, now: float, reason: str) -> list:
+        """A member dropped: drop the others too, as their collectives need it."""
+        gang = self.gangs.of(cid)
+        if gang is None or gang.turn_devices is None:
+            return []
+        actions = []
+        for dev in self._member_devices(gang):
+            for member, hold in list(dev.holders.items()):
+                if member in gang.members and hold.dropped_at is None:
+                    actions += self._drop(dev, member, now, f"with {gang}", reason)
+        return actions
+
+    def _gang_let_go(self, cid: int, now: float, after_drop: bool = True) -> list:
+        """After a member's hold ended (`after_drop`: answering a drop, or revoked): once no
+        member holds anything, the turn is over and the devices it kept for the gang go to
+        whoever waits."""
+        gang = self.gangs.of_client.get(cid)
+        if gang is not None and gang.turn_devices is not None and after_drop:
+            gang.done.add(cid)
+        if gang is None or gang.turn_devices is None or \
+                any(member in dev.holders for dev in self.devices.values()
+                    for member in gang.members):
+            return []
+        freed, gang.turn_devices, gang.turn_ends = gang.turn_devices, None, math.inf
+        actions = [Log(f"turn over for {gang}", debug=True)]
+        for index in sorted(freed):
+            if index in self.devices:
+                actions += self._settle(self.devices[index], now)
+        return actions + self._settle_members(gang, now)
+
+    def _gang_outgrows_turn(self, cid: int, dev: Device, now: float) -> list:
+        """A member asks, during its gang's turn, for a device someone else holds: waiting for it
+        while the others hold theirs could stall the job, so the turn ends and the next one
+        takes that device too."""
+        gang = self.gangs.of(cid)
+        if gang is None or gang.turn_devices is None or dev.index in gang.turn_devices or \
+                set(dev.holders) <= set(gang.members):
+            return []
+        for other in self._member_devices(gang):
+            for member, hold in other.holders.items():
+                if member in gang.members and hold.dropped_at is None:
+                    return self._drop(other, member, now, f"{self.clients[cid]} of {gang} needs "
+                                      f"device {dev.index}, held by another", QUANTUM)
+        return []
+
+    def _leave_gang(self, client: Client, now: float) -> list:
+        """A member disconnected: the others cannot finish a collective without it, so their
+        locks are taken back at once, and they run one by one from now on (the processes of a
+        restarted job form a new gang)."""
+        cid = client.registration.id
+        gang = self.gangs.of_client.get(cid)
+        together = gang is not None and gang.scheduled_together
+        self.gangs.leave(cid)
+        if gang is None or not together:
+            return []
+        actions = [Log(f"{gang}: a member left, so the gang is broken: the others' locks are "
+                       "taken back and they run one by one", warning=True)]
+        for dev in self._member_devices(gang):
+            for member in [member for member in dev.holders if member in gang.members]:
+                actions += self._revoke(dev, member, now, f"its gang lost {client}")
+        gang.turn_devices, gang.turn_ends = None, math.inf
+        return actions
+
+    def _settle_members(self, gang: Gang, now: float) -> list:
+        actions = []
+        for dev in self._member_devices(gang):
+            if dev.index in self.devices:
+                actions += self._settle(dev, now)
+        return actions
+
     # ----- lock changes ------------------------------------------------------------------------
 
     def _drop(self, dev: Device, cid: int, now: float, why: str, reason: str) -> list:
         hold = dev.holders[cid]
         evict = self._evict_on_drop(dev, cid)
+        self.credit.asked_out(dev.index, cid, evict)
         hold.dropped_at, hold.drop_reason = now, reason
         hold.revoke_at = now + self.grace_s + self._link(dev.index).to_host.seconds(evict)
         ordinal = self.clients[cid].numbering.own_ordinal(dev.index)
         return [Send(cid, p.DropLock(ordinal, 0, evict)),
                 Log(f"drop {self.clients[cid]}: device {dev.index} {why}"
-                    f"{f', evict {_mib(evict)} to the host' if evict else ''}")]
+                    f"{f', evict {_mib(evict)} to the host' if evict else ''}")] + \
+            self._drop_gang(cid, now, reason)
 
     def _grant(self, dev: Device, cid: int, now: float, shared: bool) -> list:
         client = self.clients[cid]
         wait = dev.waiters[cid]
         waited = self._end_wait(dev, cid, now)
         turn = self._turn(dev, cid, self._first_contender(dev, now), now)
+        gang = self.gangs.of(cid)
+        ending = None
+        if gang is not None and gang.turn_devices is not None:  # one quantum for the whole gang
+            gang.turn_devices.add(dev.index)
+            turn = max(gang.turn_ends - now, 0.0)
+            ending = self._gang_drop_reason(gang)
         dev.holders[cid] = Hold(granted_at=now, quantum_end=now + turn, turn_s=turn)
         self.usage.meter(cid, dev.index).start(now)
         client.revoked = False
@@ -736,16 +994,20 @@ class Policy:
         last = client.last_grant.get(dev.index)
         client.last_grant[dev.index] = number
         others_ran = last is not None and last != number - 1
+        self.credit.granted(dev.index, cid, self._to_fetch(dev.index, cid))
         self.residency.set(dev.index, cid, self.memory_of(cid, dev.index))  # all of it comes back
         flags = (p.GRANT_AFTER_WAIT if wait.queued else 0) | (p.GRANT_SHARED if shared else 0) | \
             (p.GRANT_OTHERS_RAN if others_ran else 0)
         after = f" after waiting {waited:.3f} s" if wait.queued else ""
         beside = f", shared ({_mib(self.memory_of(cid, dev.index))} allocated)" if shared else ""
         ordinal = client.numbering.own_ordinal(dev.index)
-        return [Send(cid, p.LockGranted(ordinal, flags, round(turn * 1000))),
-                Log(f"grant {client}: device {dev.index}{after}{beside}")]
+        actions = [Send(cid, p.LockGranted(ordinal, flags, round(turn * 1000))),
+                   Log(f"grant {client}: device {dev.index}{after}{beside}")]
+        if ending is not None:  # it joins its gang's drain: their collectives may need it
+            actions += self._drop(dev, cid, now, f"with {gang}", ending)
+        return actions
 
-    def _revoke(self, dev: Device, cid: int, now: float) -> list:
+    def _revoke(self, dev: Device, cid: int, now: float, why: str = "") -> list:
         client = self.clients[cid]
         hold = dev.holders[cid]
         waited = now - (hold.dropped_at if hold.dropped_at is not None else now)
@@ -753,10 +1015,12 @@ class Policy:
         client.revocations += 1
         client.revoked = True
         self.revocations += 1
+        why = why or (f"no release {waited * 1000:.0f} ms after the drop (grace "
+                      f"{self.grace_s * 1000:.0f} ms, plus its move's time, and no progress "
+                      "reported since")
         return [Send(cid, p.LockRevoked(client.numbering.own_ordinal(dev.index))),
-                Log(f"revoke {client}: device {dev.index}, no release {waited * 1000:.0f} ms after "
-                    f"the drop (grace {self.grace_s * 1000:.0f} ms, plus its move's time, and "
-                    f"no progress reported since; held {held:.3f} s)")]
+                Log(f"revoke {client}: device {dev.index}, {why}; held {held:.3f} s")] + \
+            self._gang_let_go(cid, now)
 
     def _end_hold(self, dev: Device, cid: int, now: float, why: str,
                   client: Client | None = None) -> float:

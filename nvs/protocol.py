@@ -1,4 +1,4 @@
-"""The gemshare wire protocol, version 4: the Python definition of docs/protocol.md.
+"""The gemshare wire protocol, version 5: the Python definition of docs/protocol.md.
 
 Pure bytes in, messages out; no sockets. `tests/protocol/test_c_header_agrees.py` checks that
 `libnvs/gemshare_protocol.h` says the same thing.
@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 MAGIC = 0x52485347  # b"GSHR" read as a little-endian u32
-VERSION = 4  # 2: DEVICE_UUID; 3: EVICT, MOVED, IDLE_HINT, DROP_LOCK's byte count;
-#               4: REGISTER's label, LIMITS
+VERSION = 5  # 2: DEVICE_UUID; 3: EVICT, MOVED, IDLE_HINT, DROP_LOCK's byte count;
+#               4: REGISTER's label, LIMITS; 5: GANG
 HEADER = struct.Struct("<IHHII")  # magic, version, type, length, seq
 HEADER_SIZE = HEADER.size
 MAX_PAYLOAD = 1 << 20
@@ -42,6 +42,7 @@ class MsgType(enum.IntEnum):
     MOVED = 15
     IDLE_HINT = 16
     LIMITS = 17
+    GANG = 18
 
 
 class Mode(enum.IntEnum):
@@ -236,6 +237,21 @@ class Limits(Fixed):
 
 
 @dataclass(frozen=True)
+class Gang(Fixed):
+    """The client is one process of a distributed job: its locks are granted and taken back
+    with those of the job's other processes on this node. Sent after REGISTER, before the
+    client's first REQUEST_LOCK."""
+    TYPE = MsgType.GANG
+    LAYOUT = (("local_size", "I"), ("world_size", "I"), ("rank", "I"), ("reserved", "I"),
+              ("name", "128s"))
+    local_size: int = 0  # processes of the job on this node: the gang's size
+    world_size: int = 0  # processes of the whole job
+    rank: int = 0
+    reserved: int = 0
+    name: str = ""  # the job, the same for all its processes
+
+
+@dataclass(frozen=True)
 class LockReleased(Fixed):
     TYPE = MsgType.LOCK_RELEASED
     LAYOUT = (("device", "I"), ("reason", "I"))
@@ -346,7 +362,7 @@ class Error:
 MESSAGES = {cls.TYPE: cls for cls in (
     Register, Registered, RequestLock, LockGranted, DropLock, LockReleased, LockRevoked,
     SchedMode, MemReport, Control, ControlReply, Error, DeviceUuid, Evict, Moved, IdleHint,
-    Limits)}
+    Limits, Gang)}
 FIXED_MESSAGES = {t: cls for t, cls in MESSAGES.items() if issubclass(cls, Fixed)}
 
 

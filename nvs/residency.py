@@ -8,6 +8,8 @@ own figure, never the sums of others.
 
 from __future__ import annotations
 
+from .capacity import renumbered
+
 
 class Residency:
     def __init__(self) -> None:
@@ -55,6 +57,13 @@ class Residency:
         taken = min(size, self.of(device, cid))
         self.set(device, cid, self.of(device, cid) - taken)
         self._presumed[(device, cid)] = self._presumed.get((device, cid), 0) + taken
+
+    def renumber(self, cid: int, moves: dict[int, int | None]) -> None:
+        """The client's devices are known by other numbers now (old -> new; None: unknown)."""
+        mine = {device: clients[cid] for device, clients in self._devices.items() if cid in clients}
+        self.forget(cid)
+        for device, size in renumbered(mine, moves).items():
+            self.set(device, cid, size)
 
     def forget(self, cid: int) -> None:
         for device in [d for d, clients in self._devices.items() if cid in clients]:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import trio
 
-from . import config_file, control
+from . import config_file, control, fair_slots
 from . import protocol as p
 from .actions import Close, Log, Send
 from .config import ConfigError
@@ -42,6 +42,9 @@ log = logging.getLogger("gemshare.scheduler")
 
 FLUSH_SECONDS = 1.0  # how long a closing connection may take to receive its last frames
 ACCEPT_BACKOFF = 0.1  # after running out of file descriptors
+# Refusals being written at once; past it a connection over the limits is closed unanswered, so
+# that a flood of connections cannot take the descriptors kept for other work.
+MAX_REFUSING = 8
 # The room a status object has in its reply, {"ok":true,"status":STATUS}, within one frame.
 STATUS_ROOM = p.MAX_PAYLOAD - (encoded_size({"ok": True, "status": {}}) - encoded_size({}))
 CONFIG_POLL_SECONDS = 1.0  # how soon an edited config file applies, without inotify
@@ -97,6 +100,7 @@ POLICY_EVENTS = {
         conn.id, message.device, message.gpu_uuid, now),
     p.Moved: lambda policy, conn, message, now: policy.moved(
         conn.id, message.device, message.flags, message.bytes, message.elapsed_us, now),
+    p.Gang: lambda policy, conn, message, now: policy.gang(conn.id, message, now),
 }
 
 
@@ -125,6 +129,7 @@ class Server:
         self._timer_scope = trio.CancelScope()
         self._started = time.time()
         self.max_connections = settings.max_clients + settings.max_control
+        self._refusing = 0
 
     async def serve(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Serve until cancelled; `started` once accepting."""
@@ -143,7 +148,8 @@ class Server:
                 sock, _ = await self._listener.accept()
             except OSError as exc:
                 if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
-                    log.warning("accept failed (%s); retrying shortly", exc.strerror)
+                    log.warning("accept failed (%s); retrying shortly", exc.strerror,
+                                extra={"peer": "the listening socket"})
                     await trio.sleep(ACCEPT_BACKOFF)
                     continue
                 if exc.errno in (errno.ECONNABORTED, errno.EPROTO):
@@ -151,15 +157,23 @@ class Server:
                 raise
             cid = next(self._ids)
             if len(self.conns) >= self.max_connections:
-                nursery.start_soon(self._refuse, sock, cid)
+                self._start_refusal(nursery, sock, cid, "connections past the limit",
+                                    f"the scheduler already has {len(self.conns)} connections; "
+                                    "try again later or raise --max-clients")
             else:
                 nursery.start_soon(self._serve_connection, sock, cid)
 
-    async def _refuse(self, sock, cid: int) -> None:
-        log.warning("refused connection %d: %d connections already open", cid, len(self.conns))
-        frame = p.encode(p.Error(p.ErrorCode.TOO_MANY_CLIENTS,
-                                 f"the scheduler already has {len(self.conns)} connections; "
-                                 "try again later or raise --max-clients"))
+    def _start_refusal(self, nursery: trio.Nursery, sock, cid: int, peer: str,
+                       why: str) -> None:
+        log.warning("refused connection %d: %s", cid, why, extra={"peer": peer})
+        if self._refusing >= MAX_REFUSING:
+            sock.close()
+            return
+        self._refusing += 1
+        nursery.start_soon(self._refuse, sock, why)
+
+    async def _refuse(self, sock, why: str) -> None:
+        frame = p.encode(p.Error(p.ErrorCode.TOO_MANY_CLIENTS, why))
         try:
             with trio.move_on_after(FLUSH_SECONDS):
                 await trio.SocketStream(sock).send_all(frame)
@@ -167,6 +181,7 @@ class Server:
             pass
         finally:
             sock.close()
+            self._refusing -= 1
 
     # ----- one connection -----------------------------------------------------------------
 
@@ -176,6 +191,16 @@ class Server:
         except OSError as exc:
             log.warning("connection %d dropped: no peer credentials (%s)", cid, exc.strerror)
             sock.close()
+            return
+        why = fair_slots.refusal(self.conns.values(), peer.uid, "", None,
+                                 self.settings.clients_per_user())
+        if len(self.conns) >= self.max_connections:  # filled since it was accepted
+            why = (f"the scheduler already has {len(self.conns)} connections; try again later "
+                   "or raise --max-clients")
+        if why is not None:
+            log.warning("refused connection %d: %s", cid, why, extra={"peer": f"uid {peer.uid}"})
+            self._refusing += 1
+            await self._refuse(sock, why)
             return
         outbox, inbox = trio.open_memory_channel(self.settings.outgoing_queue)
         conn = Conn(cid, trio.SocketStream(sock), peer, outbox, inbox,
@@ -249,10 +274,16 @@ class Server:
         kind = next_kind(conn.kind, message)
         if kind == CONTROL and conn.kind is None:
             self._check_control_room()
-        conn.kind = kind
-        conn.reader.deadline = math.inf  # it has said what it is: no first-frame deadline
         if type(message) is p.Register:
             conn.user, conn.group = await trio.to_thread.run_sync(names_of, conn.uid, conn.gid)
+            # Checked and counted with no wait between, so that registrations of one user at
+            # once cannot pass the cap together.
+            why = fair_slots.refusal(self.conns.values(), conn.uid, conn.user, CLIENT,
+                                     self.settings.clients_per_user())
+            if why is not None:
+                raise p.ProtocolError(why, p.ErrorCode.TOO_MANY_CLIENTS)
+        conn.kind = kind
+        conn.reader.deadline = math.inf  # it has said what it is: no first-frame deadline
         event = POLICY_EVENTS.get(type(message))
         if event is not None:
             actions = event(self.policy, conn, message, trio.current_time())
@@ -272,6 +303,7 @@ class Server:
 
     async def _control(self, conn: Conn, body: dict) -> dict:
         try:
+            deadline = control.take_deadline(body)
             op = control.operation(body)
             if op == "status":
                 return {"ok": True, "status": await self.status()}
@@ -279,6 +311,8 @@ class Server:
                 may_control, conn.uid, conn.gid, conn.peer.groups, self.settings.control_group)
             if not allowed:
                 raise control.Refused("permission", why)
+            # The last check before anything changes: nothing below waits before applying.
+            control.check_deadline(deadline, op)
             if op == "set":
                 return await self._set(conn, control.parse_set(body))
             if op == "client":
@@ -286,7 +320,11 @@ class Server:
             control.parse_reload(body)
             return await self._reload_op(conn)
         except control.Refused as refusal:
-            log.info("control %s refused: %s", conn, refusal)
+            if refusal.code == "expired":
+                log.warning("control %s: dropped a request its sender gave up on: %s", conn,
+                            refusal, extra={"peer": f"uid {conn.uid}"})
+            else:
+                log.info("control %s refused: %s", conn, refusal)
             return refusal.reply()
 
     async def _set(self, conn: Conn, request: control.SetRequest) -> dict:
@@ -402,12 +440,14 @@ class Server:
             if isinstance(action, Send):
                 full = self._queue(conn, action.message)
                 if full:
-                    log.warning("%s dropped: it does not read (%s)", conn, full)
+                    log.warning("%s dropped: it does not read (%s)", conn, full,
+                                extra={"peer": f"uid {conn.uid}"})
                     conn.ending = conn.ending or "outgoing queue full"
                     conn.scope.cancel()
                     pending.extend(self._forget(conn))
             elif isinstance(action, Close):
-                log.warning("closing %s: %s", conn, action.reason)
+                log.warning("closing %s: %s", conn, action.reason,
+                            extra={"peer": f"uid {conn.uid}"})
                 if action.code is not None and conn.ending is None:
                     self._queue(conn, p.Error(action.code, action.reason))
                 conn.ending = conn.ending or action.reason
@@ -418,7 +458,9 @@ class Server:
 
     @staticmethod
     def _log(action: Log) -> None:
-        log.log(logging.DEBUG if action.debug else logging.INFO, "%s", action.text)
+        level = logging.DEBUG if action.debug else logging.WARNING if action.warning else \
+            logging.INFO
+        log.log(level, "%s", action.text)
 
     def _queue(self, conn: Conn, message) -> str | None:
         """How the connection's outgoing queue is full, when it is; else None."""

@@ -22,6 +22,9 @@ DEFAULT_GRACE_MS = 10_000
 GRACE_MS_MAX = 3_600_000
 DEFAULT_MAX_CLIENTS = 1024
 MAX_CLIENTS_LIMIT = 65536
+# Without --max-clients-per-user, one user may hold this fraction of --max-clients: several
+# users, and root (never held to it), always find room to register.
+CLIENTS_PER_USER_SHARE = 4
 DEFAULT_CONTROL_GROUP = "gemshare"
 DEFAULT_CONFIG = "/etc/gemshare/gemshare.toml"
 DEFAULT_STATE_DIR = "/var/lib/gemshare"
@@ -87,6 +90,7 @@ class WholeNumber:
 TQ = WholeNumber("tq", TQ_MIN, TQ_MAX, "seconds")
 GRACE_MS = WholeNumber("grace", 1, GRACE_MS_MAX, "milliseconds")
 MAX_CLIENTS = WholeNumber("max clients", 1, MAX_CLIENTS_LIMIT)
+MAX_CLIENTS_PER_USER = WholeNumber("max clients per user", 1, MAX_CLIENTS_LIMIT)
 CONTEXT_RESERVE_MIB = WholeNumber("context reserve", 0, CONTEXT_RESERVE_MIB_MAX, "MiB")
 CAPACITY_MIB = WholeNumber("capacity", 1, CAPACITY_MIB_MAX, "MiB")
 MIN_SLICE_MS = WholeNumber("min slice", 0, MIN_SLICE_MS_MAX, "milliseconds")
@@ -183,6 +187,8 @@ class Settings:
     mode: Mode = Mode.ON
     grace_ms: int = DEFAULT_GRACE_MS
     max_clients: int = DEFAULT_MAX_CLIENTS
+    # Clients of one user (root aside) at once; None: a quarter of max_clients.
+    max_clients_per_user: int | None = None
     control_group: str = DEFAULT_CONTROL_GROUP
     context_reserve_mib: int = DEFAULT_CONTEXT_RESERVE_MIB
     capacity_mib: int | None = None  # auto's ceiling on each device's capacity; None: none
@@ -203,3 +209,9 @@ class Settings:
     # A connection must say what it is (REGISTER or CONTROL) within this time, so that silent
     # connections cannot hold the connection slots.
     first_frame_seconds: float = 10.0
+
+    def clients_per_user(self) -> int:
+        """The per-user cap in force: as given, else a share of max_clients; never above it."""
+        if self.max_clients_per_user is not None:
+            return min(self.max_clients_per_user, self.max_clients)
+        return max(1, self.max_clients // CLIENTS_PER_USER_SHARE)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .cost import Link
+from .gangs import Gang
 from .protocol import Mode
 from .state import Client, Registration
 from .terms import Terms
@@ -57,8 +58,22 @@ class ClientSnapshot:
     revocations: int
     revoked: bool
     terms: Terms  # its share and limits, and where each came from
+    overrides: dict  # term -> value given with gemsharectl, for this connection only
     label: str
     usage: dict[int, float]  # device -> decayed lock seconds (usage.py)
+    gang: str  # the name of the job it belongs to, "" for none
+
+
+@dataclass(frozen=True)
+class GangSnapshot:
+    name: str
+    uid: int
+    size: int  # members expected on this node
+    world_size: int
+    state: str  # forming, complete or broken (gangs.py)
+    members: dict[int, int]  # client -> rank, in the order they joined
+    turn_devices: list[int] | None  # the devices of its running turn; None between turns
+    turn_left_s: float | None  # until its quantum is over, in a turn
 
 
 @dataclass(frozen=True)
@@ -70,6 +85,7 @@ class Snapshot:
     revocations: int
     devices: list[DeviceSnapshot]  # by index
     clients: list[ClientSnapshot]  # by id
+    gangs: list[GangSnapshot]  # as they formed
 
 
 def snapshot_of(policy: Policy, now: float, devices: Iterable[int] = ()) -> Snapshot:
@@ -85,7 +101,8 @@ def snapshot_of(policy: Policy, now: float, devices: Iterable[int] = ()) -> Snap
                     devices=[_device(policy, index, allocated[index], now)
                              for index in sorted(indices)],
                     clients=[_client(policy, cid, client, now)
-                             for cid, client in sorted(policy.clients.items())])
+                             for cid, client in sorted(policy.clients.items())],
+                    gangs=[_gang(gang, now) for gang in policy.gangs])
 
 
 def _device(policy: Policy, index: int, allocated: int, now: float) -> DeviceSnapshot:
@@ -120,5 +137,15 @@ def _client(policy: Policy, cid: int, client: Client, now: float) -> ClientSnaps
         allocated=dict(sorted(client.allocated.items())),
         resident=policy.residency.of(numbering.device, cid),
         revocations=client.revocations, revoked=client.revoked, terms=client.terms,
+        overrides=dict(client.overrides),
         label=client.identity.label if client.identity else "",
-        usage=dict(sorted(policy.usage.of_client(cid, now).items())))
+        usage=dict(sorted(policy.usage.of_client(cid, now).items())),
+        gang=gang.name if (gang := policy.gangs.of_client.get(cid)) else "")
+
+
+def _gang(gang: Gang, now: float) -> GangSnapshot:
+    turn = gang.turn_devices
+    return GangSnapshot(name=gang.name, uid=gang.uid, size=gang.size, world_size=gang.world_size,
+                        state=gang.state, members=dict(gang.members),
+                        turn_devices=sorted(turn) if turn is not None else None,
+                        turn_left_s=max(gang.turn_ends - now, 0.0) if turn is not None else None)

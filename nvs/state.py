@@ -35,6 +35,7 @@ class Client:
     allocated: dict[int, int] = field(default_factory=dict)  # device -> bytes
     revocations: int = 0
     revoked: bool = False  # its last lock was taken away and it has not been granted since
+    rate_refused: bool = False  # a move of its was too fast to count in a rate, and logged
     last_grant: dict[int, int] = field(default_factory=dict)  # device -> number of its last grant
     identity: Identity | None = None  # what configuration rules match on
     terms: Terms = field(default_factory=Terms)  # its share and limits, overrides included
@@ -56,6 +57,7 @@ class Hold:
     turn_s: float = 0.0  # its quantum: TQ, shorter for a light weight beside heavier waiters
     preempt_at: float = float("inf")  # when a waiter under its share takes the device
     drop_reason: str = ""  # once dropped: why (policy.py's reasons)
+    moved_so_far: int = 0  # once dropped: the most bytes its move-out progress has reported
 
 
 @dataclass

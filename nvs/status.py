@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from .policy import Policy
 from .protocol import REG_UNIFIED_MEMORY, ControlReply
-from .snapshot import ClientSnapshot, DeviceSnapshot
-from .terms import TERM_NAMES
+from .snapshot import ClientSnapshot, DeviceSnapshot, GangSnapshot
+from .terms import OVERRIDES_LAST, TERM_NAMES
 from .usage import HALF_LIFE_S
 
 
@@ -26,6 +26,7 @@ def build_status(policy: Policy, now: float, wall: float, *, grace_ms: int,
         "grace_ms": grace_ms,
         "devices": [_device_entry(dev, by_index.get(dev.index, {})) for dev in snapshot.devices],
         "clients": [_client_entry(client) for client in snapshot.clients],
+        "gangs": [_gang_entry(gang) for gang in snapshot.gangs],
         "max_clients": snapshot.max_clients,
         "revocations": snapshot.revocations,
         "nvml": gpus is not None,
@@ -96,9 +97,21 @@ def _client_entry(client: ClientSnapshot) -> dict:
         "gpu_limit": client.terms.gpu_limit,
         "memory_limit": client.terms.memory_limit,
         "terms_from": {name: client.terms.source(name) for name in TERM_NAMES},
+        # What gemsharectl gave it, and that it is not kept: null when nothing was given.
+        "overrides": {"values": client.overrides, "lasts": OVERRIDES_LAST}
+        if client.overrides else None,
         "usage_s": {str(d): round(seconds, 3) for d, seconds in client.usage.items()},
         "allocated_by_device": {str(d): b for d, b in client.allocated.items()},
+        "gang": client.gang or None,
     }
+
+
+def _gang_entry(gang: GangSnapshot) -> dict:
+    return {"name": gang.name, "uid": gang.uid, "size": gang.size,
+            "world_size": gang.world_size, "state": gang.state,
+            "members": [{"client": cid, "rank": rank} for cid, rank in gang.members.items()],
+            "turn_devices": gang.turn_devices,
+            "turn_left_s": round(gang.turn_left_s, 3) if gang.turn_left_s is not None else None}
 
 
 def encoded_size(value) -> int:

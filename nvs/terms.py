@@ -12,6 +12,9 @@ from dataclasses import dataclass, field, replace
 TERM_NAMES = ("weight", "gpu_limit", "memory_limit")
 DEFAULT_SOURCE = "default"
 OVERRIDE_SOURCE = "gemsharectl"
+# Terms given with `gemsharectl client PID` belong to that connection: unlike settings, they are
+# written nowhere, so status says plainly how long they stand.
+OVERRIDES_LAST = "until the client disconnects or the scheduler restarts"
 
 
 @dataclass(frozen=True)

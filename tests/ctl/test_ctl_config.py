@@ -38,6 +38,18 @@ def test_config_check_prints_what_a_good_file_gives(ctl, tmp_path):
     assert "0.5" in rule and "16.0 GiB" in rule and " 8 " in rule  # its line
 
 
+def test_config_check_warns_of_a_rule_that_can_never_match_but_passes_the_file(ctl, tmp_path):
+    path = tmp_path / "gemshare.toml"
+    path.write_text(GOOD + '\n[[rule]]\nmatch = { process = "trainer-big" }\nweight = 4\n')
+    result = ctl("config", "check", str(path))
+    assert result.returncode == 0, result.stderr
+    assert f"{path}: valid" in result.stdout
+    assert (f"warning: {path}:13: rule 3 (line 13) can never match: rule 2 (line 8) comes "
+            "first and matches every client it would") in result.stderr
+    path.write_text(GOOD)
+    assert "warning" not in ctl("config", "check", str(path)).stderr
+
+
 def test_config_check_lists_every_problem_with_its_line_and_fails(ctl, tmp_path):
     path = tmp_path / "gemshare.toml"
     path.write_text(GOOD.replace("weight = 2", "weight = 0").replace("0.5", "5"))
@@ -81,11 +93,15 @@ def test_client_weight_is_applied_shown_and_reset(ctl, scheduler, stand_in_clien
     assert "weight: 2 (gemsharectl)" in result.stdout
     assert "memory_limit: 8.0 GiB (gemsharectl)" in result.stdout
     assert "gpu_limit: none (default)" in result.stdout
+    lasts = "until the client disconnects or the scheduler restarts"
+    assert f"Terms from gemsharectl last {lasts}." in result.stdout
     status = wait_for_status(scheduler.socket, lambda s: s["clients"][0]["weight"] == 2)
     assert status["clients"][0]["id"] == trainer.id
-    row = next(line for line in ctl("--socket", socket, "status").stdout.splitlines()
-               if "trainer" in line)
+    assert status["clients"][0]["overrides"]["lasts"] == lasts
+    table = ctl("--socket", socket, "status").stdout
+    row = next(line for line in table.splitlines() if "trainer" in line)
     assert "8.0 GiB" in row and "gemsharectl" in row
+    assert f"Terms from gemsharectl last {lasts}." in table
     result = ctl("--socket", socket, "client", pid, "--reset")
     assert result.returncode == 0 and "weight: 1 (default)" in result.stdout
 

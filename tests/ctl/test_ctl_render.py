@@ -72,3 +72,25 @@ def test_a_device_that_moved_memory_shows_where_it_is_and_the_rates():
     assert "moved out 3x 27.0 GiB, in 2x 18.0 GiB" in out
     assert "on the device" not in draw({"tq": 10, "anti_thrash": "on",
                                         "devices": [{"index": 0}]})
+
+
+def test_a_gang_is_one_row_with_its_members_and_turn():
+    clients = [{"id": 3, "pid": 300, "name": "rank0", "state": "holding", "gang": "torchelastic:j"},
+               {"id": 4, "pid": 301, "name": "rank1", "state": "holding", "gang": "torchelastic:j"},
+               {"id": 5, "pid": 302, "name": "solo", "state": "waiting"}]
+    gangs = [{"name": "torchelastic:j", "uid": 1000, "size": 2, "world_size": 4,
+              "state": "complete", "members": [{"client": 3, "rank": 0}, {"client": 4, "rank": 1}],
+              "turn_devices": [0, 1], "turn_left_s": 12.5},
+             {"name": "other", "uid": 1001, "size": 3, "state": "forming", "members": [],
+              "turn_devices": None, "turn_left_s": None}]
+    out = draw({"tq": 30, "anti_thrash": "on", "clients": clients, "gangs": gangs})
+    gangs_at = out.index("Gangs")
+    row = next(line for line in out[gangs_at:].splitlines() if "torchelastic:j" in line)
+    assert "complete, 2 of 2" in row and "#3 rank0 (pid 300) (0)" in row
+    assert "devices 0, 1, 12.5 s left" in row
+    assert "#4 rank1 (pid 301) (1)" in out[gangs_at:]
+    other = next(line for line in out[gangs_at:].splitlines() if "other" in line)
+    assert "forming, 0 of 3" in other and "between turns" in other
+    solo = next(line for line in out[:gangs_at].splitlines() + out.splitlines() if "solo" in line)
+    assert "torchelastic" not in solo
+    assert "Gangs" not in draw({"tq": 30, "anti_thrash": "on", "clients": clients[2:]})

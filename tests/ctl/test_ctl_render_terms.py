@@ -73,6 +73,10 @@ def test_holders_show_their_slice_and_devices_their_last_drop():
     row = next(line for line in out.splitlines() if "#7 a" in line)
     assert "#7 a (pid 100), 4.2 s of 12.0 s" in row and "#8 b (pid 101): share" in row
     assert "Last drop" in out
+    idle = draw({**BASE, "devices": [{"index": 0, "holders": [], "waiters": [],
+                                      "last_drop": {"client": 7, "reason": "idle"}}],
+                 "clients": [{"id": 7, "pid": 100, "name": "a", "state": "idle"}]})
+    assert "#7 a (pid 100): idle" in idle
     assert "Last drop" not in draw({**BASE, "devices": [{"index": 0, "holders": [],
                                                         "waiters": [], "last_drop": None}]})
 
@@ -87,3 +91,17 @@ def test_one_clients_terms_name_every_source():
         "  weight: 2 (gemsharectl)",
         f"  gpu_limit: 25% of the GPU's time (config rule 2 ({CONFIG}:9))",
         "  memory_limit: none (default)"]
+
+
+def test_terms_from_gemsharectl_are_said_to_last_only_until_a_disconnect_or_restart():
+    lasts = "until the client disconnects or the scheduler restarts"
+    given = {"id": 3, "pid": 42, "name": "nb", "state": "idle", "weight": 2,
+             "terms_from": {"weight": "gemsharectl"},
+             "overrides": {"values": {"weight": 2}, "lasts": lasts}}
+    plain = {"id": 4, "pid": 43, "name": "tr", "state": "idle", "weight": 1,
+             "terms_from": {"weight": "default"}, "overrides": None}
+    assert render.terms_view(given).plain.splitlines()[-1] == \
+        f"Terms from gemsharectl last {lasts}."
+    assert "last until" not in render.terms_view(plain).plain
+    assert f"Terms from gemsharectl last {lasts}." in draw({**BASE, "clients": [plain, given]})
+    assert "last until" not in draw({**BASE, "clients": [plain]})

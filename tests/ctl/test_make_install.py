@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -40,10 +43,10 @@ def staged(tmp_path_factory) -> Path:
 def staged_launcher(destdir: Path, name: str, scratch: Path) -> list[str]:
     """A command that runs the staged launcher, pointed at the staged package folder."""
     text = (destdir / PREFIX.lstrip("/") / "bin" / name).read_text()
-    interpreter, flags = text.splitlines()[0][2:].split()
+    interpreter = text.splitlines()[0][2:].split()  # e.g. /usr/bin/env -S python3 -IS
     copy = scratch / name
     copy.write_text(text.replace(f'"{PKGDIR}"', f'"{destdir}{PKGDIR}"'))
-    return [interpreter, flags, str(copy)]
+    return [*interpreter, str(copy)]
 
 
 def test_expected_files_are_in_place(staged):
@@ -61,6 +64,9 @@ def test_expected_files_are_in_place(staged):
                    "pynvml.py"):
         assert (python / module).exists(), module
     assert not (python / "bin").exists()  # pip's own scripts would point at the build venv
+    # Top-level modules are what the packages are imported as, and nothing else (no samples).
+    modules = {path.name for path in python.glob("*.py")}
+    assert modules <= {"pynvml.py", "typing_extensions.py"}, modules
     units = usr / "lib/systemd/system"
     assert "ExecStart=/usr/bin/gemshare-scheduler\n" in (
         units / "gemshare-scheduler.service").read_text()
@@ -105,3 +111,42 @@ def test_staged_commands_run_on_their_own_folder(staged, tmp_path):
             scheduler.wait()
         log.close()
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_launchers_find_python3_on_the_path_by_default(staged):
+    for name in ("gemshare-scheduler", "gemsharectl"):
+        first = (staged / "usr/bin" / name).read_text().splitlines()[0]
+        assert first == "#!/usr/bin/env -S python3 -IS", first
+
+
+def test_staged_commands_print_the_same_version(staged, tmp_path):
+    printed = [subprocess.run([*staged_launcher(staged, name, tmp_path), "--version"],
+                              capture_output=True, text=True, timeout=60).stdout.split()
+               for name in ("gemshare-scheduler", "gemsharectl")]
+    assert [words[0] for words in printed] == ["gemshare-scheduler", "gemsharectl"]
+    assert printed[0][1:] == printed[1][1:] == [metadata.version("gemshare")]
+
+
+def test_launcher_refuses_a_python_of_another_version(staged, tmp_path):
+    text = (staged / "usr/bin/gemsharectl").read_text()
+    built = re.search(r"sys.version_info\[:2\] != \((\d+), (\d+)\)", text)
+    assert built is not None, text
+    other = text.replace(built[0], "sys.version_info[:2] != (2, 7)")
+    copy = tmp_path / "gemsharectl"
+    copy.write_text(other)
+    result = subprocess.run([sys.executable, "-IS", str(copy), "--version"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert "gemsharectl: installed for Python" in result.stderr
+    assert "INSTALL_PYTHON=" in result.stderr
+
+
+def test_install_python_pins_an_interpreter(tmp_path):
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    result = subprocess.run(
+        ["make", "-C", str(REPO), "-n", "install", f"DESTDIR={tmp_path}", f"PREFIX={PREFIX}",
+         f"INSTALL_PYTHON={sys.executable}", *make_variables()],
+        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert result.returncode == 0, result.stderr
+    assert f"'#!{sys.executable} -IS'" in result.stdout

@@ -11,7 +11,8 @@ from pathlib import Path, PurePosixPath
 import pytest
 
 from gemshare_nvs.connection import DEFAULT_SOCKET
-from gemshare_nvs.settings import DEFAULT_STATE_DIR
+from gemshare_nvs.fd_limits import RESERVED
+from gemshare_nvs.settings import DEFAULT_MAX_CLIENTS, DEFAULT_MAX_CONTROL, DEFAULT_STATE_DIR
 
 REPO = Path(__file__).resolve().parents[2]
 UNITS = REPO / "systemd"
@@ -80,3 +81,10 @@ def test_systemd_analyze_verify_accepts_both_units(tmp_path):
     assert result.returncode == 0, result.stderr
     # Unknown keys and unparsable values are only warnings, with status 0.
     assert result.stderr.strip() == "", result.stderr
+
+
+def test_service_has_a_watchdog_and_room_for_every_connection():
+    service = read_unit(SERVICE)["Service"]
+    assert service["WatchdogSec"] == "30s"  # the scheduler pings every WatchdogSec/2
+    # Enough descriptors that the defaults are never clamped (RESERVED for everything else).
+    assert int(service["LimitNOFILE"]) >= DEFAULT_MAX_CLIENTS + DEFAULT_MAX_CONTROL + RESERVED

@@ -216,7 +216,7 @@ CUresult fake_submit_sync(const struct fake_call *call, const char *event, struc
 void fake_wait_seq(uint64_t seq);
 uint64_t fake_completed_seq(void);
 /* Run one op (on the worker thread); used for queued ops and graph nodes. */
-void fake_execute(const struct fake_op *op, uint64_t seq, uint64_t stream_id);
+void fake_execute(const struct fake_op *op, uint64_t seq, uint64_t stream_id, CUdevice device);
 
 #define FAKE_EVENT_MAGIC 0x45564e54u
 struct CUevent_st {

@@ -19,6 +19,7 @@ struct queued {
     struct fake_op op;
     uint64_t seq;
     uint64_t stream_id;
+    CUdevice device; /* of the stream's context: tests tell the work of several devices apart */
     struct queued *next;
 };
 
@@ -112,10 +113,10 @@ static void migrate(const struct fake_op *op)
         fake_sleep_us((uint64_t)((double)moved / (gbps * 1e3)));
 }
 
-void fake_execute(const struct fake_op *op, uint64_t seq, uint64_t stream_id)
+void fake_execute(const struct fake_op *op, uint64_t seq, uint64_t stream_id, CUdevice device)
 {
-    fake_log("exec_begin", "seq=%llu op=%s stream=%llu", (unsigned long long)seq, op_name(op),
-             (unsigned long long)stream_id);
+    fake_log("exec_begin", "seq=%llu op=%s stream=%llu device=%d", (unsigned long long)seq,
+             op_name(op), (unsigned long long)stream_id, (int)device);
     switch (op->kind) {
     case FAKE_OP_KERNEL:
         if (op->u.kernel.fill_len)
@@ -143,8 +144,8 @@ void fake_execute(const struct fake_op *op, uint64_t seq, uint64_t stream_id)
     }
     if (op->duration_us)
         fake_sleep_us(op->duration_us);
-    fake_log("exec_end", "seq=%llu op=%s stream=%llu", (unsigned long long)seq, op_name(op),
-             (unsigned long long)stream_id);
+    fake_log("exec_end", "seq=%llu op=%s stream=%llu device=%d", (unsigned long long)seq,
+             op_name(op), (unsigned long long)stream_id, (int)device);
 }
 
 static void *worker_main(void *arg)
@@ -156,7 +157,7 @@ static void *worker_main(void *arg)
             pthread_cond_wait(&q_work, &q_lock);
         struct queued *item = q_head;
         pthread_mutex_unlock(&q_lock);
-        fake_execute(&item->op, item->seq, item->stream_id);
+        fake_execute(&item->op, item->seq, item->stream_id, item->device);
         pthread_mutex_lock(&q_lock);
         q_head = item->next;
         if (!q_head)
@@ -228,6 +229,7 @@ CUresult fake_submit_ops(const struct fake_call *call, const char *event, struct
         }
         item->op = ops[i];
         item->stream_id = s->id;
+        item->device = s->ctx->device;
         item->next = NULL;
         *link = chain_end = item;
         link = &item->next;
@@ -252,8 +254,9 @@ CUresult fake_submit_ops(const struct fake_call *call, const char *event, struct
     atomic_store(&s->last_seq, last);
     atomic_store(&s->ctx->last_seq, last);
     /* Logged before the worker can see it, so the submission precedes its exec_begin. */
-    fake_log(name, "api=%s stream=%llu stream_kind=%s seq=%llu ops=%zu %s result=0", call->api,
-             (unsigned long long)s->id, stream_kind(s), (unsigned long long)first, n, details);
+    fake_log(name, "api=%s stream=%llu stream_kind=%s device=%d seq=%llu ops=%zu %s result=0",
+             call->api, (unsigned long long)s->id, stream_kind(s), (int)s->ctx->device,
+             (unsigned long long)first, n, details);
     if (n) {
         start_worker_locked();
         pthread_cond_signal(&q_work);

@@ -63,6 +63,8 @@ static const char usage[] =
     "  capture-mode global|thread|relaxed   cuThreadExchangeStreamCaptureMode\n"
     "  threads N LAUNCHES US     N threads launching at once, each then synchronizing\n"
     "  ctx-create | ctx-primary  a new context / the primary one becomes current\n"
+    "  device N                  device N's primary context becomes current (retained, kernels\n"
+    "                            loaded there); later steps use its default stream\n"
     "  primary-reset             reset the primary context, then retain it and make it current\n"
     "  primary-release           cuDevicePrimaryCtxRelease (init retains it again)\n"
     "  vmm-release NAME          cuMemRelease of a vmm-alloc's handle, still mapped (free unmaps)\n"
@@ -204,12 +206,11 @@ static CUstreamCaptureMode parse_mode(const char *s)
 
 /* ---- steps: setup and memory --------------------------------------------------------------- */
 
-static void step_init(void)
+/* Makes device `ordinal` current, as cudaSetDevice does: its primary context and our kernels. */
+static CUresult use_device(int ordinal)
 {
     static const char image[] = "fake module image";
-    CUresult r = api.cuInit(0);
-    if (r == CUDA_SUCCESS)
-        r = api.cuDeviceGet(&device, 0);
+    CUresult r = api.cuDeviceGet(&device, ordinal);
     if (r == CUDA_SUCCESS)
         r = api.cuDevicePrimaryCtxRetain(&context, device);
     if (r == CUDA_SUCCESS)
@@ -221,7 +222,24 @@ static void step_init(void)
         r = api.cuModuleGetFunction(&sleep_fn, module, "sleep");
     if (r == CUDA_SUCCESS)
         r = api.cuModuleGetFunction(&fill_fn, module, "fill");
+    return r;
+}
+
+static void step_init(void)
+{
+    CUresult r = api.cuInit(0);
+    if (r == CUDA_SUCCESS)
+        r = use_device(0);
     report(r, "init", "pid=%d resolve=%s ptsz=%d", (int)getpid(), resolve_mode, per_thread);
+}
+
+/* Moves the program to device `ordinal`, as cudaSetDevice does: its primary context, its own
+ * kernels, its default stream. */
+static void step_device(int ordinal)
+{
+    CUresult r = use_device(ordinal);
+    stream = NULL;
+    report(r, "device", "device=%d ctx=%p", ordinal, (void *)context);
 }
 
 static void step_alloc(const char *kind, const char *name, size_t size)
@@ -824,6 +842,8 @@ static bool run_step(int *i, int argc, char **argv)
         step_capture_graph(n, (unsigned int)parse_size(ARG()));
     } else if (strcmp(step, "graph-launch") == 0)
         report(api.cuGraphLaunch(graph_exec, stream), "graph-launch", NULL);
+    else if (strcmp(step, "device") == 0)
+        step_device((int)parse_size(ARG()));
     else if (strcmp(step, "ctx-create") == 0) {
         CUcontext created = NULL;
         CUresult r = api.cuCtxCreate(&created, 0, device);

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import re
 
+from gemshare_nvs.cost import CONTENDED_IDLE_RELEASE_MS
+
+import libnvs_fakelog as fakelog
 from libnvs_programs import run_together, wait_file, wait_for
 
 GIB = 1 << 30
@@ -154,8 +157,20 @@ def test_programs_that_fit_together_hand_over_after_a_short_idle_gap(gpu_with_mi
     released = first(log, rf"release client \d+ \(pid {holder.pid},[^\n]*early \(idle\)")
     (granted,) = starts(log, rf"grant client \d+ \(pid {waiter.pid},")
     assert released < granted, log
-    (waited,) = re.findall(rf"grant client \d+ \(pid {waiter.pid},[^\n]*after waiting ([\d.]+) s",
-                           log)
-    # Nothing has to move, so no hint: the 250 ms default, not the 10 s quantum, ended the wait.
-    assert float(waited) < 2, log
+    assert re.search(rf"grant client \d+ \(pid {waiter.pid},[^\n]*after waiting", log), log
     assert "drop client" not in log and "evict" not in log, log
+    # Nothing has to move and someone waits: the scheduler's hint (100 ms) has the holder let go
+    # sooner than its own 250 ms. Idle time counts from when the GPU finished the holder's
+    # kernel; the release follows the holder's last synchronization from its library's thread
+    # before the waiter's first kernel. The upper bound leaves a loaded machine 200 ms, and fails
+    # a release late in the 1 s sleep or at the end of the quantum.
+    events = gpu.events()
+    kernel_done = fakelog.exec_intervals(events, holder.pid, ops={"kernel"})[0][1]
+    waiter_ran = fakelog.exec_intervals(events, waiter.pid, ops={"kernel"})[0][0]
+    syncs = [e.ns for e in fakelog.named(events, "ctx_sync", pid=holder.pid)
+             if e.tid != holder.pid and kernel_done < e.ns < waiter_ran]
+    assert syncs, events
+    idle_s = (syncs[-1] - kernel_done) / 1e9
+    threshold_s = CONTENDED_IDLE_RELEASE_MS / 1000
+    # Less than a millisecond early at most: libnvs counts idle time in whole milliseconds.
+    assert threshold_s - 0.001 <= idle_s < 3 * threshold_s, (idle_s, log)

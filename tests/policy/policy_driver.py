@@ -13,8 +13,7 @@ class Driver:
                  nvml: dict[int, int] | None = None, limit: int | None = None,
                  nvml_uuids: dict[str, int] | None = None, answer_evictions: bool = False,
                  **shares):
-        """`shares`: the Policy's rules, min_slice_ms and share_preemption, where a test sets
-        them."""
+        """`shares`: the Policy's rules and min_slice_ms, where a test sets them."""
         self.policy = Policy(tq, mode, grace, max_clients, reserve_bytes=reserve,
                              nvml_capacity=nvml, capacity_limit=limit, nvml_uuids=nvml_uuids,
                              **shares)

@@ -8,24 +8,32 @@ the core sends is checked as it goes out, and the state after every step:
 - memory: the holders not asked to drop fit (their bytes plus one reserve each within the
   capacity) or are a single client; every grant leaves all holders, dropping ones included,
   fitting; with mode `on` or no known capacity that means one holder;
-- drops: only for a quantum that is over while someone waits, or for holders that no longer
-  fit, and then never the oldest holder not asked to drop, and only holders that do not fit
-  beside the older ones that stay;
-- FCFS with bounded overtaking: a grant passes only waiters that do not fit and have waited
-  less than one TQ; no waiter the rule would admit is left waiting; a waiter at the head that
-  has waited a TQ is granted within TQ + grace (counted from when the test first sees it so,
-  and again after a TQ change);
+- drops: only for a quantum that is over while someone waits, for a minimum slice that is over
+  (a waiter at the head was clearly under the holder's usage when it asked), or for holders
+  that no longer fit, and then never the oldest holder not asked to drop, and only holders that
+  do not fit beside the older ones that stay;
+- the queue is first come first served but for the share rule (share_model.py): a waiter that
+  asks clearly under the usage of the waiters at the back goes ahead of them, if each of them
+  has waited less than a TQ;
+- bounded overtaking: a grant passes only waiters that do not fit and have waited less than one
+  TQ; no waiter the rule would admit is left waiting; a waiter at the head that has waited a TQ
+  is granted within TQ + grace (counted from when the test first sees it so, and again after a
+  TQ change);
 - GRANT_AFTER_WAIT exactly when the grant did not answer the request at once, GRANT_SHARED
   exactly when the device then has more than one holder;
 - nothing to disconnected clients; revocation exactly `grace` after the drop, plus the time the
   drop's move out may take at the assumed rate; the core's timer is the model's.
 
-Share preemption is off here (strict turns, as its rules describe); the shares have their own
-machine in test_policy_share_invariants.py. The clients here answer every EVICT at once (MOVED, done): making room then never delays a grant,
-and the rules above hold as they are.
+This is the policy as the scheduler runs it. The clients here answer every EVICT at once (MOVED,
+done): making room then never delays a grant, and the rules above hold as they are. How long a
+minimum slice lasts follows from what the switch would move, by the core's estimate of where
+memory is, which this model does not keep: that move's time is taken from the core
+(`switch_seconds`) as the claim is made, and the slice worked out from it (shares.py).
 """
 
 from __future__ import annotations
+
+import math
 
 from hypothesis import settings, strategies as st
 from hypothesis.stateful import initialize, invariant, precondition, rule
@@ -34,8 +42,11 @@ from gemshare_nvs import protocol as p
 from gemshare_nvs.actions import Send
 from gemshare_nvs.cost import DEFAULT_TO_HOST_BPS
 from gemshare_nvs.policy import Policy
+from gemshare_nvs.settings import DEFAULT_MIN_SLICE_MS
+from gemshare_nvs.shares import minimum_slice
 
 from clock_machine import ClockMachine
+from share_model import ShareModel
 
 G = 1 << 30
 RESERVE = 1 * G
@@ -52,6 +63,7 @@ class Hold:
         self.granted_at = granted_at
         self.dropped_at: float | None = None
         self.revoke_at: float | None = None
+        self.preempt_at = math.inf  # the end of its minimum slice, once a waiter claimed it
 
 
 class AutoMachine(ClockMachine):
@@ -61,7 +73,7 @@ class AutoMachine(ClockMachine):
         super().__init__()
         self.policy = Policy(tq=3, mode=p.Mode.AUTO, grace_s=GRACE, max_clients=16,
                              reserve_bytes=RESERVE, nvml_capacity=NVML,
-                             capacity_limit=self.LIMIT, share_preemption=False)
+                             capacity_limit=self.LIMIT)
         self.now = 0.0
         self.connected: set[int] = set()
         self.gone: set[int] = set()
@@ -71,6 +83,7 @@ class AutoMachine(ClockMachine):
         self.holders: dict[int, dict[int, Hold]] = {d: {} for d in DEVICES}  # grant order
         self.stuck: dict[int, tuple[int, float]] = {}  # device -> (head, first seen stuck)
         self.displaced: list[tuple[int, int]] = []  # (device, client) dropped for memory, per step
+        self.shares = ShareModel()
 
     # ----- the rules as the model sees them -------------------------------------------------
 
@@ -102,11 +115,43 @@ class AutoMachine(ClockMachine):
     def active(self, device: int) -> list[int]:
         return [c for c, h in self.holders[device].items() if h.dropped_at is None]
 
+    def turn_end(self, hold: Hold) -> float:
+        """When a holder is dropped if someone waits: its quantum's end, or its slice's."""
+        return min(hold.granted_at + self.tq, hold.preempt_at)
+
+    def end_hold(self, device: int, cid: int) -> bool:
+        """Whether `cid` held the device (it no longer does)."""
+        if self.holders[device].pop(cid, None) is None:
+            return False
+        self.shares.ended(cid, device, self.now)
+        return True
+
+    def claim(self, device: int, cid: int) -> None:
+        """The share rule, for `cid`, which has just asked and waits at the back of the queue."""
+        queue = self.queues[device]
+        entries = {entry[0]: entry for entry in queue}
+        order = self.shares.claimed(device, list(entries),
+                                    {c: entry[1] for c, entry in entries.items()}, self.now,
+                                    self.tq)
+        queue[:] = [entries[c] for c in order]
+        if order[0] != cid:
+            return
+        preempted = self.shares.preempted(device, cid, self.active(device), self.now)
+        if preempted:
+            slice_s = minimum_slice(DEFAULT_MIN_SLICE_MS / 1000,
+                                    self.policy.switch_seconds(device))
+            for holder in preempted:
+                hold = self.holders[device][holder]
+                hold.preempt_at = min(hold.preempt_at, hold.granted_at + slice_s)
+
     # ----- checking what the core sends -----------------------------------------------------
 
     def apply(self, actions: list) -> None:
         granted, evicts = [], []
         self.displaced = []
+        # Who held without a drop before these actions: a holder dropped for memory is let go
+        # beside the older of these that stay, though one of them may end its quantum as well.
+        active = {device: self.active(device) for device in DEVICES}
         for action in actions:
             if not isinstance(action, Send):
                 continue
@@ -124,7 +169,8 @@ class AutoMachine(ClockMachine):
                 self.check_revoke(cid, message.device)
         for device, cid in self.displaced:  # dropped for memory; it holds until it answers
             order = list(self.holders[device])
-            older = [c for c in order[:order.index(cid)] if c in self.active(device)]
+            older = [c for c in order[:order.index(cid)]
+                     if c in active[device] and (device, c) not in self.displaced]
             assert not self.fits(device, older + [cid]), \
                 f"client {cid} was dropped but fits beside the older holders {older}"
         for cid, message in granted:
@@ -154,13 +200,14 @@ class AutoMachine(ClockMachine):
         assert bool(message.flags & p.GRANT_AFTER_WAIT) == (not fresh)
         assert message.quantum_ms == self.tq * 1000
         self.holders[device][cid] = Hold(self.now)
+        self.shares.granted(cid, device, self.now)
 
     def check_drop(self, cid: int, message: p.DropLock) -> None:
         device = message.device
         hold = self.holders[device].get(cid)
         assert hold is not None and hold.dropped_at is None, "drop to a client not holding"
-        quantum_over = bool(self.queues[device]) and self.now >= hold.granted_at + self.tq
-        if not quantum_over:
+        turn_over = bool(self.queues[device]) and self.now >= self.turn_end(hold)
+        if not turn_over:
             active = self.active(device)
             assert not self.fits(device, active), "needless drop: the holders fit"
             assert cid != active[0], "the oldest holder was dropped for memory"
@@ -173,7 +220,7 @@ class AutoMachine(ClockMachine):
         hold = self.holders[device].get(cid)
         assert hold is not None and hold.dropped_at is not None
         assert self.now == hold.revoke_at, "revocation not exactly at grace (and move time)"
-        del self.holders[device][cid]
+        self.end_hold(device, cid)
 
     def model_deadline(self) -> float | None:
         due = []
@@ -182,7 +229,7 @@ class AutoMachine(ClockMachine):
                 if hold.dropped_at is not None:
                     due.append(hold.revoke_at)
                 elif self.queues[device]:
-                    due.append(hold.granted_at + self.tq)
+                    due.append(self.turn_end(hold))
         return min(due, default=None)
 
     # ----- events ---------------------------------------------------------------------------
@@ -218,23 +265,36 @@ class AutoMachine(ClockMachine):
     def request(self, data, device):
         queue = self.queues[device]
         idle = self.connected - set(self.holders[device]) - {entry[0] for entry in queue}
-        cid = data.draw(st.sampled_from(sorted(idle or self.connected)))  # repeats now and then
-        if self.policy.mode is not p.Mode.OFF and cid not in self.holders[device] \
-                and all(entry[0] != cid for entry in queue):
+        self.ask(device, data.draw(st.sampled_from(sorted(idle or self.connected))))
+
+    def ask(self, device: int, cid: int) -> None:
+        """`cid` asks for the device (again, now and then)."""
+        queue = self.queues[device]
+        new = self.policy.mode is not p.Mode.OFF and cid not in self.holders[device] \
+            and all(entry[0] != cid for entry in queue)
+        if new:
             queue.append([cid, self.now, True])
-        self.apply(self.policy.request_lock(cid, device, self.now))
+        actions = self.policy.request_lock(cid, device, self.now)
+        if new and not any(isinstance(a, Send) and a.client == cid and
+                           isinstance(a.message, p.LockGranted) for a in actions):
+            self.claim(device, cid)  # it waits
+        self.apply(actions)
 
     @precondition(lambda self: self.connected)
     @rule(data=st.data(), device=st.sampled_from(DEVICES),
-          reason=st.sampled_from(list(p.ReleaseReason)))
-    def release(self, data, device, reason):
+          reason=st.sampled_from(list(p.ReleaseReason)), again=st.booleans())
+    def release(self, data, device, reason, again):
+        """A release by a holder or a stray one; a holder may ask again at once, as a busy
+        program does, and so queue with the most usage."""
         stray = data.draw(st.booleans()) or not self.holders[device]
         cid = data.draw(st.sampled_from(sorted(self.connected if stray else self.holders[device])))
-        holds = self.holders[device].pop(cid, None) is not None
+        holds = self.end_hold(device, cid)
         actions = self.policy.lock_released(cid, device, reason, self.now)
         if not holds:
             assert not [a for a in actions if isinstance(a, Send)], "a stray release acted"
         self.apply(actions)
+        if holds and again:
+            self.ask(device, cid)
 
     @precondition(lambda self: len(self.connected) > 3)  # keep some contention
     @rule(data=st.data())
@@ -245,20 +305,20 @@ class AutoMachine(ClockMachine):
         for device in DEVICES:
             self.queues[device][:] = [e for e in self.queues[device] if e[0] != cid]
             self.holders[device].pop(cid, None)
+        self.shares.forget(cid)
         self.apply(self.policy.disconnect(cid, self.now))
 
-    @rule(tq=st.integers(1, 4))
-    def set_tq(self, tq):
-        self.stuck.clear()  # the bound on waiting holds for an unchanged TQ
-        self.apply(self.policy.configure(self.now, tq=tq))
-
-    @rule(mode=st.sampled_from(list(p.Mode)))
-    def set_mode(self, mode):
+    # One rule for both settings, so that changes do not crowd out the turns they change.
+    @rule(tq=st.none() | st.integers(1, 4), mode=st.none() | st.sampled_from(list(p.Mode)))
+    def configure(self, tq, mode):
+        if tq is not None:
+            self.stuck.clear()  # the bound on waiting holds for an unchanged TQ
         if mode is p.Mode.OFF:
             for device in DEVICES:
                 self.queues[device].clear()
-                self.holders[device].clear()
-        self.apply(self.policy.configure(self.now, mode=mode))
+                for cid in list(self.holders[device]):
+                    self.end_hold(device, cid)
+        self.apply(self.policy.configure(self.now, tq=tq, mode=mode))
 
     # ----- invariants -----------------------------------------------------------------------
 
@@ -313,11 +373,18 @@ class AutoMachine(ClockMachine):
                 if hold.dropped_at is not None:
                     assert self.now < hold.revoke_at, "revocation overdue"
                 elif self.queues[device]:
-                    assert self.now < hold.granted_at + self.tq, "drop overdue"
+                    assert self.now < self.turn_end(hold), "drop overdue"
 
     @invariant()
     def only_connected_clients_are_known(self):
         assert set(self.policy.clients) == self.connected
+
+    @invariant()
+    def usage_is_what_the_holds_make_it(self):
+        for cid in self.connected:
+            for device in DEVICES:
+                assert self.policy.usage.read(cid, device, self.now) == \
+                    self.shares.read(cid, device, self.now)
 
 
 class LimitedAutoMachine(AutoMachine):

@@ -33,9 +33,10 @@ def test_reports_change_with_each_client_and_leave_with_it():
     assert capacity.reported(0) == 10 * G
 
 
-def test_renumbering_keeps_only_the_registered_devices_report_under_its_new_index():
+def test_renumbering_moves_reports_to_their_new_index_and_drops_unknown_ones():
     capacity = Capacity()
     capacity.report(1, 0, 80 * G)
     capacity.report(1, 1, 40 * G)
-    capacity.renumber(1, 0, 3)
-    assert (capacity.reported(0), capacity.reported(1), capacity.reported(3)) == (0, 0, 80 * G)
+    capacity.report(1, 2, 20 * G)
+    capacity.renumber(1, {0: 3, 1: None})  # device 2 stays as it was
+    assert [capacity.reported(d) for d in range(4)] == [0, 0, 20 * G, 80 * G]

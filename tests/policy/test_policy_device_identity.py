@@ -81,17 +81,34 @@ def test_memory_follows_the_gpu_and_other_ordinals_stop_counting_once_renumbered
     assert client.allocated == {2: 4 * G}
 
 
-def test_a_uuid_after_a_lock_request_or_for_another_device_changes_nothing():
-    driver = Driver()
+def test_a_uuid_that_would_renumber_a_requested_device_changes_nothing():
+    driver = Driver(nvml_uuids={A: 2})
     driver.register(1, device=0)
     driver.request(1)
     driver.uuid(1, A)
     assert driver.policy.clients[1].numbering.gpu_uuid == "" and driver.holders(0) == [1]
     assert any("came after a lock request" in log.text for log in driver.logs)
     driver.register(2, device=0)
-    driver.uuid(2, A, device=3)  # not the device it registered
     driver.uuid(2, "")
-    assert driver.policy.clients[2].numbering.gpu_uuid == ""
+    assert driver.policy.clients[2].numbering.uuids == {}
+
+
+def test_every_device_of_a_client_is_keyed_by_its_gpu():
+    driver = Driver(nvml_uuids={A: 0, B: 1})
+    driver.register(1, device=0)  # CUDA_VISIBLE_DEVICES=1,0: its 0 is GPU B, its 1 is GPU A
+    driver.uuid(1, B, device=0)
+    driver.uuid(1, A, device=1)
+    driver.mem(1, 3 * G, device=1)
+    driver.register(2, device=0)
+    driver.uuid(2, A, device=0)
+    driver.request(2, device=0)  # GPU A
+    driver.request(1, device=1)  # GPU A as well: it waits behind client 2
+    driver.request(1, device=0)  # GPU B: free
+    assert (driver.holders(0), driver.waiters(0), driver.holders(1)) == ([2], [1], [1])
+    assert driver.policy.clients[1].allocated == {0: 3 * G}
+    driver.take_sent()
+    driver.release(2, device=0)
+    assert driver.take_sent(1) == [p.LockGranted(1, p.GRANT_AFTER_WAIT, 30_000)]  # its own 1
 
 
 def test_a_request_for_an_unknown_device_of_a_renumbered_client_closes_it():

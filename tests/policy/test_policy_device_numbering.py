@@ -13,20 +13,31 @@ def test_until_renumbered_the_clients_numbering_is_the_schedulers():
     assert (numbering.own_ordinal(2), numbering.own_ordinal(5)) == (2, 5)
 
 
-def test_once_renumbered_only_the_registered_device_is_known():
+def test_once_renumbered_only_devices_with_a_uuid_are_known():
     numbering = Numbering.registered(0)
-    numbering.device = 3  # its device 0 is the scheduler's 3
+    assert numbering.learn(0, A, 3) == {0: 3}  # its device 0 is the scheduler's 3
+    assert (numbering.device, numbering.gpu_uuid) == (3, A)
     assert numbering.scheduler_device(0) == 3
     assert numbering.scheduler_device(1) is None
     assert (numbering.own_ordinal(3), numbering.own_ordinal(7)) == (0, 7)
+    assert numbering.learn(1, B, 0) == {}  # its device 1 is the scheduler's 0
+    assert (numbering.scheduler_device(1), numbering.own_ordinal(0)) == (0, 1)
 
 
-def test_only_the_first_uuid_for_the_registered_device_is_taken():
+def test_a_uuid_that_renumbers_the_client_leaves_its_unknown_devices_behind():
+    numbering = Numbering.registered(0)
+    numbering.may_name(1)
+    numbering.may_name(2)
+    assert numbering.learn(2, B, 2) == {}  # the same number: nothing moves
+    assert numbering.learn(0, A, 5) == {0: 5, 1: None}
+
+
+def test_each_device_takes_its_first_uuid_only():
     numbering = Numbering.registered(1)
-    assert not numbering.takes_uuid(0, A)  # another of its devices
+    assert numbering.takes_uuid(0, A)  # another of its devices: welcome too
     assert not numbering.takes_uuid(1, "")
     assert numbering.takes_uuid(1, A)
-    numbering.gpu_uuid = A
+    numbering.learn(1, A, 1)
     assert not numbering.takes_uuid(1, B)
 
 
@@ -55,3 +66,9 @@ def test_when_every_index_is_given_a_new_gpu_gets_the_ordinal_and_is_not_remembe
     for i in range(MAX_DEVICES):
         indices.index_of(f"GPU-{i}", i)
     assert indices.index_of("GPU-new", 2) == 2 and "GPU-new" not in indices.given
+
+
+def test_the_registered_device_keeps_its_number_until_its_own_uuid_comes():
+    numbering = Numbering.registered(0)
+    numbering.learn(1, B, 5)
+    assert (numbering.scheduler_device(0), numbering.scheduler_device(2)) == (0, None)

@@ -61,14 +61,13 @@ def test_holder_with_nobody_waiting_keeps_the_lock_without_drop():
 
 
 def test_drop_is_sent_when_the_quantum_ends_and_someone_waits():
-    driver = Driver(tq=30, share_preemption=False)  # a newcomer would be under its share
+    driver = Driver(tq=30)
     clients(driver, 1, 2)
     driver.request(1)
-    driver.advance(5)
-    driver.request(2)
+    driver.request(2)  # as the grant starts, so no less busy than client 1: no share claim
     driver.take_sent()
     assert driver.policy.next_deadline() == pytest.approx(100 + 30)
-    driver.advance(24.9)
+    driver.advance(29.9)
     assert driver.take_sent() == []
     driver.advance_to_deadline()
     assert driver.take_sent() == [(1, p.DropLock(0))]

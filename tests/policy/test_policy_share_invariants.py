@@ -5,8 +5,10 @@ Checked after every step, and as messages go out:
 
 - one holder at most, and a free lock has no waiter it could grant;
 - a holder is dropped only after running at least the minimum slice, or at its gpu_limit;
-- nobody starves: a waiter that its gpu_limit does not pause is granted within one quantum plus
-  one grace period per client connected, plus one more;
+- a waiter is passed (a client under its share goes ahead of it) only in its first TQ of waiting;
+- nobody starves: from when its gpu_limit, if any, no longer pauses it, a waiter is granted
+  within (1 + a + p) x (TQ + grace): one turn for the holder then, one for each of the a waiters
+  then ahead of it and one for each of the p passes of it since (docs/scheduling.md);
 - after the timers fire, no deadline is already due (the shell's timer would spin);
 - usage stays between 0 and the saturated usage, and only holders' usage grows.
 """
@@ -34,6 +36,10 @@ class ShareMachine(RuleBasedStateMachine):
         self.now = 0.0
         self.connected: set[int] = set()
         self.asked: dict[int, float] = {}  # waiting client -> when it asked
+        self.ahead: dict[int, set[int]] = {}  # waiting client -> those ahead of it, last seen
+        # Waiting client -> (when its gpu_limit last stopped pausing it, turns it may wait for);
+        # None while paused.
+        self.bound: dict[int, list | None] = {}
         self.holder: tuple[int, float] | None = None  # (client, granted at)
         self.dropped: set[int] = set()
 
@@ -45,6 +51,7 @@ class ShareMachine(RuleBasedStateMachine):
             assert cid in self.connected
             if isinstance(message, p.LockGranted):
                 assert self.holder is None, "a second holder"
+                self.check_wait(cid)  # its wait ends: the bound matters most now
                 self.asked.pop(cid)
                 self.holder = (cid, self.now)
             elif isinstance(message, p.DropLock):
@@ -72,23 +79,31 @@ class ShareMachine(RuleBasedStateMachine):
         self.apply(self.policy.register(cid, 100 + cid, 1000, 1000,
                                         p.Register(0, 0, "p", "", "", ""), self.now, 0.0))
 
-    @precondition(lambda self: self.connected)
+    @property
+    def idle(self) -> set[int]:
+        """Connected clients that neither hold nor wait."""
+        return self.connected - set(self.asked) - ({self.holder[0]} if self.holder else set())
+
+    @precondition(lambda self: self.idle)
     @rule(data=st.data())
     def request(self, data):
-        cid = data.draw(st.sampled_from(sorted(self.connected)))
-        if cid in self.asked or (self.holder and self.holder[0] == cid):
-            return
+        self.ask(data.draw(st.sampled_from(sorted(self.idle))))
+
+    def ask(self, cid: int) -> None:
         self.asked[cid] = self.now
         self.apply(self.policy.request_lock(cid, 0, self.now))
 
     @precondition(lambda self: self.holder is not None)
-    @rule()
-    def release(self):
-        """The holder answers its drop, or releases early when it was not dropped."""
+    @rule(again=st.booleans())
+    def release(self, again):
+        """The holder answers its drop, or releases early when it was not dropped; it may ask
+        again at once, as a busy program does."""
         cid = self.holder[0]
         reason = p.ReleaseReason.DROPPED if cid in self.dropped else p.ReleaseReason.IDLE
         self.end_hold(cid)
         self.apply(self.policy.lock_released(cid, 0, reason, self.now))
+        if again:
+            self.ask(cid)
 
     @precondition(lambda self: self.connected)
     @rule(data=st.data(), weight=st.sampled_from([0.5, 1, 2, 4]),
@@ -98,7 +113,7 @@ class ShareMachine(RuleBasedStateMachine):
         self.apply(self.policy.override(100 + cid, {"weight": weight, "gpu_limit": limit},
                                         self.now))
 
-    @precondition(lambda self: self.connected)
+    @precondition(lambda self: len(self.connected) > 2)  # keep some contention
     @rule(data=st.data())
     def disconnect(self, data):
         cid = data.draw(st.sampled_from(sorted(self.connected)))
@@ -123,13 +138,36 @@ class ShareMachine(RuleBasedStateMachine):
         after = self.policy.next_deadline()
         assert after is None or after > self.now, "a deadline already due after the tick"
 
+    def check_wait(self, cid: int) -> None:
+        """A waiter that its gpu_limit does not pause has waited no more turns than it may."""
+        bound = self.bound.get(cid)
+        if bound is not None:
+            start, turns = bound
+            assert self.now - start <= turns * (TQ + GRACE) + 1e-6, \
+                f"client {cid} waits {self.now - start:.3f} s, over {turns} turns"
+
     @invariant()
     def nobody_starves(self):
-        bound = (len(self.connected) + 1) * (TQ + GRACE)
+        """Who is ahead of each waiter, kept up after every step: the queue changes only by
+        grants, which take waiters from ahead of the others, and by passes, which put a waiter
+        ahead of some (in a request, which grants nobody else)."""
+        dev = self.policy.devices.get(0)
+        order = list(dev.waiters) if dev else []
+        for cid in set(self.ahead) - set(self.asked):
+            del self.ahead[cid], self.bound[cid]
         for cid, since in self.asked.items():
-            limit = self.policy.clients[cid].terms.gpu_limit
-            if limit is None:
-                assert self.now - since <= bound + 1e-6, f"client {cid} waits too long"
+            ahead = set(order[:order.index(cid)])
+            passes = len(ahead - self.ahead.get(cid, ahead))
+            self.ahead[cid] = ahead
+            assert not passes or self.now - since < TQ, \
+                f"client {cid} passed after waiting {self.now - since:.3f} s"
+            if self.policy._eligible_at(cid, 0) > self.now:
+                self.bound[cid] = None  # paused by its gpu_limit: it may not be granted yet
+            elif self.bound.get(cid) is None:
+                self.bound[cid] = [self.now, 1 + len(ahead)]
+            else:
+                self.bound[cid][1] += passes
+            self.check_wait(cid)
 
     @invariant()
     def a_free_lock_has_no_grantable_waiter(self):
@@ -144,6 +182,6 @@ class ShareMachine(RuleBasedStateMachine):
             assert 0 <= self.policy.usage.read(cid, 0, self.now) <= SATURATED_S + 1e-9
 
 
-ShareMachine.TestCase.settings = settings(max_examples=120, stateful_step_count=60,
+ShareMachine.TestCase.settings = settings(max_examples=200, stateful_step_count=60,
                                           deadline=None)
 TestShareInvariants = ShareMachine.TestCase

@@ -8,16 +8,16 @@ G = 1 << 30
 
 
 def test_a_snapshot_shows_the_locks_and_the_time_held_and_waited():
-    driver = Driver(tq=10, share_preemption=False)  # client 2 waits out client 1's quantum
+    driver = Driver(tq=10)
     for cid in (1, 2):
         driver.register(cid)
     driver.request(1)
     driver.advance(4)
-    driver.request(2)
+    driver.request(2)  # under its share: client 1 is asked to drop, and has not answered yet
     driver.advance(3)
     snapshot = driver.policy.snapshot(driver.now)
     (device,) = snapshot.devices
-    assert (device.index, device.holders, device.waiters, device.dropping) == (0, [1], [2], [])
+    assert (device.index, device.holders, device.waiters, device.dropping) == (0, [1], [2], [1])
     first, second = snapshot.clients
     assert (first.state, first.hold_time, first.wait_time) == ("holding", 7, 0)
     assert (second.state, second.waits, second.wait_time) == ("waiting", 1, 3)

@@ -118,3 +118,19 @@ def test_nvml_figures_appear_beside_the_lock_state():
     assert [(d["index"], d["name"], d["holders"]) for d in status["devices"]] == [
         (0, "NVIDIA H100", [1]), (1, "NVIDIA H100", [])]
     assert status_of(driver)["nvml"] is False
+
+
+def test_terms_given_with_gemsharectl_say_they_last_only_for_the_connection():
+    driver = Driver()
+    driver.register(1)
+    driver.register(2)
+    assert by_id(status_of(driver))[1]["overrides"] is None
+    driver.policy.override(4001, {"weight": 2, "gpu_limit": None}, driver.now)
+    clients = by_id(status_of(driver))
+    assert clients[1]["overrides"] == {
+        "values": {"weight": 2, "gpu_limit": None},
+        "lasts": "until the client disconnects or the scheduler restarts"}
+    assert clients[1]["terms_from"]["weight"] == "gemsharectl"
+    assert clients[2]["overrides"] is None
+    driver.policy.override(4001, {}, driver.now, reset=True)
+    assert by_id(status_of(driver))[1]["overrides"] is None

@@ -99,8 +99,9 @@ def test_the_header_defines_nothing_python_does_not_know():
     assert fields <= {name.split(" ", 1)[1] for name in known if name.startswith("offsetof")}, \
         "struct fields only in the header"
     # The parse itself must see the header's contents, or the checks above prove nothing.
-    assert {"GS_MSG_DEVICE_UUID", "GS_MSG_LIMITS"} <= constants
-    assert {"gs_register.pod_name", "gs_register.label", "gs_limits.memory_limit"} <= fields
+    assert {"GS_MSG_DEVICE_UUID", "GS_MSG_LIMITS", "GS_MSG_GANG"} <= constants
+    assert {"gs_register.pod_name", "gs_register.label", "gs_limits.memory_limit",
+            "gs_gang.name"} <= fields
 
 
 def test_the_default_socket_is_the_same():

@@ -63,3 +63,38 @@ def run_as(uid: int, gid: int, function, *args, groups=()):
     if "error" in outcome:
         raise AssertionError(f"child as uid {uid} failed: {outcome['error']}")
     return outcome["value"]
+
+
+def connected_as(uid: int, gid: int, path: str, count: int) -> list:
+    """`count` sockets connected to `path` by a child running as uid/gid, handed back to this
+    process: the scheduler sees that uid (SO_PEERCRED is taken at connect), while the test
+    drives the conversation."""
+    import socket
+
+    parent_end, child_end = socket.socketpair()
+    pid = os.fork()
+    if pid == 0:
+        status = 1
+        try:
+            parent_end.close()
+            os.setgroups([])
+            os.setgid(gid)
+            os.setuid(uid)
+            made = []
+            for _ in range(count):
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                sock.connect(path)
+                made.append(sock)
+            socket.send_fds(child_end, [b"x"], [sock.fileno() for sock in made])
+            status = 0
+        finally:
+            os._exit(status)
+    child_end.close()
+    try:
+        parent_end.settimeout(CHILD_TIMEOUT)
+        _, fds, _, _ = socket.recv_fds(parent_end, 1, count)
+    finally:
+        parent_end.close()
+        os.waitpid(pid, 0)
+    assert len(fds) == count, f"child as uid {uid} connected {len(fds)} of {count} sockets"
+    return [socket.socket(fileno=fd) for fd in fds]

@@ -162,3 +162,20 @@ def test_a_bad_file_at_start_stops_the_start_with_every_problem(short_tmp_dirs, 
     assert f"{config}:3: rule 1 match.user: no user named 'no-such-user-here'" in result.stderr
     assert f"gemsharectl config check {config}" in result.stderr
     assert not (directory / "s.sock").exists()  # refused before touching the socket
+
+
+def test_rules_that_can_never_match_are_warned_about_at_start_and_on_reload(scheduler_factory,
+                                                                            short_tmp_dirs):
+    directory = short_tmp_dirs()
+    config = directory / "gemshare.toml"
+    config.write_text(START + '\n[[rule]]\nmatch = { label = "notebook", process = "nb" }\n'
+                              'weight = 3\n')
+    running = scheduler_factory(directory=directory)
+    log_says(running, f"config {config}:7: rule 2 (line 7) can never match: rule 1 (line 3) "
+                      "comes first")
+    assert status(running)["config"]["rules"] == 2  # a warning, not a refusal
+    config.write_text('[[rule]]\nmatch = { process = "*" }\nweight = 1\n\n'
+                      '[[rule]]\nmatch = { label = "x" }\nweight = 2\n')
+    log_says(running, f"config {config}:5: rule 2 (line 5) can never match: rule 1 (line 1)")
+    seen = status(running)
+    assert (seen["tq"], seen["config"]["problem"]) == (30, None)

@@ -14,6 +14,8 @@ from gemshare_nvs import protocol as p
     (["--anti-thrash", "maybe"], "invalid choice: 'maybe'"),
     (["--grace-ms", "0"], "grace must be"),
     (["--max-clients", "0"], "max clients must be"),
+    (["--max-clients-per-user", "0"], "max clients per user must be"),
+    (["--max-clients-per-user", "x"], "--max-clients-per-user must be a whole number"),
     (["--context-reserve-mib", "-1"], "context reserve must be a whole number of MiB from 0"),
     (["--context-reserve-mib", "1048577"], "from 0 to 1048576"),
     (["--context-reserve-mib", "0.5"], "--context-reserve-mib must be a whole number"),
@@ -62,3 +64,32 @@ def test_gemshare_debug_variable_turns_on_debug_logging(scheduler_factory):
         control.request({"op": "status"})
     running.stop()
     assert "DEBUG connection" in running.log()
+
+
+def test_version_is_the_package_one_and_the_same_as_gemsharectls(run_scheduler):
+    import subprocess
+    import sys
+    from importlib import metadata
+
+    result = run_scheduler("--version")
+    assert result.returncode == 0
+    assert result.stdout == f"gemshare-scheduler {metadata.version('gemshare')}\n"
+    ctl = subprocess.run([sys.executable, "-m", "gemshare_ctl", "--version"],
+                         capture_output=True, text=True, timeout=60)
+    assert ctl.stdout.split()[1:] == result.stdout.split()[1:]
+
+
+def test_version_without_package_metadata_comes_from_the_source_tree(monkeypatch):
+    from importlib import metadata
+
+    from gemshare_nvs import version
+
+    def not_installed(name):
+        raise metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(metadata, "version", not_installed)
+    tomllib = pytest.importorskip("tomllib")
+    pyproject = version.Path(version.__file__).resolve().parent.parent / "pyproject.toml"
+    assert version.version() == tomllib.loads(pyproject.read_text())["project"]["version"]
+    monkeypatch.setattr(version, "_source_tree_version", lambda: None)
+    assert version.version() == version.UNKNOWN

@@ -9,6 +9,8 @@ import pytest
 
 from gemshare_nvs.listener import open_listener
 
+from privileges import run_as
+
 
 def stale_socket_at(path) -> None:
     """A socket file nobody listens on, as a crashed scheduler leaves behind."""
@@ -129,3 +131,28 @@ def test_lock_file_that_is_a_symbolic_link_is_not_followed(short_tmp_dirs, run_s
     result = run_scheduler("--socket", str(directory / "scheduler.sock"))
     assert result.returncode == 1 and "is a symbolic link" in result.stderr
     assert victim.read_text() == "keep me"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to connect as another user")
+def test_every_directory_made_under_a_strict_umask_lets_others_reach_the_socket(
+        short_tmp_dirs):
+    parent = short_tmp_dirs()
+    path = parent / "a" / "b" / "c" / "scheduler.sock"
+    old_umask = os.umask(0o077)
+    try:
+        listening = open_listener(path)
+    finally:
+        os.umask(old_umask)
+    try:
+        for made in (parent / "a", parent / "a" / "b", parent / "a" / "b" / "c"):
+            assert stat.S_IMODE(os.stat(made).st_mode) == 0o755, made
+        # Listening, not served: the connect is accepted by the kernel, which is the point.
+        run_as(65534, 65534, _connect_only, str(path))
+    finally:
+        listening.close()
+
+
+def _connect_only(path: str) -> bool:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.connect(path)
+    return True

@@ -1,0 +1,49 @@
+"""Log lines as journald wants them when stderr is its stream.
+
+systemd sets JOURNAL_STREAM to the device and inode of the stream it connected to stderr. A
+line that starts with `<N>` (sd-daemon's convention, N a syslog priority) is stored with that
+priority, so `journalctl -p warning` finds the warnings; journald also stamps each line itself.
+Anywhere else (a terminal, a file, a stderr redirected by a service's child) lines carry the
+time instead and no prefix.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+# syslog priorities: sd-daemon.h's SD_ERR, SD_WARNING, SD_INFO and SD_DEBUG.
+PRIORITIES = ((logging.ERROR, 3), (logging.WARNING, 4), (logging.INFO, 6))
+DEBUG_PRIORITY = 7
+
+
+def stderr_is_journal(environ=os.environ, fd: int = 2) -> bool:
+    """Whether `fd` is the very stream JOURNAL_STREAM names (not merely inherited with it)."""
+    device, _, inode = environ.get("JOURNAL_STREAM", "").partition(":")
+    try:
+        info = os.fstat(fd)
+        return (int(device), int(inode)) == (info.st_dev, info.st_ino)
+    except (ValueError, OSError):
+        return False
+
+
+def priority(level: int) -> int:
+    for floor, number in PRIORITIES:
+        if level >= floor:
+            return number
+    return DEBUG_PRIORITY
+
+
+class JournalFormatter(logging.Formatter):
+    """Each line of a record prefixed with its priority: a traceback's lines keep it too."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        prefix = f"<{priority(record.levelno)}>"
+        return "\n".join(prefix + line for line in super().format(record).split("\n"))
+
+
+def formatter(journal: bool) -> logging.Formatter:
+    if journal:
+        return JournalFormatter("%(levelname)s %(message)s")
+    return logging.Formatter("%(asctime)s.%(msecs)03d %(levelname)s %(message)s",
+                             "%Y-%m-%d %H:%M:%S")

@@ -1,0 +1,58 @@
+"""Signals an operator (or a stray `kill -USR1`) may send: only SIGTERM and SIGINT stop the
+scheduler, and every exit leaves neither the socket nor the lock file behind."""
+
+import signal
+import time
+
+import pytest
+
+LOG_TIMEOUT = 15.0  # only catches hangs
+
+
+def wait_for_log(running, text: str) -> str:
+    deadline = time.monotonic() + LOG_TIMEOUT
+    while time.monotonic() < deadline:
+        log = running.log()
+        if text in log:
+            return log
+        assert running.process.poll() is None, f"the scheduler exited:\n{log}"
+        time.sleep(0.05)
+    raise AssertionError(f"{text!r} never logged:\n{running.log()}")
+
+
+def still_serving(running) -> None:
+    assert running.process.poll() is None
+    with running.connect() as control:
+        assert control.request({"op": "status"})["ok"] is True
+
+
+@pytest.mark.parametrize("signum", [signal.SIGUSR1, signal.SIGUSR2])
+def test_user_signals_log_a_status_line_and_keep_it_running(scheduler, signum):
+    with scheduler.connect() as control:  # one connection open, for the line to count
+        assert control.request({"op": "status"})["ok"] is True  # so it has been accepted
+        scheduler.process.send_signal(signum)
+        log = wait_for_log(scheduler, f"{signum.name} received: status: pid "
+                                      f"{scheduler.process.pid}")
+    line = next(line for line in log.splitlines() if f"{signum.name} received" in line)
+    assert "0 of 1024 clients" in line and "1 connections" in line and "tq 30 s" in line
+    still_serving(scheduler)
+
+
+def test_sighup_without_a_config_file_is_logged_and_harmless(scheduler_factory):
+    running = scheduler_factory(config="")
+    running.process.send_signal(signal.SIGHUP)
+    wait_for_log(running, "reload (SIGHUP): this scheduler runs without a config file")
+    still_serving(running)
+
+
+def test_after_every_other_signal_sigterm_still_cleans_up(scheduler):
+    for signum in (signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
+        scheduler.process.send_signal(signum)
+    wait_for_log(scheduler, "SIGUSR2 received: status")
+    still_serving(scheduler)
+    lock = scheduler.socket.with_name("scheduler.sock.lock")
+    assert scheduler.socket.exists() and lock.exists()
+    scheduler.process.send_signal(signal.SIGTERM)
+    assert scheduler.process.wait(15) == 0
+    assert not scheduler.socket.exists() and not lock.exists()
+    assert "SIGTERM received: stopping" in scheduler.log()
