@@ -28,7 +28,7 @@ SCHEDULER_ARGS ?=
 # another.
 SCHEDULER_STATE_DIR ?= $(BUILD)/state
 SCHEDULER_CONFIG ?=
-PROGRAMS := gemshare-scheduler gemsharectl
+PROGRAMS := gemshare-scheduler gemsharectl gemshare-device-plugin
 # What dependencies put at the top of the package folder that is no part of what they provide:
 # nvidia-ml-py's sample program would be importable as a module named `example`.
 STRAY := example.py
@@ -76,7 +76,7 @@ install: lib venv
 	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(SYSTEMDUNITDIR) $(DESTDIR)$(DOCDIR)
 	install -m 0755 $(BUILD)/libnvs.so $(DESTDIR)$(LIBDIR)/libnvs.so
 	rm -rf $(DESTDIR)$(PKGDIR)/python $(BUILD)/python-src
-	mkdir -p $(BUILD)/python-src && cp -R pyproject.toml README.md nvs ctl $(BUILD)/python-src/
+	mkdir -p $(BUILD)/python-src && cp -R pyproject.toml README.md nvs ctl plugin $(BUILD)/python-src/
 	$(VENV)/bin/python -m pip install -q --disable-pip-version-check --no-warn-script-location \
 		--no-compile --target $(DESTDIR)$(PKGDIR)/python $(BUILD)/python-src
 	rm -rf $(DESTDIR)$(PKGDIR)/python/bin $(addprefix $(DESTDIR)$(PKGDIR)/python/,$(STRAY)) \
@@ -108,6 +108,8 @@ install: lib venv
 	install -m 0644 README.md $(DESTDIR)$(DOCDIR)/README.md
 	install -m 0644 docs/protocol.md $(DESTDIR)$(DOCDIR)/protocol.md
 	install -m 0644 docs/config.md $(DESTDIR)$(DOCDIR)/config.md
+	sed -e 's|^ExecStart=/usr/local/bin/gemshare-scheduler|ExecStart=$(BINDIR)/gemshare-scheduler|' \
+	    systemd/gemshare-scheduler.service.d/metrics.conf.example > $(DESTDIR)$(DOCDIR)/metrics.conf.example
 
 uninstall:
 	rm -f $(DESTDIR)$(LIBDIR)/libnvs.so
@@ -120,11 +122,16 @@ clean:
 
 # make bench-cpu   benchmarks on the fake driver, no GPU needed: lock handoff, launch overhead,
 #                  scheduler scale (bench/README.md); BENCH_JSON=path also writes the results
+# make bench-soak  a long run compressed into minutes (BENCH_SOAK_SECONDS, default 180): the
+#                  scheduler's memory, descriptors and handoff latency before and after
 # make bench-gpu   the same layer on a real GPU; BENCH_PYTHON is the Python with PyTorch
 BENCH_PYTHON ?= python3
-.PHONY: bench-cpu bench-gpu
+.PHONY: bench-cpu bench-soak bench-gpu
 bench-cpu: lib fakecuda venv
 	GEMSHARE_BUILD_DIR=$(abspath $(BUILD)) $(VENV)/bin/python bench/run_cpu.py
+
+bench-soak: lib fakecuda venv
+	GEMSHARE_BUILD_DIR=$(abspath $(BUILD)) $(VENV)/bin/python bench/soak.py
 
 bench-gpu: lib venv
 	GEMSHARE_BUILD_DIR=$(abspath $(BUILD)) BENCH_PYTHON=$(BENCH_PYTHON) \

@@ -7,14 +7,17 @@ together) and `gemsharectl status [--json]` are part of the public contract.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.live import Live
 from rich.markup import escape
 from rich.text import Text
 
@@ -27,9 +30,11 @@ from gemshare_nvs.settings import (DEFAULT_CONFIG, DEFAULT_CONTROL_GROUP, GPU_LI
                                    WEIGHT)
 from gemshare_nvs.version import version
 
-from . import client, options, render
+from . import client, options, render, top_loop
 from .config_view import config_view, errors_view
 from .errors import CtlError, ExitCode
+from .shares_window import ShareWindow
+from .top_view import top_view
 
 DEFAULT_TIMEOUT_S = 5.0
 CHECK_FAILED = 1  # config check's status for a file with problems, as test(1) or grep would
@@ -40,6 +45,7 @@ EPILOG = f"""\
   gemsharectl --reset-settings                (the config file's settings apply again)
   gemsharectl status
   gemsharectl status --json
+  gemsharectl top                             (q quits)
   gemsharectl client 4242 --weight 2 --memory-limit 8GiB
   gemsharectl config check {DEFAULT_CONFIG}
   gemsharectl config reload
@@ -69,7 +75,6 @@ app = typer.Typer(
          "over the scheduler's command line; the scheduler keeps them across restarts (in its "
          "--state-dir) until --reset-settings.",
     epilog=EPILOG,
-    add_completion=False,
     rich_markup_mode="rich",
     pretty_exceptions_show_locals=False,
     context_settings={"help_option_names": ["-h", "--help"]},
@@ -186,6 +191,51 @@ def status(
     else:
         console = _stdout()
         console.print(render.status_view(console, state, str(target.socket)))
+
+
+@app.command()
+def top(
+    ctx: typer.Context,
+    once: bool = typer.Option(
+        False, "--once", help="Print one frame to stdout and exit, for scripts: two polls "
+                              "--interval apart, so the shares are measured."),
+    interval: float = typer.Option(
+        1.0, "--interval", metavar="SECONDS", min=0.1, max=60.0,
+        help="Seconds between polls of the scheduler."),
+) -> None:
+    """A live view: each device's holder, queue and last drop; each client's share of GPU time over the last minute, memory, state and weight. q or Ctrl-C quits."""
+    target: Target = ctx.obj
+    socket = str(target.socket)
+
+    def poll() -> dict:
+        return client.read_status(target.socket, target.timeout)
+
+    def frame(status: dict, window) -> object:
+        return top_view(status, window.shares(), socket, span_s=window.span_s(), live=not once)
+
+    window = ShareWindow()
+    try:
+        if once:
+            status = top_loop.once(poll, time.sleep, time.monotonic, interval, window)
+            console = _stdout()
+            console.print(frame(status, window))
+            return
+        _top_live(poll, frame, window, interval)
+    except CtlError as error:
+        _fail(error)
+    except KeyboardInterrupt:  # Ctrl-C is how a live view is often left: not a failure
+        pass
+
+
+def _top_live(poll, frame, window, interval: float) -> None:
+    # Both context managers undo what they did (alternate screen, cbreak) however the loop ends.
+    keys = top_loop.stdin_keys()
+    with Live(console=Console(), screen=True, auto_refresh=False) as live, \
+            (keys or contextlib.nullcontext()):
+        def show(status: dict, shares_window) -> None:
+            live.update(frame(status, shares_window), refresh=True)
+
+        top_loop.run(poll, show, keys or top_loop.NoKeys(), time.monotonic, interval, window)
 
 
 @app.command("client")

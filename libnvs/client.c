@@ -22,6 +22,7 @@
 #include "config.h"
 #include "contexts.h"
 #include "gate.h"
+#include "liveness.h"
 #include "lock.h"
 #include "log.h"
 #include "memory.h"
@@ -113,6 +114,7 @@ static void gs_connect(struct gs_session *s)
     for (int d = 0; d < GS_GATED_DEVICES; d++)
         s->devices[d].uuid_sent = false;
     s->limits_heard = false;
+    gs_liveness_connected(s);
     s->register_deadline = gs_now_ms() + GS_REGISTER_TIMEOUT_MS;
     struct gs_register m = {.device = 0,
                             .flags = cfg->unified_memory ? GS_REG_UNIFIED_MEMORY : 0};
@@ -141,6 +143,9 @@ static int gs_poll_timeout(const struct gs_session *s, int64_t now)
     int64_t idle_due = gs_lock_idle_due(s, now);
     if (idle_due < due)
         due = idle_due;
+    int64_t live_due = gs_liveness_due(s);
+    if (live_due < due)
+        due = live_due;
     if (due == INT64_MAX)
         return -1;
     return due <= now ? 0 : (int)(due - now);
@@ -170,6 +175,23 @@ static void gs_pin_prepared(void)
     gs_capture_allow();
 }
 
+static void gs_handle_frame(void *arg, const struct gs_header *h, const uint8_t *payload)
+{
+    struct gs_session *s = arg;
+    if (gs_liveness_heard(s, gs_now_ms()))
+        gs_lock_handle(s, h, payload);
+}
+
+static void gs_check_liveness(struct gs_session *s, int64_t now)
+{
+    if (!gs_liveness_overdue(s, now))
+        return;
+    /* Frames may have come while this thread was busy (a drain, a move): heard first. */
+    gs_conn_receive(&s->conn, gs_handle_frame, s);
+    if (s->conn.sock >= 0 && !s->conn.broken && gs_liveness_overdue(s, now))
+        gs_liveness_give_up(s, now);
+}
+
 static void gs_service(struct gs_session *s, int64_t now)
 {
     gs_reap_freed(s, now); /* before a report, which then has the freed memory gone */
@@ -190,11 +212,7 @@ static void gs_service(struct gs_session *s, int64_t now)
         s->last_mem_report = now;
     }
     gs_lock_check_idle(s, now);
-}
-
-static void gs_handle_frame(void *arg, const struct gs_header *h, const uint8_t *payload)
-{
-    gs_lock_handle(arg, h, payload);
+    gs_check_liveness(s, now);
 }
 
 static void *gs_client_main(void *arg)

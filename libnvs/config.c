@@ -14,6 +14,10 @@
 #define GS_DEFAULT_IDLE_RELEASE_MS 250u
 #define GS_MAX_IDLE_RELEASE_MS 3600000u
 #define GS_DEFAULT_MOVE_STREAMS 4u
+#define GS_DEFAULT_SCHEDULER_TIMEOUT_MS 10000u
+/* Below this a busy host's scheduling delays alone would look like a stopped scheduler. */
+#define GS_MIN_SCHEDULER_TIMEOUT_MS 100u
+#define GS_MAX_SCHEDULER_TIMEOUT_MS 3600000u
 
 static struct gs_config gs_cfg;
 static pthread_once_t gs_cfg_once = PTHREAD_ONCE_INIT;
@@ -71,6 +75,9 @@ static void gs_config_load(void)
                                          GS_MAX_IDLE_RELEASE_MS, "whole milliseconds");
     gs_cfg.move_streams = gs_env_uint("GEMSHARE_MOVE_STREAMS", GS_DEFAULT_MOVE_STREAMS, 1,
                                       GS_MAX_MOVE_STREAMS, "a number of streams");
+    gs_cfg.scheduler_timeout_ms =
+        gs_env_uint("GEMSHARE_SCHEDULER_TIMEOUT_MS", GS_DEFAULT_SCHEDULER_TIMEOUT_MS,
+                    GS_MIN_SCHEDULER_TIMEOUT_MS, GS_MAX_SCHEDULER_TIMEOUT_MS, "whole milliseconds");
 
     const char *socket = getenv("GEMSHARE_SOCKET");
     if (socket == NULL || *socket == '\0')

@@ -18,6 +18,7 @@ struct gs_config {
     bool populate;       /* GEMSHARE_POPULATE (default 1): new converted memory is prefetched */
     unsigned idle_release_ms; /* GEMSHARE_IDLE_RELEASE_MS (default 250; 0 disables) */
     unsigned move_streams;    /* GEMSHARE_MOVE_STREAMS (default 4, 1 to GS_MAX_MOVE_STREAMS) */
+    unsigned scheduler_timeout_ms; /* GEMSHARE_SCHEDULER_TIMEOUT_MS (default 10000) */
     char socket_path[108];    /* GEMSHARE_SOCKET, else the default path */
     bool socket_too_long;     /* GEMSHARE_SOCKET does not fit a Unix socket address */
     char pod_name[256];       /* POD_NAME */

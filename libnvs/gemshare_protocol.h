@@ -1,4 +1,4 @@
-/* The gemshare wire protocol, version 5: the C definition of docs/protocol.md.
+/* The gemshare wire protocol, version 6: the C definition of docs/protocol.md.
  * nvs/protocol.py is the Python one; tests/protocol/test_c_header_agrees.py checks they agree.
  * All integers travel little-endian; the structs below are the payloads byte for byte on the
  * little-endian machines gemshare supports (x86-64, aarch64). */
@@ -8,7 +8,7 @@
 #include <stdint.h>
 
 #define GS_MAGIC 0x52485347u /* "GSHR" */
-#define GS_VERSION 5u
+#define GS_VERSION 6u
 #define GS_MAX_PAYLOAD (1u << 20)
 #define GS_MAX_ERROR_TEXT 1024u
 #define GS_DEFAULT_SOCKET "/var/run/gemshare/scheduler.sock"
@@ -32,6 +32,8 @@ enum gs_msg_type {
     GS_MSG_IDLE_HINT = 16,
     GS_MSG_LIMITS = 17,
     GS_MSG_GANG = 18,
+    GS_MSG_PING = 19,
+    GS_MSG_PONG = 20,
 };
 
 enum gs_mode { GS_MODE_OFF = 0, GS_MODE_ON = 1, GS_MODE_AUTO = 2 };
@@ -133,6 +135,15 @@ struct gs_gang {
     char name[128]; /* the job, the same for all its processes */
 };
 
+/* PING (client to scheduler) and PONG (its answer, the same token). */
+struct gs_ping {
+    uint64_t token;
+};
+
+struct gs_pong {
+    uint64_t token;
+};
+
 struct gs_lock_released {
     uint32_t device;
     uint32_t reason;
@@ -177,5 +188,7 @@ _Static_assert(sizeof(struct gs_moved) == 24, "gs_moved layout");
 _Static_assert(sizeof(struct gs_idle_hint) == 16, "gs_idle_hint layout");
 _Static_assert(sizeof(struct gs_limits) == 16, "gs_limits layout");
 _Static_assert(sizeof(struct gs_gang) == 144, "gs_gang layout");
+_Static_assert(sizeof(struct gs_ping) == 8, "gs_ping layout");
+_Static_assert(sizeof(struct gs_pong) == 8, "gs_pong layout");
 
 #endif

@@ -13,6 +13,7 @@
 #include "gate.h"
 #include "handoff.h"
 #include "identity.h"
+#include "liveness.h"
 #include "log.h"
 #include "memory.h"
 #include "migrate.h"
@@ -181,6 +182,7 @@ static void gs_on_registered(struct gs_session *s, const struct gs_registered *m
         gs_debug("rejoined the scheduler at %s", gs_config()->socket_path);
     s->outage_reported = false;
     s->ever_registered = true;
+    gs_liveness_registered(s);
     gs_debug("registered as client %llu; mode %s, quantum %u s",
              (unsigned long long)m->client_id, gs_mode_name(m->mode), m->tq_seconds);
     gs_registration_attempt_over(true, NULL);
@@ -309,9 +311,11 @@ static void gs_check_idle_device(struct gs_session *s, int d, int64_t now)
     }
     /* Idle time counts from the last submission, but the work queued then may have kept the
      * GPU busy for most of it (a program that queues a pass and sleeps). Where the scheduler
-     * hinted that a handoff costs a swap, that is not enough: the idle time starts over from
-     * here, where the GPU is known to be done, and only a whole one more releases. */
-    if (s->lock.devices[d].idle_hint_ms > 0 && !w->idle_drained) {
+     * hinted that a handoff costs a swap (a hint from the floor up), that is not enough: the
+     * idle time starts over from here, where the GPU is known to be done, and only a whole one
+     * more releases. A hint below the floor says the handoff is cheap and someone waits: no
+     * reason to hold on twice as long. */
+    if (s->lock.devices[d].idle_hint_ms >= GS_IDLE_HINT_FLOOR_MS && !w->idle_drained) {
         w->idle_drained = true;
         w->idle_since = end;
         return;

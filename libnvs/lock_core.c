@@ -158,3 +158,11 @@ bool gs_lock_core_holds_any(const struct gs_lock_core *c)
             return true;
     return false;
 }
+
+bool gs_lock_core_waits_or_holds(const struct gs_lock_core *c)
+{
+    for (int d = 0; d < GS_GATED_DEVICES; d++)
+        if (c->devices[d].state != GS_LOCK_NONE)
+            return true;
+    return false;
+}

@@ -88,5 +88,7 @@ void gs_lock_core_released_idle(struct gs_lock_core *c, int device);
 unsigned gs_lock_core_idle_ms(const struct gs_lock_core *c, int device, unsigned own);
 bool gs_lock_core_holds(const struct gs_lock_core *c, int device);
 bool gs_lock_core_holds_any(const struct gs_lock_core *c);
+/* Whether any device's lock is held or asked for: the scheduler owes this process answers. */
+bool gs_lock_core_waits_or_holds(const struct gs_lock_core *c);
 
 #endif

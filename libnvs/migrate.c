@@ -53,6 +53,7 @@ struct gs_chunk {
     bool converted;
     void *host; /* its staging memory, when it goes by copy */
     CUevent done;
+    bool freed; /* the program freed its allocation while it moved: nothing to move or wait for */
 };
 
 /* The chunks that went by copy and wait in staging memory, per device. */
@@ -82,6 +83,7 @@ struct gs_mover {
     struct gs_move result;
     bool in_order;  /* every chunk so far arrived: the oldest-first prefix grows */
     bool unusable;  /* an event reported an error: nothing more is waited for */
+    uint64_t freed_bytes; /* of chunks whose allocation the program freed meanwhile */
 };
 
 static int64_t gs_now_ns(void)
@@ -200,6 +202,21 @@ static CUresult gs_move_one(struct gs_mover *mv, struct gs_chunk *c, CUstream st
     return gs_prefetch(c, mv->device, mv->to_host, stream);
 }
 
+/* Whether the chunk's allocation is still the program's. cuMemFree is not gated: a program may
+ * free memory while the client thread moves it, and the driver then refuses the chunk, which is
+ * no failure of the move. Asked only after a refusal. */
+static bool gs_still_allocated(int device, const struct gs_chunk *c)
+{
+    size_t n;
+    struct gs_managed *live = gs_memory_managed(device, true, &n);
+    bool found = false;
+    for (size_t i = 0; live && i < n && !found; i++)
+        found = live[i].stamp == c->stamp && live[i].ptr <= c->ptr &&
+                c->ptr + c->size <= live[i].ptr + live[i].size;
+    free(live);
+    return found;
+}
+
 /* Queues the chunk with an event after it when the move waits. */
 static bool gs_submit_chunk(struct gs_mover *mv, struct gs_chunk *c, CUstream stream)
 {
@@ -214,6 +231,16 @@ static bool gs_submit_chunk(struct gs_mover *mv, struct gs_chunk *c, CUstream st
     }
     const char *what;
     if ((r = gs_move_one(mv, c, stream, &what)) != CUDA_SUCCESS) {
+        if (!gs_still_allocated(mv->device, c)) {
+            gs_debug("%zu bytes at %#llx were freed while they moved: skipped", c->size,
+                     (unsigned long long)c->ptr);
+            if (c->done)
+                GS_REAL(cuEventDestroy_v2, GS_LEGACY)(c->done);
+            c->done = NULL;
+            c->freed = true;
+            mv->freed_bytes += c->size;
+            return true;
+        }
         gs_refused(mv, what, c, r);
         return false;
     }
@@ -289,6 +316,8 @@ static void gs_move_run(struct gs_mover *mv, struct gs_chunk *chunks, size_t n,
     if (queued < n && chunks[queued].done)
         GS_REAL(cuEventDestroy_v2, GS_LEGACY)(chunks[queued].done);
     for (size_t i = 0; i < queued; i++) {
+        if (chunks[i].freed)
+            continue;
         bool arrived = !mv->wait || (!mv->unusable && gs_wait_chunk(mv, &chunks[i]));
         if (chunks[i].done)
             GS_REAL(cuEventDestroy_v2, GS_LEGACY)(chunks[i].done);
@@ -348,7 +377,7 @@ static bool gs_plan_add(struct gs_plan *plan, const struct gs_managed *a, uint64
         }
         uint64_t size = to - at < GS_MOVE_CHUNK ? to - at : GS_MOVE_CHUNK;
         plan->chunks[plan->count++] = (struct gs_chunk){
-            a->ptr + at, size, a->ctx, a->stamp, at + size, a->converted, NULL, NULL};
+            a->ptr + at, size, a->ctx, a->stamp, at + size, a->converted, NULL, NULL, false};
         at += size;
     }
     plan->ranges++;
@@ -442,7 +471,7 @@ static struct gs_move gs_restore(int device, const struct gs_move_progress *prog
         staged += st->chunks[i].size;
     gs_move_chunks(&mv, st->chunks, kept);
     mv.result.ranges = kept;
-    if (mv.result.bytes < staged)
+    if (mv.result.bytes + mv.freed_bytes < staged)
         gs_warn("only %llu of %llu bytes moved off device %d came back from staging memory: the "
                 "rest of what the program had there is lost",
                 (unsigned long long)mv.result.bytes, (unsigned long long)staged, device);

@@ -10,6 +10,7 @@
 
 #include "conn.h"
 #include "device_bounds.h"
+#include "liveness.h"
 #include "lock_core.h"
 
 /* What the client thread keeps of each device beside its lock's state (lock_core.h). */
@@ -30,6 +31,7 @@ struct gs_session {
     bool outage_reported;      /* the warning for this outage went out */
     bool ever_registered;
     struct gs_lock_core lock;  /* the mode and every device's lock */
+    struct gs_liveness live;   /* whether the scheduler still answers */
     struct gs_device_watch devices[GS_GATED_DEVICES];
     int64_t last_mem_report;
     int64_t last_reap;
@@ -46,10 +48,11 @@ struct gs_session {
                          .last_mem_report = INT64_MIN / 2,                                       \
                          .last_reap = INT64_MIN / 2})
 
-/* Whether frames may go out: connected, registered, and the connection not broken. */
+/* Whether frames may go out: connected, registered, the connection not broken, and the
+ * scheduler answering. */
 static inline bool gs_session_live(const struct gs_session *s)
 {
-    return s->conn.sock >= 0 && !s->conn.broken && !s->registering;
+    return s->conn.sock >= 0 && !s->conn.broken && !s->registering && !s->live.unanswered;
 }
 
 int64_t gs_now_ms(void);

@@ -34,6 +34,8 @@ size_t gs_wire_fixed_size(uint16_t type)
         return sizeof(struct gs_idle_hint);
     case GS_MSG_LIMITS:
         return sizeof(struct gs_limits);
+    case GS_MSG_PONG:
+        return sizeof(struct gs_pong);
     default:
         return 0;
     }

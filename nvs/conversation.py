@@ -10,7 +10,7 @@ from . import protocol as p
 
 CLIENT, CONTROL = "client", "control"
 CLIENT_MESSAGES = (p.RequestLock, p.LockReleased, p.MemReport, p.DeviceUuid, p.Moved,
-                   p.Gang)
+                   p.Gang, p.Ping)
 
 
 def next_kind(kind: str | None, message) -> str:

@@ -1,137 +1,35 @@
-"""`gemshare-scheduler`: command line, logging, signals and systemd around the server.
+"""`gemshare-scheduler`: logging, signals and systemd around the server, started with the
+settings its command line (command_line.py) gives.
 
 Also runnable as `python -m gemshare_nvs.daemon`.
 """
 
 from __future__ import annotations
 
-import argparse
 import logging
 import signal
 import sys
 import time
-from pathlib import Path
 
 import trio
 
-from . import fd_limits, journal, sdnotify
+from . import command_line, fd_limits, journal, sdnotify
 from .config import ConfigError
 from .configuration import Configuration
-from .connection import DEFAULT_SOCKET, socket_path
 from .gpus import Gpus
 from .listener import ListenerError, Listening, open_listener
 from .log_rate import PeerRateLimit
-from .protocol import Mode
+from .metrics import registry_for
+from .metrics_http import MetricsError, bind
+from .metrics_http import serve as serve_metrics
 from .server import Server
-from .settings import (CAPACITY_MIB, CONTEXT_RESERVE_MIB, DEFAULT_CONFIG,
-                       DEFAULT_CONTEXT_RESERVE_MIB, DEFAULT_CONTROL_GROUP, DEFAULT_GRACE_MS,
-                       DEFAULT_MAX_CLIENTS, DEFAULT_MIN_SLICE_MS, DEFAULT_STATE_DIR, DEFAULT_TQ,
-                       GRACE_MS, MAX_CLIENTS, MAX_CLIENTS_PER_USER, MIN_SLICE_MS, MODE_LABELS,
-                       TQ, Settings, WholeNumber, debug_from_environment)
+from .settings import Settings
 from .summary import summary_line
-from .version import version
 
 log = logging.getLogger("gemshare.scheduler")
 
 HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 IGNORED_UNTIL_RUNNING = (signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
-
-# Options a config file and gemsharectl may also give, with their Settings fields: they are
-# None unless given, so that Settings' defaults apply and status can say which were given.
-LAYERED = {"tq": "tq", "anti_thrash": "mode", "min_slice_ms": "min_slice_ms",
-           "grace_ms": "grace_ms", "context_reserve_mib": "context_reserve_mib",
-           "capacity_mib": "capacity_mib"}
-
-
-def _checked(number: WholeNumber, what: str):
-    """An argparse type: a whole number passed through its setting's check."""
-    def convert(text: str):
-        try:
-            value = int(text, 10)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{what} must be a whole number, not {text!r}")
-        try:
-            return number.check(value)
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(str(exc))
-    return convert
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="gemshare-scheduler",
-        description="Hand out an exclusive per-GPU lock to CUDA programs running under "
-                    "libnvs.so, one time quantum at a time, first come first served.")
-    parser.add_argument("--socket", metavar="PATH",
-                        help=f"Unix socket to listen on (default: $GEMSHARE_SOCKET, else "
-                             f"{DEFAULT_SOCKET})")
-    parser.add_argument("--config", metavar="PATH", default=DEFAULT_CONFIG,
-                        help="TOML file of settings and per-client rules, reloaded on SIGHUP and "
-                             "when it changes; its settings win over these options, and "
-                             "gemsharectl's over both. A missing file, or an empty PATH, means none "
-                             f"(default {DEFAULT_CONFIG})")
-    parser.add_argument("--state-dir", metavar="DIR", default=DEFAULT_STATE_DIR,
-                        help="where settings changed with gemsharectl are kept across restarts; "
-                             f"an empty DIR keeps them only while running (default "
-                             f"{DEFAULT_STATE_DIR})")
-    parser.add_argument("--tq", type=_checked(TQ, "--tq"), metavar="SECONDS",
-                        help=f"time quantum in whole seconds, 1-86400 (default {DEFAULT_TQ})")
-    parser.add_argument("--anti-thrash", choices=MODE_LABELS,
-                        help="on: one lock holder per GPU; off: no lock, everyone runs freely; "
-                             "auto: programs whose memory fits on the GPU together hold it "
-                             "together, the rest take turns as with on (default on)")
-    parser.add_argument("--min-slice-ms", type=_checked(MIN_SLICE_MS, "--min-slice-ms"),
-                        metavar="MS",
-                        help="how long a holder keeps the lock before a client under its share "
-                             "of GPU time may take it (default "
-                             f"{DEFAULT_MIN_SLICE_MS})")
-    parser.add_argument("--grace-ms", type=_checked(GRACE_MS, "--grace-ms"), metavar="MS",
-                        help="how long a holder told to drop the lock may take before it is "
-                             f"revoked (default {DEFAULT_GRACE_MS})")
-    parser.add_argument("--context-reserve-mib",
-                        type=_checked(CONTEXT_RESERVE_MIB, "--context-reserve-mib"),
-                        metavar="MIB",
-                        help="in auto, GPU memory set aside for each holder's CUDA context "
-                             "besides what it allocated, whole MiB from 0 (default "
-                             f"{DEFAULT_CONTEXT_RESERVE_MIB})")
-    parser.add_argument("--capacity-mib", type=_checked(CAPACITY_MIB, "--capacity-mib"),
-                        metavar="MIB",
-                        help="in auto, treat each GPU as holding at most this many MiB: room kept "
-                             "for programs outside gemshare (default: the GPU's whole memory)")
-    parser.add_argument("--max-clients", type=_checked(MAX_CLIENTS, "--max-clients"),
-                        default=DEFAULT_MAX_CLIENTS, metavar="N",
-                        help=f"most registered clients at once (default {DEFAULT_MAX_CLIENTS})")
-    parser.add_argument("--max-clients-per-user",
-                        type=_checked(MAX_CLIENTS_PER_USER, "--max-clients-per-user"),
-                        metavar="N",
-                        help="most clients of one user at once, so that others always find room; "
-                             "root is held only to --max-clients (default: a quarter of "
-                             "--max-clients)")
-    parser.add_argument("--control-group", default=DEFAULT_CONTROL_GROUP, metavar="NAME",
-                        help="group whose members may change settings besides root (default "
-                             f"{DEFAULT_CONTROL_GROUP})")
-    parser.add_argument("--debug", action="store_true",
-                        help="log more (also GEMSHARE_DEBUG=1)")
-    parser.add_argument("--version", action="version",
-                        version=f"gemshare-scheduler {version()}")
-    return parser
-
-
-def parse_args(argv=None) -> Settings:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not args.control_group.strip():
-        parser.error("--control-group must name a group")
-    given = frozenset(name for name in LAYERED if getattr(args, name) is not None)
-    if args.anti_thrash is not None:
-        args.anti_thrash = Mode.from_label(args.anti_thrash)
-    return Settings(socket=socket_path(args.socket), max_clients=args.max_clients,
-                    max_clients_per_user=args.max_clients_per_user,
-                    control_group=args.control_group,
-                    **{LAYERED[name]: getattr(args, name) for name in given},
-                    given=given, config=Path(args.config) if args.config else None,
-                    state_dir=Path(args.state_dir) if args.state_dir else None,
-                    debug=args.debug or debug_from_environment())
 
 
 def setup_logging(debug: bool) -> PeerRateLimit:
@@ -161,7 +59,7 @@ def fit_connections(settings: Settings) -> None:
 
 
 async def run(settings: Settings, configuration: Configuration,
-              rate_limit: PeerRateLimit | None = None) -> None:
+              rate_limit: PeerRateLimit | None = None, metrics_socket=None) -> None:
     # Signals are caught before the socket exists, so a SIGTERM that follows the first
     # connection always ends in a clean exit.
     with trio.open_signal_receiver(*HANDLED_SIGNALS) as signals:
@@ -175,6 +73,9 @@ async def run(settings: Settings, configuration: Configuration,
                     server = Server(settings, listening.sock, gpus, configuration)
                     nursery.start_soon(_on_signals, signals, nursery.cancel_scope, server)
                     await nursery.start(server.serve)
+                    if metrics_socket is not None:
+                        nursery.start_soon(serve_metrics, metrics_socket,
+                                           registry_for(server.policy, trio.current_time))
                     _announce(settings, configuration.started, listening)
                     interval = sdnotify.watchdog_interval()
                     if interval is not None:
@@ -255,7 +156,7 @@ def main(argv=None) -> int:
     # Until the signal receiver is in place, a SIGHUP or SIGUSR1 sent early must not kill us.
     for signum in IGNORED_UNTIL_RUNNING:
         signal.signal(signum, signal.SIG_IGN)
-    settings = parse_args(argv)
+    settings = command_line.read(argv)
     rate_limit = setup_logging(settings.debug)
     fit_connections(settings)
     try:
@@ -267,7 +168,13 @@ def main(argv=None) -> int:
               f"{error.path} shows every problem)", file=sys.stderr)
         return 2
     try:
-        trio.run(run, settings, configuration, rate_limit)
+        # Bound before anything else starts: a taken address stops the start, naming it.
+        metrics_socket = bind(*settings.metrics) if settings.metrics is not None else None
+    except MetricsError as exc:
+        print(f"gemshare-scheduler: {exc}", file=sys.stderr)
+        return 1
+    try:
+        trio.run(run, settings, configuration, rate_limit, metrics_socket)
     except ListenerError as exc:
         print(f"gemshare-scheduler: {exc}", file=sys.stderr)
         return 1

@@ -62,20 +62,7 @@ says what a client is allowed; the shell gives the rules that set the terms):
   waiters, and waits until it has fallen enough for another turn.
 - A memory limit goes to the client in LIMITS, before REGISTERED and whenever it changes.
 
-Gangs (gangs.py keeps who belongs to which): the processes of one distributed job wait on each
-other inside collectives, so holding some of their GPUs while others wait stalls them all.
-
-- A member's requests wait until its gang is complete; a gang not complete within the gang
-  timeout, or joined with another size, is broken, and its members are scheduled one by one.
-- A complete gang is granted as a whole: once every member waits, and every device they wait on
-  is free, each member gets each of its devices at once, for one shared quantum of TQ. Until
-  then its members block the devices they wait on once they have waited a TQ, as a waiter that
-  does not fit in `auto` does, so a gang is not starved by single clients.
-- During the turn the devices granted are the gang's alone: a member that released one early
-  gets it back at once, nobody else does, until every member has let go.
-- Any drop of a member drops them all (quantum, a waiter under its share, a limit); a member
-  that disconnects has the others' locks revoked at once, since their collectives cannot finish
-  without it, and breaks the gang.
+Gangs: gang_rules.py states and carries out their rules; gangs.py keeps who belongs to which.
 """
 
 from __future__ import annotations
@@ -91,29 +78,23 @@ from .capacity import Capacity, renumbered
 from .cost import GB, LINK_CEILING_BPS, Link, idle_release_ms, room_to_make
 from .credit import MoveCredit
 from .device_identity import MAX_DEVICES, GpuIndices, Numbering, out_of_range, too_many_devices
-from .gangs import DEFAULT_GANG_TIMEOUT_S, MAX_GANG_SIZE, Gang, Gangs
+from .gang_rules import GangRules
+from .gangs import DEFAULT_GANG_TIMEOUT_S, Gangs
 from .residency import Residency, eviction_order, take
 from .settings import DEFAULT_MIN_SLICE_MS
 from .shares import clearly_under, limit_levels, minimum_slice, turn_length, weighted
 from .snapshot import Snapshot, snapshot_of
 from .state import Client, Device, Hold, Registration, Wait
+from .tallies import Tallies
 from .terms import OVERRIDE_SOURCE, Identity, Terms, no_rules
+from .text import (GONE, GPU_LIMIT, IDLE, MEMORY, MODE, QUANTUM, RELEASED, REVOKED, SHARE, listed,
+                   printable)
 from .usage import Usage
 
+# A move whose progress reports show no new bytes for this long is taken as stuck in the driver.
+STALLED_S = 10.0
 RELEASE_WORDS = {p.ReleaseReason.DROPPED: "after drop", p.ReleaseReason.IDLE: "early (idle)",
                  p.ReleaseReason.REVOKED: "after revocation"}
-# Why a hold ended, as status names it: the drop's reason, or how it ended without one.
-QUANTUM, SHARE, GPU_LIMIT, MEMORY, MODE = "quantum", "share", "gpu_limit", "memory", "mode"
-IDLE, RELEASED, REVOKED, GONE = "idle", "released", "revoked", "disconnected"
-
-
-def printable(text: str, limit: int = 256) -> str:
-    """Client-supplied text made safe for one log line and for status."""
-    return "".join(ch if ch.isprintable() else "?" for ch in text[:limit])
-
-
-def _listed(indices: list[int]) -> str:
-    return ", ".join(map(str, indices))
 
 
 def _mib(count: int) -> str:
@@ -128,7 +109,7 @@ def _terms_words(terms: Terms) -> str:
     return "".join(f", {word}" for word in words if word)
 
 
-class Policy:
+class Policy(GangRules):
     def __init__(self, tq: int, mode: p.Mode, grace_s: float, max_clients: int,
                  reserve_bytes: int = 512 << 20, nvml_capacity: dict[int, int] | None = None,
                  capacity_limit: int | None = None, nvml_uuids: dict[str, int] | None = None,
@@ -155,6 +136,7 @@ class Policy:
         self.credit = MoveCredit()  # the bytes of reported moves that may teach a rate
         self.links: dict[int, Link] = {}  # device -> its measured moves, kept while we run
         self.grants: dict[int, int] = {}  # device -> grants made on it so far
+        self.tallies = Tallies()  # what reports count besides: holds ended, waits, moves
         # device -> (client, why) of the hold there that ended last: with nobody waiting, that
         # client is the one most likely to ask next, so what handing the device to it would
         # cost is the switch cost; and status says why it ended.
@@ -244,33 +226,6 @@ class Policy:
             dev = self.devices.get(index_now)
             if dev is not None:  # its memory (and maybe the capacity) now count on that device
                 actions += self._settle(dev, now)
-        return actions
-
-    def gang(self, cid: int, message: p.Gang, now: float) -> list:
-        """The client is one process of a distributed job: join it to the job's gang."""
-        client = self.clients.get(cid)
-        if client is None:
-            return []
-        name = printable(message.name, 128)
-        if cid in self.gangs.of_client:
-            return [Close(cid, "GANG may be sent once per connection", p.ErrorCode.PROTOCOL)]
-        if any(cid in dev.holders or cid in dev.waiters for dev in self.devices.values()):
-            return [Close(cid, "GANG must come before the client's first REQUEST_LOCK",
-                          p.ErrorCode.PROTOCOL)]
-        if not name or not 2 <= message.local_size <= MAX_GANG_SIZE:
-            return [Log(f"gang of {client} ignored: a gang needs a name and 2 to "
-                        f"{MAX_GANG_SIZE} members on this node, not {message.local_size}; "
-                        "it is scheduled on its own", warning=True)]
-        joined = self.gangs.join(cid, client.registration.uid, name, message.local_size,
-                                 message.world_size, message.rank, now)
-        gang = joined.gang
-        if joined.problem:
-            return [Log(f"{gang} broken by {client}: {joined.problem}; its members are "
-                        "scheduled one by one", warning=True)] + self._settle_members(gang, now)
-        actions = [Log(f"gang {client}: rank {message.rank} of {gang}")]
-        if gang.scheduled_together:
-            actions += [Log(f"{gang} complete: its members' locks are granted together")]
-            actions += self._settle_members(gang, now)
         return actions
 
     def request_lock(self, cid: int, device: int, now: float) -> list:
@@ -369,11 +324,14 @@ class Policy:
             hold.quantum_end = min(max(hold.quantum_end, now + hold.turn_s),
                                    hold.granted_at + 2 * hold.turn_s)
         if not done:
-            # Only progress pushes the deadline on: a move stuck in the driver that keeps
-            # reporting the same count is revoked like any holder that does not let go.
-            if hold is not None and hold.dropped_at is not None and size > hold.moved_so_far:
-                hold.moved_so_far = size
-                hold.revoke_at = max(hold.revoke_at, now + self.grace_s)
+            # Each report pushes the deadline on while the count has grown within STALLED_S (a
+            # chunk of each stream may take a while on a slow link): a move stuck in the driver
+            # that keeps reporting the same count is revoked like any holder that does not let go.
+            if hold is not None and hold.dropped_at is not None:
+                if size > hold.moved_so_far:
+                    hold.moved_so_far, hold.moved_grew_at = size, now
+                if now - max(hold.moved_grew_at, hold.dropped_at) < STALLED_S:
+                    hold.revoke_at = max(hold.revoke_at, now + self.grace_s)
             return [Log(f"moving {client}: device {device}, {size} bytes to the "
                         f"{'host' if to_host else 'device'} so far", debug=True)]
         seconds = elapsed_us / 1e6
@@ -384,6 +342,7 @@ class Policy:
         counted = self.credit.counted(device, cid, to_host, believed)
         refused = []
         if size > 0:  # clamped to its memory there: a client names no device it has none on
+            self.tallies.moved_bytes(device, to_host, size)
             if not self.links.setdefault(device, Link()).record(to_host, size, seconds, counted):
                 refused = self._refused_rate(client, device, counted, seconds)
         rate = f" ({size / seconds / GB:.1f} GB/s)" if seconds > 0 else ""
@@ -421,10 +380,11 @@ class Policy:
             elif cid in dev.waiters:
                 self._end_wait(dev, cid, now, client)
                 waited.append(dev.index)
-        what = "".join([f", held device {_listed(held)}" if held else "",
-                        f", was waiting for device {_listed(waited)}" if waited else ""])
+        what = "".join([f", held device {listed(held)}" if held else "",
+                        f", was waiting for device {listed(waited)}" if waited else ""])
         gang_actions = self._leave_gang(client, now)
         self.usage.forget(cid)
+        self.tallies.forget(cid)
         self.weighted.discard(cid)
         self.limited.discard(cid)
         actions = [Log(f"disconnect {client}{what}")] + gang_actions
@@ -764,6 +724,7 @@ class Policy:
             else:
                 dev.evictions[victim] = (now + self.grace_s + link.to_host.seconds(size), size)
             self.credit.asked_out(dev.index, victim, size)
+            self.tallies.evicted(dev.index)
             actions += [Send(victim, p.Evict(client.numbering.own_ordinal(dev.index), 0, size)),
                         Log(f"evict {client}: device {dev.index}, {_mib(size)} to the host to "
                             f"make room for {beneficiary}")]
@@ -822,146 +783,6 @@ class Policy:
                 actions.append(Send(cid, p.IdleHint(ordinal, hint, evict)))
         return actions
 
-    # ----- gangs ------------------------------------------------------------------------------
-
-    def _reserving_gang(self, device: int) -> Gang | None:
-        """The gang whose running turn owns the device, if any."""
-        return next((gang for gang in self.gangs
-                     if gang.turn_devices is not None and device in gang.turn_devices), None)
-
-    def _member_devices(self, gang: Gang) -> list[Device]:
-        return [dev for dev in self.devices.values()
-                if any(cid in dev.waiters or cid in dev.holders for cid in gang.members)]
-
-    def _gang_ready(self, gang: Gang) -> bool:
-        """Whether a complete gang between turns may be granted now: every member waits, and
-        every device they wait on is held by nobody else and moves no memory."""
-        waiting = {cid for dev in self.devices.values() for cid in dev.waiters}
-        if not set(gang.members) <= waiting:
-            return False
-        return all(set(dev.holders) <= set(gang.members) and not dev.evictions
-                   for dev in self._member_devices(gang))
-
-    def _gang_blocks(self, cid: int) -> bool:
-        """Whether a waiter may not be granted now for its gang's sake: between turns, until the
-        whole gang can go. In a turn a member gets a free device at once, even while the turn
-        is being dropped (the others' draining collectives may wait for its part), unless it
-        has already let go after the drop."""
-        gang = self.gangs.of(cid)
-        if gang is None:
-            return False
-        if gang.turn_devices is None:
-            return not self._gang_ready(gang)
-        return cid in gang.done
-
-    def _gang_drop_reason(self, gang: Gang) -> str | None:
-        """Why the gang's turn is being dropped, or None while it runs on."""
-        return next((hold.drop_reason for dev in self._member_devices(gang)
-                     for member, hold in dev.holders.items()
-                     if member in gang.members and hold.dropped_at is not None), None)
-
-    def _gang_contended(self, gang: Gang) -> bool:
-        """Whether anyone outside the gang waits for a device of its turn."""
-        return any(cid not in gang.members for index in gang.turn_devices or ()
-                   if index in self.devices for cid in self.devices[index].waiters)
-
-    def _grant_gang(self, gang: Gang, now: float) -> list:
-        """Grant every member every device it waits on, for one quantum."""
-        gang.turn_devices, gang.turn_ends, gang.done = set(), now + self.tq, set()
-        actions, granted = [], []
-        for dev in self._member_devices(gang):
-            members = [cid for cid in dev.waiters if cid in gang.members]
-            for cid in members:
-                actions += self._grant(dev, cid, now, shared=len(members) > 1)
-            granted.append(dev)
-        actions.insert(0, Log(f"grant {gang}: devices {_listed(sorted(gang.turn_devices))} "
-                              "together"))
-        for dev in granted[1:]:
-            actions += self._idle_hints(dev, now)
-        return actions
-
-    def _end_gang_turn(self, dev: Device, now: float) -> list:
-        """Drop the whole gang whose turn owns the device once its quantum is over and someone
-        else waits for one of its devices."""
-        gang = self._reserving_gang(dev.index)
-        if gang is None or now < gang.turn_ends or not self._gang_contended(gang):
-            return []
-        for other in self._member_devices(gang):
-            for cid, hold in other.holders.items():
-                if cid in gang.members and hold.dropped_at is None:
-                    return self._drop(other, cid, now, f"quantum over for {gang}", QUANTUM)
-        return []
-
-    def _drop_gang(self, cid: int, now: float, reason: str) -> list:
-        """A member dropped: drop the others too, as their collectives need it."""
-        gang = self.gangs.of(cid)
-        if gang is None or gang.turn_devices is None:
-            return []
-        actions = []
-        for dev in self._member_devices(gang):
-            for member, hold in list(dev.holders.items()):
-                if member in gang.members and hold.dropped_at is None:
-                    actions += self._drop(dev, member, now, f"with {gang}", reason)
-        return actions
-
-    def _gang_let_go(self, cid: int, now: float, after_drop: bool = True) -> list:
-        """After a member's hold ended (`after_drop`: answering a drop, or revoked): once no
-        member holds anything, the turn is over and the devices it kept for the gang go to
-        whoever waits."""
-        gang = self.gangs.of_client.get(cid)
-        if gang is not None and gang.turn_devices is not None and after_drop:
-            gang.done.add(cid)
-        if gang is None or gang.turn_devices is None or \
-                any(member in dev.holders for dev in self.devices.values()
-                    for member in gang.members):
-            return []
-        freed, gang.turn_devices, gang.turn_ends = gang.turn_devices, None, math.inf
-        actions = [Log(f"turn over for {gang}", debug=True)]
-        for index in sorted(freed):
-            if index in self.devices:
-                actions += self._settle(self.devices[index], now)
-        return actions + self._settle_members(gang, now)
-
-    def _gang_outgrows_turn(self, cid: int, dev: Device, now: float) -> list:
-        """A member asks, during its gang's turn, for a device someone else holds: waiting for it
-        while the others hold theirs could stall the job, so the turn ends and the next one
-        takes that device too."""
-        gang = self.gangs.of(cid)
-        if gang is None or gang.turn_devices is None or dev.index in gang.turn_devices or \
-                set(dev.holders) <= set(gang.members):
-            return []
-        for other in self._member_devices(gang):
-            for member, hold in other.holders.items():
-                if member in gang.members and hold.dropped_at is None:
-                    return self._drop(other, member, now, f"{self.clients[cid]} of {gang} needs "
-                                      f"device {dev.index}, held by another", QUANTUM)
-        return []
-
-    def _leave_gang(self, client: Client, now: float) -> list:
-        """A member disconnected: the others cannot finish a collective without it, so their
-        locks are taken back at once, and they run one by one from now on (the processes of a
-        restarted job form a new gang)."""
-        cid = client.registration.id
-        gang = self.gangs.of_client.get(cid)
-        together = gang is not None and gang.scheduled_together
-        self.gangs.leave(cid)
-        if gang is None or not together:
-            return []
-        actions = [Log(f"{gang}: a member left, so the gang is broken: the others' locks are "
-                       "taken back and they run one by one", warning=True)]
-        for dev in self._member_devices(gang):
-            for member in [member for member in dev.holders if member in gang.members]:
-                actions += self._revoke(dev, member, now, f"its gang lost {client}")
-        gang.turn_devices, gang.turn_ends = None, math.inf
-        return actions
-
-    def _settle_members(self, gang: Gang, now: float) -> list:
-        actions = []
-        for dev in self._member_devices(gang):
-            if dev.index in self.devices:
-                actions += self._settle(dev, now)
-        return actions
-
     # ----- lock changes ------------------------------------------------------------------------
 
     def _drop(self, dev: Device, cid: int, now: float, why: str, reason: str) -> list:
@@ -980,6 +801,8 @@ class Policy:
         client = self.clients[cid]
         wait = dev.waiters[cid]
         waited = self._end_wait(dev, cid, now)
+        if wait.queued:
+            self.tallies.waited(dev.index, waited)
         turn = self._turn(dev, cid, self._first_contender(dev, now), now)
         gang = self.gangs.of(cid)
         ending = None
@@ -1028,6 +851,7 @@ class Policy:
         self.usage.meter(cid, dev.index).stop(now)
         held = now - dev.holders.pop(cid).granted_at
         (client or self.clients[cid]).hold_time += held
+        self.tallies.hold_ended(dev.index, cid, held, why)
         return held
 
     def _retake_terms(self, client: Client, now: float) -> list:

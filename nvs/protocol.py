@@ -1,4 +1,4 @@
-"""The gemshare wire protocol, version 5: the Python definition of docs/protocol.md.
+"""The gemshare wire protocol, version 6: the Python definition of docs/protocol.md.
 
 Pure bytes in, messages out; no sockets. `tests/protocol/test_c_header_agrees.py` checks that
 `libnvs/gemshare_protocol.h` says the same thing.
@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 MAGIC = 0x52485347  # b"GSHR" read as a little-endian u32
-VERSION = 5  # 2: DEVICE_UUID; 3: EVICT, MOVED, IDLE_HINT, DROP_LOCK's byte count;
-#               4: REGISTER's label, LIMITS; 5: GANG
+VERSION = 6  # 2: DEVICE_UUID; 3: EVICT, MOVED, IDLE_HINT, DROP_LOCK's byte count;
+#               4: REGISTER's label, LIMITS; 5: GANG; 6: PING, PONG
 HEADER = struct.Struct("<IHHII")  # magic, version, type, length, seq
 HEADER_SIZE = HEADER.size
 MAX_PAYLOAD = 1 << 20
@@ -43,6 +43,8 @@ class MsgType(enum.IntEnum):
     IDLE_HINT = 16
     LIMITS = 17
     GANG = 18
+    PING = 19
+    PONG = 20
 
 
 class Mode(enum.IntEnum):
@@ -252,6 +254,22 @@ class Gang(Fixed):
 
 
 @dataclass(frozen=True)
+class Ping(Fixed):
+    """A client that waits for a grant or holds a lock and has heard nothing for a while asks
+    whether the scheduler still answers; the scheduler's I/O shell answers PONG at once."""
+    TYPE = MsgType.PING
+    LAYOUT = (("token", "Q"),)
+    token: int = 0  # echoed in the PONG
+
+
+@dataclass(frozen=True)
+class Pong(Fixed):
+    TYPE = MsgType.PONG
+    LAYOUT = (("token", "Q"),)
+    token: int = 0  # the PING's
+
+
+@dataclass(frozen=True)
 class LockReleased(Fixed):
     TYPE = MsgType.LOCK_RELEASED
     LAYOUT = (("device", "I"), ("reason", "I"))
@@ -362,7 +380,7 @@ class Error:
 MESSAGES = {cls.TYPE: cls for cls in (
     Register, Registered, RequestLock, LockGranted, DropLock, LockReleased, LockRevoked,
     SchedMode, MemReport, Control, ControlReply, Error, DeviceUuid, Evict, Moved, IdleHint,
-    Limits, Gang)}
+    Limits, Gang, Ping, Pong)}
 FIXED_MESSAGES = {t: cls for t, cls in MESSAGES.items() if issubclass(cls, Fixed)}
 
 

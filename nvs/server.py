@@ -284,6 +284,9 @@ class Server:
                 raise p.ProtocolError(why, p.ErrorCode.TOO_MANY_CLIENTS)
         conn.kind = kind
         conn.reader.deadline = math.inf  # it has said what it is: no first-frame deadline
+        if type(message) is p.Ping:  # liveness: answered here, at once; the policy never hears
+            self._apply([Send(conn.id, p.Pong(message.token))])
+            return
         event = POLICY_EVENTS.get(type(message))
         if event is not None:
             actions = event(self.policy, conn, message, trio.current_time())

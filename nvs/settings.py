@@ -198,6 +198,7 @@ class Settings:
     given: frozenset[str] = frozenset()
     config: Path | None = None  # the config file to read and watch; None: none
     state_dir: Path | None = None  # where gemsharectl's changes are kept; None: not kept
+    metrics: tuple[str, int] | None = None  # (host, port) serving Prometheus metrics; None: off
     debug: bool = False
     # Frames, and their bytes, waiting to be written to one connection; a peer that lets
     # either fill is dropped (a single frame is always taken, whatever its size).

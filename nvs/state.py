@@ -57,7 +57,8 @@ class Hold:
     turn_s: float = 0.0  # its quantum: TQ, shorter for a light weight beside heavier waiters
     preempt_at: float = float("inf")  # when a waiter under its share takes the device
     drop_reason: str = ""  # once dropped: why (policy.py's reasons)
-    moved_so_far: int = 0  # once dropped: the most bytes its move-out progress has reported
+    moved_so_far: int = 0  # once dropped: the most bytes its move's progress has reported
+    moved_grew_at: float = float("-inf")  # and when that count last grew
 
 
 @dataclass

@@ -140,3 +140,29 @@ def test_oversub_reads_the_scheduler_log_and_status():
     assert run_gpu.oversub.device_moves(status) == {"moves": MOVES, "move_rates": RATES}
     for lacking in (None, {}, {"devices": [{"index": 0}]}, {"devices": [{"moves": "odd"}]}):
         assert run_gpu.oversub.device_moves(lacking)["move_rates"] is None
+
+
+def test_multi_gpu_is_skipped_with_its_reason_where_fewer_than_two_gpus_are_seen(tmp_path,
+                                                                                monkeypatch):
+    import multi_gpu
+    monkeypatch.setattr(multi_gpu, "gpu_count", lambda: 1)
+    result = multi_gpu.measure(sys.executable, tmp_path / "libnvs.so", tmp_path)
+    assert result == {"skipped": "needs two GPUs; nvidia-smi lists 1"}
+    assert not any(tmp_path.iterdir())  # nothing ran
+
+
+def test_multi_gpu_prints_both_scenarios_and_errors(capsys):
+    part = {"apart": {"alone_steps_per_s": [40.0, 41.0], "together_steps_per_s": [39.5, 40.0],
+                      "ratios": [0.9875, 0.9756], "grants": 2, "drops": 0, "revocations": 0,
+                      "early_releases": 0},
+            "ddp_pair": {"error": "RuntimeError: torchrun exited 1"}}
+    out = table({"multi_gpu": part}, capsys)
+    assert "two programs on two GPUs, together / alone: 0.988, 0.976" in out
+    assert "multi_gpu ddp_pair: RuntimeError: torchrun exited 1" in out
+    part["ddp_pair"] = {"one_after_another_s": 60.0, "together_s": 66.0, "throughput_ratio": 0.909,
+                        "ranks_agree": True, "gang_grants": 7, "grants": 28, "drops": 26,
+                        "revocations": 0, "early_releases": 0}
+    out = table({"multi_gpu": part}, capsys)
+    assert ("two 2-rank DDP jobs on two GPUs: one after the other 60.0 s, together 66.0 s "
+            "(throughput 0.91x), 7 gang grants, 0 revocations") in out
+    assert "skipped (needs two GPUs" in table({"multi_gpu": {"skipped": "needs two GPUs"}}, capsys)

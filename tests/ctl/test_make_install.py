@@ -74,6 +74,11 @@ def test_expected_files_are_in_place(staged):
     assert (usr / "share/doc/gemshare/README.md").exists()
 
 
+def test_the_metrics_drop_in_is_installed_pointing_at_the_installed_scheduler(staged):
+    drop_in = (staged / "usr/share/doc/gemshare/metrics.conf.example").read_text()
+    assert "\nExecStart=/usr/bin/gemshare-scheduler --metrics 127.0.0.1:9410\n" in drop_in
+
+
 def test_nothing_installed_names_the_staging_directory(staged):
     leaks = [path for path in staged.rglob("*")
              if path.is_file() and str(staged).encode() in path.read_bytes()]

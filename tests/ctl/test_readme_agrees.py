@@ -8,7 +8,7 @@ import typer.main
 
 from ctl_helpers import REPO
 from gemshare_ctl.app import app
-from gemshare_nvs.daemon import build_parser
+from gemshare_nvs.command_line import option_names
 
 README = (REPO / "README.md").read_text()
 
@@ -29,8 +29,7 @@ def test_every_gemsharectl_option_is_documented():
 
 
 def test_every_scheduler_option_is_documented():
-    options = {name for action in build_parser()._actions for name in action.option_strings
-               if name.startswith("--") and name != "--help"}
+    options = option_names()
     assert "--tq" in options
     missing = sorted(option for option in options if not documented(option))
     assert missing == [], f"README does not document gemshare-scheduler {missing}"

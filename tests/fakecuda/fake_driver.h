@@ -198,6 +198,10 @@ struct fake_op {
         struct { uintptr_t ptr; } free_async;
         struct { uintptr_t ptr; size_t len; int dst; } prefetch;
     } u;
+    /* The allocations a copy, prefetch or discard touches, as they were when it was queued
+     * (filled in by the queue). One freed since is not touched: the driver refuses work on
+     * memory being freed, or finishes it before the free returns, never writes to it after. */
+    uintptr_t allocs[2];
 };
 
 /* Submit an op on a stream (or record it into the stream's capture). Returns the error a real

@@ -113,10 +113,44 @@ static void migrate(const struct fake_op *op)
         fake_sleep_us((uint64_t)((double)moved / (gbps * 1e3)));
 }
 
+/* The base of the allocation that holds p, or 0. */
+static uintptr_t alloc_base(uintptr_t p)
+{
+    struct fake_alloc a;
+    return p && fake_alloc_lookup(p, &a) ? a.base : 0;
+}
+
+/* Notes the allocations the op touches: a free that comes between queueing and running it
+ * (another thread's cuMemFree, which waits only for what was queued before it) is seen then. */
+static void note_allocs(struct fake_op *op)
+{
+    op->allocs[0] = op->allocs[1] = 0;
+    if (op->kind == FAKE_OP_COPY) {
+        op->allocs[0] = alloc_base(op->u.copy.dst);
+        op->allocs[1] = alloc_base(op->u.copy.src);
+    } else if (op->kind == FAKE_OP_DISCARD || op->kind == FAKE_OP_PREFETCH) {
+        op->allocs[0] = alloc_base(op->u.prefetch.ptr);
+    }
+}
+
+static bool allocs_gone(const struct fake_op *op)
+{
+    for (int i = 0; i < 2; i++)
+        if (op->allocs[i] && alloc_base(op->allocs[i]) != op->allocs[i])
+            return true;
+    return false;
+}
+
 void fake_execute(const struct fake_op *op, uint64_t seq, uint64_t stream_id, CUdevice device)
 {
     fake_log("exec_begin", "seq=%llu op=%s stream=%llu device=%d", (unsigned long long)seq,
              op_name(op), (unsigned long long)stream_id, (int)device);
+    if (allocs_gone(op)) {
+        fake_log("exec_end", "seq=%llu op=%s stream=%llu device=%d freed=1",
+                 (unsigned long long)seq, op_name(op), (unsigned long long)stream_id,
+                 (int)device);
+        return;
+    }
     switch (op->kind) {
     case FAKE_OP_KERNEL:
         if (op->u.kernel.fill_len)
@@ -228,6 +262,7 @@ CUresult fake_submit_ops(const struct fake_call *call, const char *event, struct
             return CUDA_ERROR_OUT_OF_MEMORY;
         }
         item->op = ops[i];
+        note_allocs(&item->op);
         item->stream_id = s->id;
         item->device = s->ctx->device;
         item->next = NULL;

@@ -315,12 +315,16 @@ FAKE_API CUresult cuMemFree_v2(CUdeviceptr dptr)
                  (int)CUDA_ERROR_INVALID_VALUE);
         return CUDA_ERROR_INVALID_VALUE;
     }
-    /* cuMemFree synchronizes: queued work may still touch the memory. */
-    fake_wait_seq(atomic_load(&ctx->last_seq));
-    if (a.kind == FAKE_MEM_ASYNC)
+    /* cuMemFree synchronizes: queued work may still touch the memory. Out of the registry
+     * first, so that work another thread queues meanwhile finds it gone when it runs
+     * (fake_execute) rather than touch it after the unmap. */
+    if (a.kind == FAKE_MEM_ASYNC) {
+        fake_wait_seq(atomic_load(&ctx->last_seq));
         fake_free_async_now(a.base, "cuMemFree_v2");
-    else if (fake_alloc_remove(a.base, &a))
+    } else if (fake_alloc_remove(a.base, &a)) {
+        fake_wait_seq(atomic_load(&ctx->last_seq));
         fake_release(&a, "cuMemFree_v2");
+    }
     return CUDA_SUCCESS;
 }
 

@@ -65,7 +65,9 @@ def cudart_12() -> Path:
 def gpu_program(libnvs):
     """Start a program from programs/ (under libnvs.so unless preload=False)."""
 
-    def start(name, *args, socket=None, preload=True, **env):
+    def start(name, *args, socket=None, preload=True, launcher=(), **env):
+        """`launcher`: arguments for Python before the program's path (`-m torch.distributed.run
+        ...`); `name` may also be a path outside programs/."""
         search_path = os.pathsep.join(filter(None, [str(PROGRAMS), os.environ.get("PYTHONPATH")]))
         environment = dict(os.environ, PYTHONPATH=search_path, PYTHONUNBUFFERED="1",
                            **{k: str(v) for k, v in env.items()})
@@ -73,7 +75,7 @@ def gpu_program(libnvs):
             environment["LD_PRELOAD"] = str(libnvs)
         if socket is not None:
             environment["GEMSHARE_SOCKET"] = str(socket)
-        return GpuProgram([sys.executable, str(PROGRAMS / name), *map(str, args)],
+        return GpuProgram([sys.executable, *launcher, str(PROGRAMS / name), *map(str, args)],
                           env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           text=True)
 

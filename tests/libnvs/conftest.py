@@ -9,13 +9,14 @@ simulated GPU to a scheduler stand-in the test drives message by message (script
 from __future__ import annotations
 
 import shutil
+import subprocess
 import tempfile
 from pathlib import Path
 
 import pytest
 
 import libnvs_programs
-from libnvs_programs import FakeGpu
+from libnvs_programs import TSAN_LIBNVS, FakeGpu
 from scripted_scheduler import ScriptedScheduler
 
 
@@ -103,3 +104,22 @@ def restartable(scheduler_factory):
     for scheduler in started:
         scheduler.stop()
     # scheduler_factory removes the directory after stopping its own schedulers.
+
+
+def tsan_runtime() -> Path | None:
+    """The shared ThreadSanitizer runtime of the compiler that builds libnvs."""
+    found = subprocess.run(["cc", "-print-file-name=libtsan.so"], capture_output=True, text=True)
+    path = Path(found.stdout.strip())
+    return path.resolve() if found.returncode == 0 and path.is_absolute() and path.exists() \
+        else None
+
+
+@pytest.fixture(scope="module")
+def tsan_preload(built):
+    """LD_PRELOAD for libnvs.so built under ThreadSanitizer, or a skip where there is none."""
+    runtime = tsan_runtime()
+    if runtime is None:
+        pytest.skip("no ThreadSanitizer runtime (libtsan) for this compiler")
+    libnvs_programs.make("lib", SANITIZE="thread")
+    # The runtime must come first: an uninstrumented program's pthread_create must reach it.
+    return f"{runtime} {TSAN_LIBNVS}"

@@ -192,6 +192,22 @@ static void devices_past_the_bound_have_no_lock(void)
     CHECK(!gs_lock_core_holds_any(&c));
 }
 
+/* What the scheduler owes answers for: a lock asked for or held, on any device. */
+static void a_request_or_a_hold_is_owed_answers(void)
+{
+    struct gs_lock_core c = registered_on();
+    CHECK(!gs_lock_core_waits_or_holds(&c));
+    gs_lock_core_wanted(&c, 3, fresh());
+    CHECK(gs_lock_core_waits_or_holds(&c) && !gs_lock_core_holds_any(&c));
+    gs_lock_core_granted(&c, 3, 0, fresh());
+    CHECK(gs_lock_core_waits_or_holds(&c));
+    gs_lock_core_released_idle(&c, 3);
+    CHECK(!gs_lock_core_waits_or_holds(&c));
+    gs_lock_core_wanted(&c, 0, fresh());
+    gs_lock_core_lost(&c, fresh());
+    CHECK(!gs_lock_core_waits_or_holds(&c));
+}
+
 static const struct {
     const char *name;
     void (*run)(void);
@@ -207,6 +223,7 @@ static const struct {
     CHECK_ENTRY(the_idle_hint_bounds_early_release_for_one_grant),
     CHECK_ENTRY(a_refused_device_runs_ungated_from_then_on),
     CHECK_ENTRY(devices_past_the_bound_have_no_lock),
+    CHECK_ENTRY(a_request_or_a_hold_is_owed_answers),
 };
 
 int main(int argc, char **argv)

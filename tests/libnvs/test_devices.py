@@ -9,7 +9,6 @@ from __future__ import annotations
 import libnvs_fakelog as fakelog
 from libnvs_programs import (NO_EARLY_RELEASE, client_of, grants, scheduler_status,
                              wait_file, wait_for, wait_for_client)
-from test_threads import tsan_preload  # noqa: F401 (a fixture)
 
 TWO_DEVICES = {"FAKECUDA_DEVICE_COUNT": "2"}
 # No quantum and no share ever takes a lock away: only a release or an exit hands it on.

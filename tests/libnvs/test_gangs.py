@@ -46,9 +46,10 @@ def test_a_gang_and_a_process_on_its_devices_take_whole_turns(gpu_with):
                                           "sync", "device", 0] * LAUNCHES], env=env)
     for name in ("ready-0", "ready-1", "ready-single"):
         wait_file(gpu.path(name))
-    status = scheduler_status(scheduler.socket)
-    (gang,) = status["gangs"]
-    assert (gang["name"], gang["state"], len(gang["members"])) == ("train-7", "complete", 2)
+    # Each member says GANG as its client thread registers, which may follow its ready file.
+    wait_for(lambda: [(g["name"], g["state"], len(g["members"]))
+                      for g in scheduler_status(scheduler.socket)["gangs"]]
+             == [("train-7", "complete", 2)], "the gang complete")
     gpu.path("go").touch()
     for program in (*members, single):
         result = program.wait()

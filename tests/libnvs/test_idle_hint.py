@@ -67,6 +67,18 @@ def test_a_short_hint_never_lengthens_a_shorter_setting(scripted):
     assert released_ns - launch.ns < 0.2 * SECOND, "the hint made the process keep the lock"
 
 
+def test_a_cheap_handoff_hint_counts_idle_time_once(scripted):
+    """A hint below the floor (someone waits, nothing to move) is no reason to wait for a second
+    idle period after the GPU is found done: the release comes one hint after the last work."""
+    gpu, scheduler, program = hinted_holder(scripted, "5000", 240)
+    ((released_ns, released),) = scheduler.wait_for(program.pid, p.LockReleased)
+    gpu.path("end").touch()
+    assert program.wait().returncode == 0
+    assert released.reason == p.ReleaseReason.IDLE
+    (launch,) = fakelog.named(gpu.events(), "launch", pid=program.pid)
+    assert 0.24 * SECOND <= released_ns - launch.ns < 0.42 * SECOND
+
+
 def test_a_hint_never_turns_early_release_on(scripted):
     gpu, scheduler, program = hinted_holder(scripted, "0", 200)
     time.sleep(0.8)

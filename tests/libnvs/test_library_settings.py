@@ -24,13 +24,16 @@ def test_without_debug_a_scheduled_program_is_silent(gpu):
 def test_bad_settings_are_named_and_the_defaults_used(gpu):
     result = gpu.run(["init", "alloc", "a", "1M", "attr", "a", "launch", 100, "sync"],
                      env={"GEMSHARE_IDLE_RELEASE_MS": "soon",
-                          "GEMSHARE_UNIFIED_MEMORY": "maybe", "GEMSHARE_MOVE_STREAMS": "17"})
+                          "GEMSHARE_UNIFIED_MEMORY": "maybe", "GEMSHARE_MOVE_STREAMS": "17",
+                          "GEMSHARE_SCHEDULER_TIMEOUT_MS": "50"})
     assert result.returncode == 0, result.describe()
     warnings = "\n".join(result.gemshare_lines())
     assert re.search(r"GEMSHARE_IDLE_RELEASE_MS=soon", warnings), result.stderr
     assert re.search(r"GEMSHARE_UNIFIED_MEMORY=maybe", warnings), result.stderr
     assert re.search(r"GEMSHARE_MOVE_STREAMS=17: expected .* from 1 to 16; using 4", warnings), \
         result.stderr
+    assert re.search(r"GEMSHARE_SCHEDULER_TIMEOUT_MS=50: expected .* from 100 to 3600000; "
+                     r"using 10000", warnings), result.stderr
     assert result.ok("attr")["is_managed"] == "1"  # the default: Unified Memory on
 
 

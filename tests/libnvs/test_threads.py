@@ -6,36 +6,14 @@ granted again (the other ran meanwhile), beside its launching threads."""
 
 from __future__ import annotations
 
-import subprocess
-from pathlib import Path
-
 import pytest
 
 import libnvs_fakelog as fakelog
-import libnvs_programs
-from libnvs_programs import TSAN_LIBNVS
+from libnvs_programs import wait_file
 
 # 1.8 s of work per process in 1 s quanta. A batch starts after the previous one finished, so a
 # process's last one always needs a grant after the other's turn.
 THREADS, LAUNCHES, KERNEL_US, BATCHES = 8, 15, 5000, 3
-
-
-def tsan_runtime() -> Path | None:
-    """The shared ThreadSanitizer runtime of the compiler that builds libnvs."""
-    found = subprocess.run(["cc", "-print-file-name=libtsan.so"], capture_output=True, text=True)
-    path = Path(found.stdout.strip())
-    return path.resolve() if found.returncode == 0 and path.is_absolute() and path.exists() \
-        else None
-
-
-@pytest.fixture(scope="module")
-def tsan_preload(built):
-    runtime = tsan_runtime()
-    if runtime is None:
-        pytest.skip("no ThreadSanitizer runtime (libtsan) for this compiler")
-    libnvs_programs.make("lib", SANITIZE="thread")
-    # The runtime must come first: an uninstrumented program's pthread_create must reach it.
-    return f"{runtime} {TSAN_LIBNVS}"
 
 
 def run_storm(gpu, preload, per_thread: bool):
@@ -45,7 +23,7 @@ def run_storm(gpu, preload, per_thread: bool):
                            *["threads", THREADS, LAUNCHES, KERNEL_US] * BATCHES, "sync"],
                           preload=preload, env=env, ptsz=per_thread) for i in range(2)]
     for i in range(2):
-        libnvs_programs.wait_file(gpu.path(f"ready-{i}"))
+        wait_file(gpu.path(f"ready-{i}"))
     gpu.path("go").touch()
     return [p.wait(timeout=120) for p in programs]
 

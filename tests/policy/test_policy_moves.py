@@ -6,6 +6,7 @@ import pytest
 
 from gemshare_nvs import protocol as p
 from gemshare_nvs.cost import CONTENDED_IDLE_RELEASE_MS, DEFAULT_TO_HOST_BPS, margin
+from gemshare_nvs.policy import STALLED_S
 from gemshare_nvs.status import build_status
 
 from policy_driver import Driver
@@ -94,17 +95,22 @@ def test_a_holder_that_moves_slower_than_the_grace_is_not_revoked():
     assert driver.take_sent()[0] == (1, p.LockRevoked(0))
 
 
-def test_a_move_that_reports_no_new_bytes_buys_no_more_time():
+def test_a_move_whose_count_stops_growing_is_revoked_after_the_stall_limit():
     driver = pair(grace=2.0)
     driver.advance_to_deadline()
     drop_bytes(driver, 1)
     driver.advance(1.9)
     driver.moved(1, 1 * G, done=False)
-    deadline = driver.policy.next_deadline()
-    for _ in range(3):  # stuck in the driver: the count does not grow
-        driver.advance(0.5)
+    grew_at = driver.now
+    # Chunks in flight on every stream: reports without new bytes still buy time for a while...
+    while driver.now + 1.5 < grew_at + STALLED_S:
+        driver.advance(1.5)
         driver.moved(1, 1 * G, done=False)
-    assert driver.policy.next_deadline() == deadline
+        assert driver.policy.next_deadline() == pytest.approx(driver.now + 2.0)
+    # ...but not past the stall limit: stuck in the driver, it is revoked like a silent holder.
+    driver.advance(1.5)
+    driver.moved(1, 1 * G, done=False)
+    assert driver.policy.next_deadline() < driver.now + 2.0
     driver.advance_to_deadline()
     assert (1, p.LockRevoked(0)) in driver.take_sent()
 

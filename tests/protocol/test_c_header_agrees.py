@@ -99,9 +99,10 @@ def test_the_header_defines_nothing_python_does_not_know():
     assert fields <= {name.split(" ", 1)[1] for name in known if name.startswith("offsetof")}, \
         "struct fields only in the header"
     # The parse itself must see the header's contents, or the checks above prove nothing.
-    assert {"GS_MSG_DEVICE_UUID", "GS_MSG_LIMITS", "GS_MSG_GANG"} <= constants
+    assert {"GS_MSG_DEVICE_UUID", "GS_MSG_LIMITS", "GS_MSG_GANG", "GS_MSG_PING",
+            "GS_MSG_PONG"} <= constants
     assert {"gs_register.pod_name", "gs_register.label", "gs_limits.memory_limit",
-            "gs_gang.name"} <= fields
+            "gs_gang.name", "gs_ping.token", "gs_pong.token"} <= fields
 
 
 def test_the_default_socket_is_the_same():

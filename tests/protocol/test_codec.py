@@ -98,14 +98,18 @@ def test_text_fields_are_cut_on_character_boundaries():
     assert message.process_name == "é" * 32
 
 
-def test_version_5_layouts_are_the_documented_ones():
-    assert p.VERSION == 5
+def test_version_6_layouts_are_the_documented_ones():
+    assert p.VERSION == 6
     assert (p.Register.offsets()["label"], p.Register.struct().size) == (392, 456)
     assert (p.MsgType.LIMITS, p.Limits.struct().size) == (17, 16)
     assert p.Limits(5 << 30).payload() == (5 << 30).to_bytes(8, "little") + bytes(8)
     assert (p.MsgType.GANG, p.Gang.struct().size, p.Gang.offsets()["name"]) == (18, 144, 16)
     gang = p.Gang(2, 4, 1, 0, "torchelastic:job-7")
     assert p.Gang.parse(gang.payload()) == gang
+    assert (p.MsgType.PING, p.MsgType.PONG, p.Ping.struct().size) == (19, 20, 8)
+    decoder = p.FrameDecoder()
+    decoder.feed(p.encode(p.Ping(7)) + p.encode(p.Pong(7)))
+    assert [decoder.next()[0], decoder.next()[0]] == [p.Ping(7), p.Pong(7)]
 
 
 def test_mode_labels():

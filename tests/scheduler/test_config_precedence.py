@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gemshare_nvs.config import parse
-from gemshare_nvs.daemon import parse_args
+from gemshare_nvs.command_line import parse
+from gemshare_nvs.config import parse as parse_config
 from gemshare_nvs.layers import Layers, command_line_layer
 from gemshare_nvs.protocol import Mode
 
@@ -14,8 +14,8 @@ PATH = "/etc/gemshare/gemshare.toml"
 
 
 def layers(argv=(), config_text=None, runtime=None) -> Layers:
-    settings = parse_args(["--socket", "/tmp/x.sock", *argv])
-    config = None if config_text is None else parse(config_text, PATH)
+    settings = parse(["--socket", "/tmp/x.sock", *argv])
+    config = None if config_text is None else parse_config(config_text, PATH)
     return Layers(command_line_layer(settings), config, dict(runtime or {}))
 
 
@@ -48,9 +48,9 @@ def test_settings_read_at_start_layer_the_same_way():
 
 
 def test_the_command_line_names_the_files():
-    settings = parse_args(["--config", "/srv/gs.toml", "--state-dir", "/srv/state"])
+    settings = parse(["--config", "/srv/gs.toml", "--state-dir", "/srv/state"])
     assert (settings.config, settings.state_dir) == (Path("/srv/gs.toml"), Path("/srv/state"))
-    settings = parse_args([])
+    settings = parse([])
     assert (settings.config, settings.state_dir) == (Path("/etc/gemshare/gemshare.toml"),
                                                      Path("/var/lib/gemshare"))
-    assert parse_args(["--config", ""]).config is None  # no config file at all
+    assert parse(["--config", ""]).config is None  # no config file at all

@@ -3,7 +3,6 @@ lines; rules that some client could still reach are not."""
 
 from __future__ import annotations
 
-import textwrap
 
 import pytest
 

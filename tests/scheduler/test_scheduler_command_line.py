@@ -2,6 +2,7 @@
 
 import pytest
 
+from gemshare_nvs import command_line
 from gemshare_nvs import protocol as p
 
 
@@ -11,7 +12,7 @@ from gemshare_nvs import protocol as p
     (["--tq", "86401"], "from 1 to 86400"),
     (["--tq", "abc"], "--tq must be a whole number"),
     (["--tq", "1.5"], "--tq must be a whole number"),
-    (["--anti-thrash", "maybe"], "invalid choice: 'maybe'"),
+    (["--anti-thrash", "maybe"], "must be one of on, off, auto, not 'maybe'"),
     (["--grace-ms", "0"], "grace must be"),
     (["--max-clients", "0"], "max clients must be"),
     (["--max-clients-per-user", "0"], "max clients per user must be"),
@@ -22,23 +23,43 @@ from gemshare_nvs import protocol as p
     (["--capacity-mib", "0"], "capacity must be a whole number of MiB from 1 to 1048576"),
     (["--capacity-mib", "2GiB"], "--capacity-mib must be a whole number"),
     (["--control-group", " "], "--control-group must name a group"),
-    (["--bogus"], "unrecognized arguments: --bogus"),
+    (["--metrics"], "'--metrics' requires an argument"),
+    (["--bogus"], "No such option: --bogus"),
 ])
 def test_bad_option_is_refused_with_a_message(short_tmp_dirs, run_scheduler, args, words):
     path = short_tmp_dirs() / "never.sock"
     result = run_scheduler("--socket", str(path), *args)
     assert result.returncode == 2
     assert words in result.stderr
+    assert "Traceback" not in result.stderr
     assert not path.exists()  # refused before touching the socket
 
 
-def test_help_documents_every_option(run_scheduler):
-    result = run_scheduler("--help")
+def test_a_refused_value_is_named_with_its_option(short_tmp_dirs, run_scheduler):
+    result = run_scheduler("--socket", str(short_tmp_dirs() / "never.sock"), "--tq", "abc")
+    assert "Invalid value for '--tq': --tq must be a whole number, not 'abc'" in result.stderr
+
+
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_help_documents_every_option(run_scheduler, flag):
+    result = run_scheduler(flag)
     assert result.returncode == 0
-    for option in ("--socket", "--tq", "--anti-thrash", "--grace-ms", "--max-clients",
-                   "--context-reserve-mib", "--capacity-mib", "--control-group", "--debug",
-                   "GEMSHARE_SOCKET"):
+    for option in (*sorted(command_line.option_names()), "GEMSHARE_SOCKET", "on|off|auto"):
         assert option in result.stdout
+
+
+def test_parse_gives_the_settings_and_refuses_what_run_would(monkeypatch):
+    monkeypatch.delenv("GEMSHARE_SOCKET", raising=False)
+    settings = command_line.parse(["--tq=45", "--anti-thrash", "auto", "--metrics", "[::1]:0",
+                                   "--max-clients", "8"])
+    assert (settings.tq, settings.mode, settings.metrics, settings.max_clients) == (
+        45, p.Mode.AUTO, ("::1", 0), 8)
+    assert settings.given == {"tq", "anti_thrash"}
+    assert str(settings.socket) == "/var/run/gemshare/scheduler.sock"
+    for args, words in ((["--tq", "0"], "from 1 to 86400"), (["--bogus"], "No such option")):
+        with pytest.raises(Exception, match=words) as refused:
+            command_line.parse(args)
+        assert refused.value.exit_code == 2
 
 
 def test_options_reach_the_running_scheduler(scheduler_factory):

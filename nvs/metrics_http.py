@@ -1,0 +1,149 @@
+"""`--metrics ADDR:PORT`: a small HTTP server for Prometheus, run by Trio beside the scheduler.
+
+The socket is bound before the scheduler starts, so that a taken or bad address stops the start
+with a message naming it. Each scrape is answered by a task of the nursery that serves the
+socket (no thread of its own: the metrics read the policy in the event loop, between events),
+and only a few at a time, each with a deadline, so that a peer that connects and says nothing
+holds nothing for long.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+
+import trio
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.registry import CollectorRegistry
+
+log = logging.getLogger("gemshare.scheduler")
+
+PATH = "/metrics"
+MAX_HEAD_BYTES = 8192  # a scrape's request line and headers are a few hundred bytes
+REQUEST_SECONDS = 10.0  # to send the request and take the whole answer
+MAX_SCRAPES = 8  # answered at once; a connection past them is closed unanswered
+BACKLOG = 16
+
+
+class MetricsError(Exception):
+    """The metrics address cannot be served; the message names it and says what to do."""
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    """(host, port) from HOST:PORT or [IPV6]:PORT; port 0 takes any free port. ValueError
+    says what is wrong."""
+    host, colon, port = text.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:
+        raise ValueError(f"write an IPv6 address in brackets, as [{host}]:{port}")
+    if not colon or not host:
+        raise ValueError(f"expected ADDRESS:PORT such as 127.0.0.1:9410, not {text!r}")
+    if not port.isascii() or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"the port must be a whole number from 0 to 65535, not {port!r}")
+    return host, int(port)
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on the address; MetricsError when it cannot be had."""
+    shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+    except socket.gaierror as exc:
+        raise MetricsError(f"cannot serve metrics on {shown}: {exc.strerror}; give --metrics "
+                           "an address of this machine") from None
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # past a restart's TIME_WAIT
+        sock.bind(address)
+        sock.listen(BACKLOG)
+    except OSError as exc:
+        sock.close()
+        raise MetricsError(f"cannot serve metrics on {shown}: {exc.strerror}; stop what "
+                           "listens there or give --metrics another address") from None
+    return sock
+
+
+def bound_address(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+async def serve(sock: socket.socket, registry: CollectorRegistry) -> None:
+    """Answer scrapes on `sock` until cancelled; the socket is closed on the way out."""
+    listener = trio.SocketListener(trio.socket.from_stdlib_socket(sock))
+    log.info("serving metrics on http://%s%s", bound_address(sock), PATH)
+    answering = 0
+    async with listener, trio.open_nursery() as nursery:
+        while True:
+            try:
+                stream = await listener.accept()
+            except OSError as exc:  # out of descriptors, for one: the scheduler goes on
+                log.warning("metrics: accept failed (%s); retrying shortly", exc.strerror,
+                            extra={"peer": "the metrics socket"})
+                await trio.sleep(0.1)
+                continue
+            if answering >= MAX_SCRAPES:
+                await stream.aclose()
+                continue
+            answering += 1
+
+            async def answer(stream=stream):
+                nonlocal answering
+                try:
+                    await _answer(stream, registry)
+                except Exception:  # a bug must cost one scrape, not the scheduler
+                    log.exception("metrics: internal error answering a scrape")
+                finally:
+                    answering -= 1
+            nursery.start_soon(answer)
+
+
+async def _answer(stream: trio.SocketStream, registry: CollectorRegistry) -> None:
+    try:
+        with trio.move_on_after(REQUEST_SECONDS):
+            head = await _read_head(stream)
+            if head is not None:
+                await stream.send_all(_response(head, registry))
+    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+        pass  # the scraper went away
+    finally:
+        await trio.aclose_forcefully(stream)
+
+
+async def _read_head(stream: trio.SocketStream) -> bytes | None:
+    """The request up to its blank line; None when the peer closed or sent too much first."""
+    head = b""
+    while b"\r\n\r\n" not in head and b"\n\n" not in head:
+        if len(head) > MAX_HEAD_BYTES:
+            return None
+        data = await stream.receive_some(4096)
+        if not data:
+            return None
+        head += data
+    return head
+
+
+def _response(head: bytes, registry: CollectorRegistry) -> bytes:
+    request = head.split(b"\n", 1)[0].split()
+    if len(request) != 3:
+        return _reply(400, "Bad Request", b"bad request line\n")
+    method, target = request[0], request[1].split(b"?", 1)[0]
+    if method not in (b"GET", b"HEAD"):
+        return _reply(405, "Method Not Allowed", b"only GET\n", extra="Allow: GET, HEAD\r\n")
+    if target != PATH.encode():
+        return _reply(404, "Not Found", f"the metrics are at {PATH}\n".encode())
+    try:
+        body = generate_latest(registry)
+    except Exception:  # a bug in a report must not cost the scheduler
+        log.exception("metrics: cannot render them")
+        return _reply(500, "Internal Server Error", b"cannot render the metrics\n")
+    return _reply(200, "OK", body, CONTENT_TYPE_LATEST, head_only=method == b"HEAD")
+
+
+def _reply(code: int, reason: str, body: bytes, content_type: str = "text/plain; charset=utf-8",
+           extra: str = "", head_only: bool = False) -> bytes:
+    head = (f"HTTP/1.1 {code} {reason}\r\nContent-Type: {content_type}\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n{extra}\r\n")
+    return head.encode() + (b"" if head_only else body)

@@ -1,0 +1,1 @@
+"""gemshare-device-plugin: the Kubernetes device plugin that advertises gemshare slots."""

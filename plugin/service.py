@@ -1,0 +1,98 @@
+"""The DevicePlugin service the kubelet calls: options, the slot list, allocation.
+
+Every answer comes from the DeviceList and the paths given at start; nothing here blocks on
+the scheduler or on NVML.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import grpc
+
+from . import api
+from .allocation import Paths, UnknownDevices, container_response
+from .devices import DeviceList
+from .slots import preferred
+
+log = logging.getLogger("gemshare-device-plugin")
+
+# The kubelet keeps one ListAndWatch stream open; a few more are allowed (a restarting kubelet,
+# a debugging client), but not so many that they take every worker thread from Allocate.
+MAX_STREAMS = 4
+STREAM_CHECK_S = 1.0
+
+
+class DevicePluginService:
+    def __init__(self, devices: DeviceList, paths: Paths):
+        self.devices = devices
+        self.paths = paths
+        self.stopping = threading.Event()
+        self._streams = 0
+        self._lock = threading.Lock()
+
+    def handler(self) -> grpc.GenericRpcHandler:
+        handlers = {}
+        for method, *_ in api.SERVICES["DevicePlugin"]:
+            request_type, response_type, streams = api.message_types("DevicePlugin", method)
+            make = (grpc.unary_stream_rpc_method_handler if streams
+                    else grpc.unary_unary_rpc_method_handler)
+            handlers[method] = make(getattr(self, method),
+                                    request_deserializer=request_type.FromString,
+                                    response_serializer=response_type.SerializeToString)
+        return grpc.method_handlers_generic_handler(api.DEVICE_PLUGIN_SERVICE, handlers)
+
+    def stop(self) -> None:
+        """End every ListAndWatch stream; the server is going away."""
+        self.stopping.set()
+        self.devices.wake()
+
+    def GetDevicePluginOptions(self, request, context):
+        return api.DevicePluginOptions(pre_start_required=False,
+                                       get_preferred_allocation_available=True)
+
+    def ListAndWatch(self, request, context):
+        with self._lock:
+            if self._streams >= MAX_STREAMS:
+                context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                              f"already {MAX_STREAMS} ListAndWatch streams open")
+            self._streams += 1
+        context.add_callback(self.devices.wake)
+        log.debug("a ListAndWatch stream opened")
+        try:
+            generation, devices = self.devices.snapshot()
+            yield api.ListAndWatchResponse(devices=devices)
+            while context.is_active() and not self.stopping.is_set():
+                if self.devices.wait(generation, STREAM_CHECK_S):
+                    generation, devices = self.devices.snapshot()
+                    yield api.ListAndWatchResponse(devices=devices)
+        finally:
+            with self._lock:
+                self._streams -= 1
+            log.debug("a ListAndWatch stream ended")
+
+    def GetPreferredAllocation(self, request, context):
+        return api.PreferredAllocationResponse(container_responses=[
+            api.ContainerPreferredAllocationResponse(deviceIDs=preferred(
+                list(wanted.available_deviceIDs), list(wanted.must_include_deviceIDs),
+                wanted.allocation_size))
+            for wanted in request.container_requests])
+
+    def Allocate(self, request, context):
+        known = self.devices.indices()
+        responses = []
+        for number, wanted in enumerate(request.container_requests):
+            try:
+                responses.append(container_response(wanted.devices_ids, known,
+                                                    self.devices.slots, self.paths))
+            except UnknownDevices as exc:
+                log.warning("refused an allocation: %s", exc)
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                              f"container request {number}: {exc}")
+            log.info("allocated %d slots on GPUs %s", len(wanted.devices_ids),
+                     responses[-1].envs["NVIDIA_VISIBLE_DEVICES"])
+        return api.AllocateResponse(container_responses=responses)
+
+    def PreStartContainer(self, request, context):
+        return api.PreStartContainerResponse()

@@ -1,0 +1,129 @@
+"""deploy/Dockerfile: what it copies exists, its commands are the project's, and its entrypoint
+runs them (or prepares a node) as documented."""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import re
+import stat
+import subprocess
+
+import pytest
+
+from deploy_files import DEPLOY, REPO
+
+try:
+    import tomllib
+except ImportError:  # Python 3.10
+    import tomli as tomllib
+
+DOCKERFILE = DEPLOY / "Dockerfile"
+ENTRYPOINT = DEPLOY / "entrypoint.sh"
+SCRIPTS = set(tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"])
+
+
+def instructions() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) in order, continuation lines joined, comments left out."""
+    joined = re.sub(r"\\\n", " ", "\n".join(line for line in DOCKERFILE.read_text().splitlines()
+                                            if not line.lstrip().startswith("#")))
+    pairs = []
+    for line in joined.splitlines():
+        if line.strip():
+            word, _, rest = line.strip().partition(" ")
+            pairs.append((word.upper(), rest.strip()))
+    return pairs
+
+
+def final_stage() -> list[tuple[str, str]]:
+    steps = instructions()
+    last_from = max(i for i, (word, _) in enumerate(steps) if word == "FROM")
+    return steps[last_from:]
+
+
+def copies() -> list[tuple[list[str], str, bool]]:
+    """(sources, destination, from another stage) of every COPY."""
+    found = []
+    for word, rest in instructions():
+        if word == "COPY":
+            parts = rest.split()
+            flags = [p for p in parts if p.startswith("--")]
+            paths = [p for p in parts if not p.startswith("--")]
+            found.append((paths[:-1], paths[-1], any(f.startswith("--from=") for f in flags)))
+    return found
+
+
+def test_every_copy_source_from_the_context_exists():
+    from_context = [source for sources, _, staged in copies() if not staged for source in sources]
+    assert "libnvs/" in from_context and "pyproject.toml" in from_context
+    assert [s for s in from_context if not (REPO / s).exists()] == []
+
+
+def test_nothing_copied_from_the_context_is_ignored():
+    ignored = [line.strip() for line in (DEPLOY / "Dockerfile.dockerignore").read_text()
+               .splitlines() if line.strip() and not line.startswith("#")]
+    for sources, _, staged in copies():
+        for source in ([] if staged else sources):
+            top = source.strip("/").split("/")[0]
+            assert top not in ignored, f"{source} is copied but .dockerignore leaves it out"
+
+
+def test_it_builds_libnvs_with_the_projects_own_rules_in_a_stage_of_its_own():
+    stages = [rest for word, rest in instructions() if word == "FROM"]
+    assert len(stages) >= 3 and any(s.endswith("AS libnvs") for s in stages)
+    runs = " ".join(rest for word, rest in instructions() if word == "RUN")
+    assert "make -f libnvs/build.mk" in runs
+    assert (REPO / "libnvs" / "build.mk").is_file()
+    library = [dest for sources, dest, staged in copies() if staged
+               and any(s.endswith("libnvs.so") for s in sources)]
+    assert library == ["/usr/local/lib/gemshare/libnvs.so"]
+
+
+def test_entrypoint_and_default_command_are_the_projects():
+    final = dict((word, rest) for word, rest in final_stage() if word in ("ENTRYPOINT", "CMD"))
+    entrypoint, command = json.loads(final["ENTRYPOINT"]), json.loads(final["CMD"])
+    assert entrypoint == ["/usr/local/bin/gemshare-entrypoint"]
+    assert [dest for sources, dest, _ in copies() if sources == ["deploy/entrypoint.sh"]] \
+        == entrypoint
+    assert command == ["gemshare-scheduler"]
+    # Each command the entrypoint runs is a console script of the package.
+    runs = re.search(r"^\s*([\w|-]+)\)\n\s*exec \"/opt/gemshare/bin/\$command\"",
+                     ENTRYPOINT.read_text(), re.M)
+    assert runs and set(runs[1].split("|")) == SCRIPTS
+    assert {"gemshare-scheduler", "gemshare-device-plugin"} <= SCRIPTS
+
+
+def test_the_image_runs_as_a_user_of_its_own():
+    users = [rest for word, rest in final_stage() if word == "USER"]
+    assert users and users[-1].split(":")[0] not in ("0", "root")
+
+
+def entrypoint(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(["sh", str(ENTRYPOINT), *args], capture_output=True, text=True,
+                          timeout=30, env={**os.environ, **(env or {})})
+
+
+@pytest.mark.parametrize("args", [["gemshare-nothing"], ["prepare-host"], ["sh", "-c", "true"]])
+def test_entrypoint_refuses_what_it_does_not_know(args):
+    result = entrypoint(*args)
+    assert result.returncode == 2
+    assert "gemshare:" in result.stderr
+
+
+def test_prepare_host_installs_the_library_and_hands_over_the_directories(tmp_path):
+    library = tmp_path / "libnvs.so"
+    library.write_bytes(b"\x7fELF stand-in")
+    root = tmp_path / "host"
+    me = pwd.getpwuid(os.getuid()).pw_name
+    for _ in range(2):  # a restarted pod runs it again over what it left
+        result = entrypoint("prepare-host", str(root),
+                            env={"LIBRARY": str(library), "SCHEDULER_USER": me})
+        assert result.returncode == 0, result.stderr
+    installed = root / "usr/local/lib/gemshare/libnvs.so"
+    assert installed.read_bytes() == library.read_bytes()
+    assert stat.S_IMODE(installed.stat().st_mode) == 0o755
+    assert sorted(p.name for p in installed.parent.iterdir()) == ["libnvs.so"]
+    for directory in (root / "var/run/gemshare", root / "var/lib/gemshare"):
+        info = directory.stat()
+        assert stat.S_IMODE(info.st_mode) == 0o755 and info.st_uid == os.getuid()

@@ -1,0 +1,70 @@
+"""Fixtures for the device plugin's tests.
+
+`fake_nvml` is the stand-in pynvml of tests/scheduler/fake_nvml, loaded as a module of its own
+and configured through the environment (FAKE_NVML_GPUS, FAKE_NVML_FAIL_AT, ...), with TWO_GPUS
+set. `plugin_factory(directory, **options)` runs a lifecycle.Plugin in a thread of this process
+on that socket directory, with that NVML and short intervals; every plugin started is stopped at
+teardown.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import threading
+
+import pytest
+
+from gemshare_plugin.gpu_health import GpuHealth
+from gemshare_plugin.lifecycle import Plugin
+from plugin_helpers import FAKE_NVML_DIR, HOST_PATHS, TWO_GPUS
+
+STOP_S = 10.0
+
+
+@pytest.fixture
+def fake_nvml(monkeypatch):
+    spec = importlib.util.spec_from_file_location("fake_pynvml", FAKE_NVML_DIR / "pynvml.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setenv("FAKE_NVML_GPUS", json.dumps(TWO_GPUS))
+    for name in ("FAKE_NVML_FAIL_AT", "FAKE_NVML_INIT_ERROR", "FAKE_NVML_BYTES"):
+        monkeypatch.delenv(name, raising=False)
+    return module
+
+
+class RunningPlugin:
+    def __init__(self, plugin: Plugin):
+        self.plugin = plugin
+        self.stop_event = threading.Event()
+        self.thread = threading.Thread(target=plugin.run, args=(self.stop_event,), daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.thread.join(STOP_S)
+        assert not self.thread.is_alive(), "the plugin did not stop"
+
+
+@pytest.fixture
+def plugin_factory(fake_nvml):
+    started: list[RunningPlugin] = []
+
+    def start(directory, slots: int = 3, resource_name: str = "gemshare.io/gpu",
+              **options) -> RunningPlugin:
+        options = {"poll_interval": 0.05, "health_interval": 0.05, "register_timeout": 2.0,
+                   "max_backoff": 0.2, **options}
+        plugin = Plugin(str(directory), resource_name, slots, HOST_PATHS,
+                        health=GpuHealth(fake_nvml), **options)
+        started.append(RunningPlugin(plugin))
+        return started[-1]
+
+    yield start
+    for running in started:
+        running.stop()
+
+
+@pytest.fixture
+def kubelet_dir(short_tmp_dirs):
+    """A short directory for the sockets (Unix socket paths are limited to 107 bytes)."""
+    return short_tmp_dirs()

@@ -1,0 +1,98 @@
+"""`gemshare-device-plugin` as a process: its options, waiting for the kubelet, stopping."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from fake_kubelet import FakeKubelet
+from gemshare_nvs.version import version
+from gemshare_plugin.allocation import CONTAINER_SOCKET_DIR
+from plugin_helpers import FAKE_NVML_DIR, REPO, TWO_GPUS, UUID_A
+
+WAIT_S = 15.0
+
+
+def plugin_environment(**extra) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FAKE_NVML", "GEMSHARE_"))}
+    env.update(PYTHONPATH=str(FAKE_NVML_DIR), FAKE_NVML_GPUS=json.dumps(TWO_GPUS), **extra)
+    return env
+
+
+def run_command(*args: str, **env) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "gemshare_plugin", *args], capture_output=True,
+                          text=True, cwd=REPO, timeout=30, env=plugin_environment(**env),
+                          stdin=subprocess.DEVNULL)
+
+
+def test_version_is_the_packages():
+    result = run_command("--version")
+    assert result.returncode == 0
+    assert result.stdout.strip() == f"gemshare-device-plugin {version()}"
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--slots", "0"], "'0' is not a whole number of slots from 1 to 1000"),
+    (["--slots", "ten"], "'ten' is not a whole number"),
+    (["--resource-name", "gpu"], "'gpu' is not an extended resource name"),
+    (["--resource-name", "kubernetes.io/gpu"], "not an extended resource name"),
+    (["--kubelet-socket-dir", "relative/dir"], "'relative/dir' is not an absolute path"),
+    (["--library", "libnvs.so"], "'libnvs.so' is not an absolute path"),
+    (["--no-such-option"], "unrecognized arguments"),
+])
+def test_bad_options_are_refused_with_their_reason(args, says):
+    result = run_command(*args)
+    assert result.returncode == 2
+    assert says in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_relative_gemshare_socket_is_refused():
+    result = run_command(GEMSHARE_SOCKET="scheduler.sock")
+    assert result.returncode == 2 and "--scheduler-socket" in result.stderr
+
+
+def wait_for_text(path, text: str, process: subprocess.Popen) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while text not in path.read_text():
+        assert process.poll() is None, path.read_text()
+        assert time.monotonic() < deadline, path.read_text()
+        time.sleep(0.05)
+
+
+def test_the_command_waits_for_the_kubelet_serves_it_and_stops_on_sigterm(short_tmp_dirs):
+    directory, logs = short_tmp_dirs(), short_tmp_dirs()
+    log_path = logs / "plugin.log"
+    with open(log_path, "wb") as log_file:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "gemshare_plugin", "--kubelet-socket-dir", str(directory),
+             "--slots", "2", "--resource-name", "example.com/shared-gpu",
+             "--library", "/opt/gs/libnvs.so"],
+            stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=REPO,
+            env=plugin_environment(GEMSHARE_SOCKET="/run/gs-test/sched.sock"))
+    kubelet = FakeKubelet(str(directory))
+    try:
+        wait_for_text(log_path, "waiting for the kubelet's socket", process)
+        kubelet.start()
+        stream = kubelet.wait_for_stream(timeout=WAIT_S)
+        assert kubelet.registrations[0].resource_name == "example.com/shared-gpu"
+        assert kubelet.registrations[0].endpoint == "example.com-shared-gpu.sock"
+        assert len(stream.next(timeout=WAIT_S)) == 4
+        [container] = kubelet.client().allocate([f"{UUID_A}::1"]).container_responses
+        assert container.envs["GEMSHARE_SOCKET"] == f"{CONTAINER_SOCKET_DIR}/sched.sock"
+        assert {m.host_path for m in container.mounts} == {"/opt/gs/libnvs.so", "/run/gs-test"}
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(WAIT_S) == 0
+        assert not os.path.exists(directory / "example.com-shared-gpu.sock")
+        assert "registered example.com/shared-gpu" in log_path.read_text()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        kubelet.stop(remove_sockets=False)
