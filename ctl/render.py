@@ -47,10 +47,10 @@ def human_duration(seconds) -> str:
     return f"{minutes}m {secs:02d}s"
 
 
-def local_time(unix_seconds) -> str:
+def local_time(unix_seconds, form: str = "%Y-%m-%d %H:%M:%S") -> str:
     if not isinstance(unix_seconds, (int, float)) or unix_seconds <= 0:
         return MISSING
-    return dt.datetime.fromtimestamp(unix_seconds).strftime("%Y-%m-%d %H:%M:%S")
+    return dt.datetime.fromtimestamp(unix_seconds).strftime(form)
 
 
 def _client_label(client_id, clients_by_id: dict) -> str:

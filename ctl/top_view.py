@@ -6,13 +6,11 @@ Fields are read with fallbacks, as in render.py, so an older or newer scheduler 
 
 from __future__ import annotations
 
-import datetime as dt
-
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from .render import MISSING, human_bytes, human_duration, last_drop
+from .render import MISSING, human_bytes, human_duration, last_drop, local_time
 
 WARMING_UP = "warming up"
 _STATE_STYLES = {"holding": "bold green", "waiting": "yellow", "idle": "dim"}
@@ -25,13 +23,6 @@ def _who(client_id, clients_by_id: dict) -> str:
     return f"#{client_id} {client.get('name') or '?'} (pid {client.get('pid', '?')})"
 
 
-def _clock(unix_seconds) -> str:
-    """The scheduler's time of the status, so a frozen frame shows how old it is."""
-    if not isinstance(unix_seconds, (int, float)) or unix_seconds <= 0:
-        return MISSING
-    return dt.datetime.fromtimestamp(unix_seconds).strftime("%H:%M:%S")
-
-
 def share_text(share: float | None) -> Text:
     if share is None:
         return Text(WARMING_UP, style="dim")
@@ -42,7 +33,7 @@ def _header(status: dict, socket: str, span_s: float, live: bool) -> Text:
     clients = status.get("clients") or []
     line = Text()
     line.append("gemshare-scheduler", style="bold")
-    line.append(f" on {socket} at {_clock(status.get('time'))}\n")
+    line.append(f" on {socket} at {local_time(status.get('time'), '%H:%M:%S')}\n")
     tq = status.get("tq")
     line.append(f"TQ {tq} s" if isinstance(tq, int) else f"TQ {MISSING}")
     line.append(f", anti-thrash {status.get('anti_thrash', MISSING)}, ")

@@ -142,3 +142,22 @@ def make_variables() -> list[str]:
     if (Path(sys.prefix) / ".installed").exists():  # the virtualenv `make venv` made and runs us
         variables.append(f"VENV={sys.prefix}")
     return variables
+
+
+GIB = 1 << 30
+
+
+def holder_and_waiter(scheduler, stand_in_client, idle_device: int | None = None):
+    """A holder with 3 GiB and a waiter from a pod (and an idle client on `idle_device`, if
+    given), returned once the status shows them so: (holder, waiter, idle or None)."""
+    holder = stand_in_client(scheduler.socket, "trainer-a")
+    holder.report_memory(3 * GIB, 80 * GIB)
+    holder.take_lock()
+    waiter = stand_in_client(scheduler.socket, "trainer-b", pod="job-7", namespace="ml")
+    waiter.request_lock()
+    idle = None if idle_device is None else \
+        stand_in_client(scheduler.socket, "idle-c", device=idle_device)
+    states = {holder.id: "holding", waiter.id: "waiting", **({idle.id: "idle"} if idle else {})}
+    wait_for_status(scheduler.socket, lambda s: {c["id"]: c["state"] for c in s["clients"]} ==
+                    states and any(c["allocated_bytes"] == 3 * GIB for c in s["clients"]))
+    return holder, waiter, idle

@@ -7,24 +7,12 @@ import os
 
 import pytest
 
-from ctl_helpers import wait_for_status
-
-GIB = 1 << 30
-
+from ctl_helpers import holder_and_waiter
 
 @pytest.fixture
 def busy_scheduler(scheduler, stand_in_client):
     """One holder with 3 GiB, one waiter from a pod, one idle client on another device."""
-    holder = stand_in_client(scheduler.socket, "trainer-a")
-    holder.report_memory(3 * GIB, 80 * GIB)
-    holder.take_lock()
-    waiter = stand_in_client(scheduler.socket, "trainer-b", pod="job-7", namespace="ml")
-    waiter.request_lock()
-    idle = stand_in_client(scheduler.socket, "idle-c", device=1)
-    wait_for_status(scheduler.socket, lambda s: {c["id"]: c["state"] for c in s["clients"]} == {
-        holder.id: "holding", waiter.id: "waiting", idle.id: "idle"} and any(
-        c["allocated_bytes"] == 3 * GIB for c in s["clients"]))
-    return scheduler, holder, waiter, idle
+    return (scheduler, *holder_and_waiter(scheduler, stand_in_client, idle_device=1))
 
 
 def line_with(output: str, *parts: str) -> str:

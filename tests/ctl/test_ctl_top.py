@@ -13,23 +13,12 @@ import time
 
 import pytest
 
-from ctl_helpers import RUN_TIMEOUT, wait_for_status
+from ctl_helpers import RUN_TIMEOUT, holder_and_waiter
 from gemshare_ctl.errors import ExitCode
 
-GIB = 1 << 30
-
-
 @pytest.fixture
-def holder_and_waiter(scheduler, stand_in_client):
-    holder = stand_in_client(scheduler.socket, "trainer-a")
-    holder.report_memory(3 * GIB, 80 * GIB)
-    holder.take_lock()
-    waiter = stand_in_client(scheduler.socket, "trainer-b", pod="job-7", namespace="ml")
-    waiter.request_lock()
-    wait_for_status(scheduler.socket, lambda s: {c["id"]: c["state"] for c in s["clients"]} == {
-        holder.id: "holding", waiter.id: "waiting"} and any(
-        c["allocated_bytes"] == 3 * GIB for c in s["clients"]))
-    return scheduler, holder, waiter
+def holding_and_waiting(scheduler, stand_in_client):
+    return (scheduler, *holder_and_waiter(scheduler, stand_in_client)[:2])
 
 
 def client_row(output: str, client_id: int, name: str) -> str:
@@ -45,8 +34,8 @@ def share_in(row: str) -> int:
     return int(shares[0])
 
 
-def test_once_shows_the_holder_near_all_of_the_gpu_and_the_waiter_none(ctl, holder_and_waiter):
-    scheduler, holder, waiter = holder_and_waiter
+def test_once_shows_the_holder_near_all_of_the_gpu_and_the_waiter_none(ctl, holding_and_waiting):
+    scheduler, holder, waiter = holding_and_waiting
     result = ctl("--socket", str(scheduler.socket), "top", "--once", "--interval", "1")
     assert result.returncode == 0, result.stderr
     out = result.stdout
@@ -129,8 +118,8 @@ def run_on_terminal(socket, keys: bytes) -> tuple[int, bytes, list]:
 
 
 @pytest.mark.parametrize("keys", [b"q", b"\x03"], ids=["q", "ctrl-c"])
-def test_live_view_quits_and_restores_the_terminal(holder_and_waiter, keys):
-    scheduler, holder, _ = holder_and_waiter
+def test_live_view_quits_and_restores_the_terminal(holding_and_waiting, keys):
+    scheduler, holder, _ = holding_and_waiting
     status, out, modes = run_on_terminal(scheduler.socket, keys)
     assert status == 0, out
     assert b"Traceback" not in out and b"trainer-a" in out
