@@ -277,8 +277,12 @@ def overrides_note(clients: list) -> Text | None:
 
 
 def _state(client: dict) -> Text:
+    """Its state, and the devices it holds or waits for when they are not just its own one."""
     state = str(client.get("state", MISSING))
-    return Text(state, style=_STATE_STYLES.get(state, ""))
+    devices = client.get("devices") if isinstance(client.get("devices"), dict) else {}
+    which = devices.get(state if state in ("holding", "waiting") else "", [])
+    shown = f" {', '.join(map(str, which))}" if which and which != [client.get("device")] else ""
+    return Text(state + shown, style=_STATE_STYLES.get(state, ""))
 
 
 # (header, right-aligned, cell of one client)

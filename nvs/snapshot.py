@@ -62,6 +62,8 @@ class ClientSnapshot:
     label: str
     usage: dict[int, float]  # device -> decayed lock seconds (usage.py)
     gang: str  # the name of the job it belongs to, "" for none
+    holding: list[int]  # the devices whose lock it holds
+    waiting: list[int]  # and those it waits for
 
 
 @dataclass(frozen=True)
@@ -140,7 +142,9 @@ def _client(policy: Policy, cid: int, client: Client, now: float) -> ClientSnaps
         overrides=dict(client.overrides),
         label=client.identity.label if client.identity else "",
         usage=dict(sorted(policy.usage.of_client(cid, now).items())),
-        gang=gang.name if (gang := policy.gangs.of_client.get(cid)) else "")
+        gang=gang.name if (gang := policy.gangs.of_client.get(cid)) else "",
+        holding=sorted(index for index, dev in policy.devices.items() if cid in dev.holders),
+        waiting=sorted(index for index, dev in policy.devices.items() if cid in dev.waiters))
 
 
 def _gang(gang: Gang, now: float) -> GangSnapshot:

@@ -103,6 +103,8 @@ def _client_entry(client: ClientSnapshot) -> dict:
         "usage_s": {str(d): round(seconds, 3) for d, seconds in client.usage.items()},
         "allocated_by_device": {str(d): b for d, b in client.allocated.items()},
         "gang": client.gang or None,
+        # Every device it holds or waits for: a program may use several GPUs.
+        "devices": {"holding": client.holding, "waiting": client.waiting},
     }
 
 

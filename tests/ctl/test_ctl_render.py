@@ -94,3 +94,14 @@ def test_a_gang_is_one_row_with_its_members_and_turn():
     solo = next(line for line in out[:gangs_at].splitlines() + out.splitlines() if "solo" in line)
     assert "torchelastic" not in solo
     assert "Gangs" not in draw({"tq": 30, "anti_thrash": "on", "clients": clients[2:]})
+
+
+def test_a_client_on_several_gpus_shows_them_beside_its_state():
+    clients = [{"id": 1, "pid": 10, "name": "two-gpus", "state": "holding", "device": 0,
+                "devices": {"holding": [0, 1], "waiting": []}},
+               {"id": 2, "pid": 11, "name": "one-gpu", "state": "waiting", "device": 1,
+                "devices": {"holding": [], "waiting": [1]}}]
+    out = draw({"tq": 30, "anti_thrash": "on", "clients": clients})
+    assert "holding 0, 1" in next(line for line in out.splitlines() if "two-gpus" in line)
+    waiting = next(line for line in out.splitlines() if "one-gpu" in line)
+    assert "waiting" in waiting and "waiting 1" not in waiting  # its own device: said already

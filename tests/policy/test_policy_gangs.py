@@ -257,3 +257,16 @@ def test_status_shows_each_gang_its_members_and_turn():
     assert status["gangs"][0]["turn_devices"] == [0, 1]
     assert status["gangs"][0]["turn_left_s"] == TQ - 5
     assert [c["gang"] for c in status["clients"]] == ["job", "job", None]
+
+
+def test_status_lists_every_device_a_client_holds_or_waits_for():
+    driver = Driver(tq=TQ)
+    driver.register(1)
+    driver.register(2)
+    driver.request(1, device=0)
+    driver.request(1, device=1)
+    driver.request(2, device=1)
+    clients = {c["id"]: c for c in build_status(driver.policy, driver.now, 0.0,
+                                                grace_ms=10_000)["clients"]}
+    assert clients[1]["devices"] == {"holding": [0, 1], "waiting": []}
+    assert clients[2]["devices"] == {"holding": [], "waiting": [1]}
