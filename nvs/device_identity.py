@@ -57,10 +57,6 @@ class Numbering:
         """The registered GPU's UUID, "" until the client has said it."""
         return self.uuids.get(self.ordinal, "")
 
-    @property
-    def renumbered(self) -> bool:
-        return any(index != ordinal for ordinal, index in self.known.items())
-
     def may_name(self, ordinal: int, count: bool = True) -> bool:
         """Whether naming `ordinal` keeps the client within MAX_DEVICES_PER_CLIENT; counts it
         unless told not to."""
@@ -74,26 +70,35 @@ class Numbering:
         """Whether a UUID for the client's device `ordinal` is one to use: the first for it."""
         return bool(uuid) and ordinal not in self.uuids
 
-    def learn(self, ordinal: int, uuid: str, index: int) -> dict[int, int | None]:
-        """The client's `ordinal` is GPU `uuid`, the scheduler's `index`. Returns how the
-        scheduler's indices the client's state was kept under change: old index -> new one, or
-        None where that state no longer means a known GPU."""
-        before = {named: self.scheduler_device(named) for named in self.named | {ordinal}}
-        self.known[ordinal], self.uuids[ordinal] = index, uuid
+    def moves(self, ordinal: int, index: int) -> dict[int, int | None]:
+        """How learning that `ordinal` is the scheduler's `index` would change the indices the
+        client's state is kept under: old index -> new one, or None where that state would no
+        longer mean a known GPU. Changes nothing."""
+        after = {**self.known, ordinal: index}
         moves = {}
-        for named, old in before.items():
-            new = self.scheduler_device(named)
+        for named in self.named | {ordinal}:
+            old, new = self._index(named, self.known), self._index(named, after)
             if old is not None and old != new:
                 moves[old] = new
+        return moves
+
+    def learn(self, ordinal: int, uuid: str, index: int) -> dict[int, int | None]:
+        """The client's `ordinal` is GPU `uuid`, the scheduler's `index`; returns `moves`."""
+        moves = self.moves(ordinal, index)
+        self.known[ordinal], self.uuids[ordinal] = index, uuid
         return moves
 
     def scheduler_device(self, ordinal: int) -> int | None:
         """The scheduler's index for a device the client names by its own ordinal; None for one
         whose GPU is unknown once the client is renumbered (never the registered one, which is
         taken by its number until its UUID comes)."""
-        if ordinal in self.known:
-            return self.known[ordinal]
-        return None if self.renumbered and ordinal != self.ordinal else ordinal
+        return self._index(ordinal, self.known)
+
+    def _index(self, ordinal: int, known: dict[int, int]) -> int | None:
+        if ordinal in known:
+            return known[ordinal]
+        renumbered = any(index != named for named, index in known.items())
+        return None if renumbered and ordinal != self.ordinal else ordinal
 
     def own_ordinal(self, device: int) -> int:
         """What the client calls the scheduler's device `device`."""

@@ -67,7 +67,6 @@ Gangs: gang_rules.py states and carries out their rules; gangs.py keeps who belo
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Callable, Iterable
 
@@ -212,7 +211,7 @@ class Policy(GangRules):
         index = self.gpu_indices.index_of(uuid, device)
         busy = {dev.index for dev in self.devices.values()
                 if cid in dev.holders or cid in dev.waiters}
-        if busy & set(copy.deepcopy(numbering).learn(device, uuid, index)):
+        if busy & set(numbering.moves(device, index)):
             return [Log(f"GPU UUID from {client} for its device {device} ignored: it came after a "
                         "lock request that it would renumber, so the client keeps its numbers")]
         moves = numbering.learn(device, uuid, index)

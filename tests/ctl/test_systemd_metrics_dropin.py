@@ -3,16 +3,12 @@ needs, gives --metrics an address the scheduler takes, and systemd accepts it wi
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from gemshare_nvs.metrics_http import parse_address
 
-from test_systemd_units import SERVICE, SOCKET, UNITS, read_unit
+from test_systemd_units import SERVICE, UNITS, read_unit, units_to_verify, verified
 
 DROP_IN = UNITS / "gemshare-scheduler.service.d" / "metrics.conf.example"
 
@@ -37,24 +33,11 @@ def test_the_drop_in_widens_the_address_families_and_adds_metrics():
 
 
 def test_systemd_analyze_verify_accepts_the_unit_with_the_drop_in(tmp_path):
-    analyze = shutil.which("systemd-analyze")
-    if analyze is None:
-        pytest.skip("systemd-analyze is not installed")
-    scheduler = Path(sys.executable).with_name("gemshare-scheduler")
-    if not scheduler.exists():
-        pytest.skip(f"{scheduler} is not installed")
-    installed = read_unit(SERVICE)["Service"]["ExecStart"]
-
-    def pointed(text: str) -> str:  # verify insists that ExecStart exists
-        return text.replace(f"ExecStart={installed}", f"ExecStart={scheduler}")
-    (tmp_path / SERVICE.name).write_text(pointed(SERVICE.read_text()))
-    shutil.copy(SOCKET, tmp_path / SOCKET.name)
+    analyze, pointed = units_to_verify(tmp_path)
     drop_ins = tmp_path / f"{SERVICE.name}.d"
     drop_ins.mkdir()
     text = pointed(DROP_IN.read_text())
+    scheduler = Path(sys.executable).with_name("gemshare-scheduler")
     assert f"ExecStart={scheduler} --metrics" in text
     (drop_ins / "metrics.conf").write_text(text)
-    result = subprocess.run([analyze, "verify", str(tmp_path / SERVICE.name)],
-                            capture_output=True, text=True, timeout=60)
-    assert result.returncode == 0, result.stderr
-    assert result.stderr.strip() == "", result.stderr  # unknown keys are only warnings
+    verified(analyze, tmp_path / SERVICE.name)

@@ -62,25 +62,38 @@ def test_socket_unit_listens_where_every_part_looks():
     assert SOCKET.stem == SERVICE.stem  # so the socket activates this service by default
 
 
-def test_systemd_analyze_verify_accepts_both_units(tmp_path):
+def units_to_verify(directory: Path):
+    """The units copied into `directory` as `systemd-analyze verify` wants them: ExecStart
+    pointed at the scheduler installed for these tests (verify insists that it exists). Returns
+    systemd-analyze and a function that points any unit text the same way; skips without them."""
     analyze = shutil.which("systemd-analyze")
     if analyze is None:
         pytest.skip("systemd-analyze is not installed")
-    # verify insists that ExecStart exists: point it at the scheduler installed for these tests.
     scheduler = Path(sys.executable).with_name("gemshare-scheduler")
     if not scheduler.exists():
         pytest.skip(f"{scheduler} is not installed")
-    service = SERVICE.read_text().replace(
-        f"ExecStart={read_unit(SERVICE)['Service']['ExecStart']}", f"ExecStart={scheduler}")
+    installed = read_unit(SERVICE)["Service"]["ExecStart"]
+
+    def pointed(text: str) -> str:
+        return text.replace(f"ExecStart={installed}", f"ExecStart={scheduler}")
+    service = pointed(SERVICE.read_text())
     assert str(scheduler) in service
-    (tmp_path / SERVICE.name).write_text(service)
-    shutil.copy(SOCKET, tmp_path / SOCKET.name)
-    result = subprocess.run([analyze, "verify", str(tmp_path / SERVICE.name),
-                             str(tmp_path / SOCKET.name)],
+    (directory / SERVICE.name).write_text(service)
+    shutil.copy(SOCKET, directory / SOCKET.name)
+    return analyze, pointed
+
+
+def verified(analyze: str, *units: Path) -> None:
+    result = subprocess.run([analyze, "verify", *map(str, units)],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     # Unknown keys and unparsable values are only warnings, with status 0.
     assert result.stderr.strip() == "", result.stderr
+
+
+def test_systemd_analyze_verify_accepts_both_units(tmp_path):
+    analyze, _ = units_to_verify(tmp_path)
+    verified(analyze, tmp_path / SERVICE.name, tmp_path / SOCKET.name)
 
 
 def test_service_has_a_watchdog_and_room_for_every_connection():
