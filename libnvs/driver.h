@@ -28,6 +28,7 @@ enum gs_kind {
     GS_KIND_CONTEXT,
     GS_KIND_CAPTURE,
     GS_KIND_SUBMIT,
+    GS_KIND_SPAN,
     GS_KIND_CALLED,
 };
 

@@ -24,6 +24,7 @@ struct gs_gate {
     atomic_ullong calls;
     atomic_int open;
     atomic_int requested; /* a blocked thread wants the lock */
+    atomic_int keeping;   /* threads blocked here keep gates of lower devices entered */
 } __attribute__((aligned(64)));
 
 extern struct gs_gate gs_gates[GS_GATED_DEVICES + 1];
@@ -47,6 +48,21 @@ static inline int gs_gate_enter(void)
 /* The slow path: finds the device of the call, waits for its gate, and returns it entered. */
 int gs_gate_wait(enum gs_variant variant, CUstream stream);
 
+/* Work that may touch two devices (a copy between them): the gates of the call's device and of
+ * both sides, entered in device order, each kept while waiting for the next unless a drop
+ * closes it. */
+struct gs_gates_entered {
+    int count;
+    int gate[3];
+};
+struct gs_gates_entered gs_gate_wait_span(enum gs_variant variant, CUstream stream, int side_a,
+                                          int side_b);
+void gs_gate_exit_span(struct gs_gates_entered entered);
+/* The device a side of a copy is on, for gs_gate_wait_span: that of a context, or of device
+ * memory (-1 for host memory, a pointer the driver does not know, or none). */
+int gs_side_context(CUcontext ctx);
+int gs_side_pointer(CUdeviceptr ptr);
+
 static inline void gs_gate_exit(int gate)
 {
     atomic_fetch_add(&gs_gates[gate].calls, GS_GATE_LEAVE_AND_COUNT);
@@ -66,6 +82,8 @@ unsigned gs_gate_submitted(int device);
 /* Whether a thread waits at the device's closed gate, or asked for the lock since the last call
  * (the ask is cleared). */
 bool gs_gate_wanted(int device);
+/* Whether a thread waits for the device keeping lower devices' gates (REQUEST_KEEPING). */
+bool gs_gate_keeping(int device);
 
 void gs_gate_after_fork_child(void);
 

@@ -52,6 +52,8 @@ enum gs_error_code {
 };
 
 #define GS_REG_UNIFIED_MEMORY (1u << 0)
+/* REQUEST_LOCK: the work waiting keeps this client's lower devices until granted. */
+#define GS_REQUEST_KEEPING (1u << 0)
 #define GS_GRANT_AFTER_WAIT (1u << 0)
 #define GS_GRANT_SHARED (1u << 1)
 #define GS_GRANT_OTHERS_RAN (1u << 2)
@@ -88,7 +90,7 @@ struct gs_registered {
 
 struct gs_request_lock {
     uint32_t device;
-    uint32_t reserved;
+    uint32_t flags; /* GS_REQUEST_KEEPING */
 };
 
 struct gs_lock_granted {

@@ -25,6 +25,28 @@
     }                                                                                            \
     GS_EXPORT_ALIAS(name)
 
+/* SPAN: the same, when the work may touch two devices. `sides` is (stream, side a, side b), the
+ * sides found only on the slow path: in a process on one device, both are that device. */
+#define GS_SPAN_STREAM(stream, side_a, side_b) (stream)
+#define GS_SPAN_SIDES(stream, side_a, side_b) (side_a), (side_b)
+#define GS_SPAN_HOOK(entry, name, variant, sides, params, args)                                  \
+    CUresult gs_hook_##name params;                                                              \
+    CUresult gs_hook_##name params                                                               \
+    {                                                                                            \
+        int gate = gs_gate_enter();                                                              \
+        if (gate >= 0) {                                                                         \
+            CUresult result = GS_REAL(entry, variant) args;                                      \
+            gs_gate_exit(gate);                                                                  \
+            return result;                                                                       \
+        }                                                                                        \
+        struct gs_gates_entered gates = gs_gate_wait_span(                                       \
+            variant, (CUstream)GS_SPAN_STREAM sides, GS_SPAN_SIDES sides);                       \
+        CUresult result = GS_REAL(entry, variant) args;                                          \
+        gs_gate_exit_span(gates);                                                                \
+        return result;                                                                           \
+    }                                                                                            \
+    GS_EXPORT_ALIAS(name)
+
 /* Every other hooked kind: hand over to the hand-written gs_impl_<entry>. */
 #define GS_DELEGATE_HOOK(entry, name, variant, stream, params, args)                             \
     CUresult gs_hook_##name params;                                                              \
@@ -46,6 +68,8 @@
 
 #define GS_DEFINE_SUBMIT(symbol, per_thread, stream, params, args)                               \
     GS_MAKE(GS_SUBMIT_HOOK, symbol, per_thread, stream, params, args)
+#define GS_DEFINE_SPAN(symbol, per_thread, sides, params, args)                                  \
+    GS_MAKE(GS_SPAN_HOOK, symbol, per_thread, sides, params, args)
 #define GS_DEFINE_CALLED(symbol, per_thread, stream, params, args)
 #define GS_DEFINE_INIT(symbol, per_thread, stream, params, args)                                 \
     GS_MAKE(GS_DELEGATE_HOOK, symbol, per_thread, stream, params, args)
@@ -73,6 +97,7 @@
 #define GS_HOOKS_CALLED(symbol, per_thread)                                                      \
     {NULL, NULL}
 #define GS_HOOKS_SUBMIT GS_HOOKS_HOOKED
+#define GS_HOOKS_SPAN GS_HOOKS_HOOKED
 #define GS_HOOKS_INIT GS_HOOKS_HOOKED
 #define GS_HOOKS_PROCADDR GS_HOOKS_HOOKED
 #define GS_HOOKS_ALLOC GS_HOOKS_HOOKED

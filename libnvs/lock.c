@@ -81,9 +81,11 @@ static void gs_send_request(struct gs_session *s, int device)
         gs_lock_send_mem_reports(s, false);
         s->last_mem_report = gs_now_ms();
     }
-    struct gs_request_lock m = {(uint32_t)device, 0};
+    bool keeping = gs_gate_keeping(device);
+    struct gs_request_lock m = {(uint32_t)device, keeping ? GS_REQUEST_KEEPING : 0};
     if (gs_conn_send(&s->conn, GS_MSG_REQUEST_LOCK, &m, sizeof m))
-        gs_debug("requested the lock of device %d", device);
+        gs_debug("requested the lock of device %d%s", device,
+                 keeping ? ", keeping lower devices for a copy between them" : "");
 }
 
 static void gs_open(struct gs_session *s, int device, uint32_t grant_flags)

@@ -227,7 +227,7 @@ class Policy(GangRules):
                 actions += self._settle(dev, now)
         return actions
 
-    def request_lock(self, cid: int, device: int, now: float) -> list:
+    def request_lock(self, cid: int, device: int, now: float, keeping: bool = False) -> list:
         client = self.clients.get(cid)
         if client is None:
             return []
@@ -244,9 +244,12 @@ class Policy(GangRules):
             return [Log(f"request from {client} for device {device} ignored: mode off needs "
                         "no lock", debug=True)]
         dev = self.devices.setdefault(device, Device(device))
+        if cid in dev.waiters and keeping and not dev.waiters[cid].keeping:
+            dev.waiters[cid].keeping = True  # another thread's work now keeps lower devices
+            return [Log(f"request {client}: device {device}, keeping its lower devices")]
         if cid in dev.holders or cid in dev.waiters:
             return [Log(f"repeated request from {client} for device {device}", debug=True)]
-        dev.waiters[cid] = Wait(now, queued=False)
+        dev.waiters[cid] = Wait(now, queued=False, keeping=keeping)
         log = Log(f"request {client}: device {device}")
         actions = self._gang_outgrows_turn(cid, dev, now) + self._settle(dev, now)
         if cid in dev.waiters:  # not granted at once: it waits behind someone
@@ -467,8 +470,9 @@ class Policy(GangRules):
                 if hold.dropped_at is not None:
                     due.append(hold.revoke_at)
                     continue
-                due += [max(min(hold.quantum_end, hold.preempt_at), contended_from),
-                        self._limit_reached_at(cid, dev.index)]
+                if not self._waits_above(cid, dev.index):  # else its turn ends with that wait
+                    due.append(max(min(hold.quantum_end, hold.preempt_at), contended_from))
+                due.append(self._limit_reached_at(cid, dev.index))
             due += [at for at in eligible if at != -math.inf]
             due.extend(deadline for deadline, _ in dev.evictions.values())
         due += [at for at, _ in self.gangs.timeouts()]
@@ -553,16 +557,28 @@ class Policy(GangRules):
                 continue
             if first is not None:
                 self._shorten_turn(dev, cid, hold, first, now)
-            if first is not None and now >= hold.quantum_end:
+            turn_over = first is not None and not self._waits_above(cid, dev.index)
+            if turn_over and now >= hold.quantum_end:
                 actions += self._drop(dev, cid, now, f"quantum over, {len(dev.waiters)} waiting",
                                       QUANTUM)
-            elif first is not None and now >= hold.preempt_at:
+            elif turn_over and now >= hold.preempt_at:
                 actions += self._drop(dev, cid, now, f"slice over for {self.clients[first]}, "
                                       "under its share", SHARE)
             elif now >= self._limit_reached_at(cid, dev.index):
                 limit = self.clients[cid].terms.gpu_limit
                 actions += self._drop(dev, cid, now, f"gpu limit {limit:g} reached", GPU_LIMIT)
         return actions
+
+    def _waits_above(self, cid: int, device: int) -> bool:
+        """Whether a holder waits, keeping what it holds, for a device of a higher index. It
+        keeps this one past its turn until it has that one: a copy between two devices needs
+        both, and libnvs takes them in device order, keeping each while waiting for the next
+        (REQUEST_KEEPING). Dropped instead, two programs copying in opposite directions would
+        swap locks at every quantum and never copy; kept whatever the order, each could keep
+        what the other waits for. In this order the highest device of a chain is dropped, so
+        every wait ends."""
+        return any(index > device and cid in other.waiters and other.waiters[cid].keeping
+                   for index, other in self.devices.items())
 
     # ----- shares ---------------------------------------------------------------------------
 

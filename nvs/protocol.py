@@ -78,6 +78,9 @@ class ErrorCode(enum.IntEnum):
 
 
 REG_UNIFIED_MEMORY = 1 << 0
+# REQUEST_LOCK's flags: the work waiting for this device keeps the client's devices of lower
+# index (their gates entered) until it is granted; the scheduler keeps those locks meanwhile.
+REQUEST_KEEPING = 1 << 0
 GRANT_AFTER_WAIT = 1 << 0
 GRANT_SHARED = 1 << 1
 GRANT_OTHERS_RAN = 1 << 2
@@ -172,9 +175,9 @@ class Registered(Fixed):
 @dataclass(frozen=True)
 class RequestLock(Fixed):
     TYPE = MsgType.REQUEST_LOCK
-    LAYOUT = (("device", "I"), ("reserved", "I"))
+    LAYOUT = (("device", "I"), ("flags", "I"))
     device: int = 0
-    reserved: int = 0
+    flags: int = 0
 
 
 @dataclass(frozen=True)

@@ -91,7 +91,7 @@ POLICY_EVENTS = {
         conn.id, conn.pid, conn.uid, conn.gid, message, now, time.time(), user=conn.user,
         group=conn.group),
     p.RequestLock: lambda policy, conn, message, now: policy.request_lock(
-        conn.id, message.device, now),
+        conn.id, message.device, now, keeping=bool(message.flags & p.REQUEST_KEEPING)),
     p.LockReleased: lambda policy, conn, message, now: policy.lock_released(
         conn.id, message.device, message.reason, now),
     p.MemReport: lambda policy, conn, message, now: policy.mem_report(

@@ -66,6 +66,7 @@ class Wait:
     since: float
     queued: bool  # it had to wait behind someone, so its grant carries GRANT_AFTER_WAIT
     room_asked: bool = False  # clients were asked to move memory out for its grant
+    keeping: bool = False  # REQUEST_KEEPING: it keeps its lower devices until granted
 
 
 @dataclass

@@ -47,8 +47,9 @@ static const char usage[] =
     "                            cooperative / deprecated cuLaunchGrid(Async) / cuLaunch sleeps\n"
     "  stream-callback           cuStreamAddCallback\n"
     "  write-async NAME BYTE     cuMemcpyHtoDAsync   memset-2d NAME BYTE   cuMemsetD2D8 (2 rows)\n"
-    "  copy-async|copy-peer|copy-2d|copy-3d|copy-batch DST SRC   device copies of min(sizes):\n"
-    "                            cuMemcpyDtoDAsync, cuMemcpyPeer, cuMemcpy2D, cuMemcpy3D,\n"
+    "  copy-async|copy-peer|copy-dtod|copy-2d|copy-3d|copy-batch DST SRC   device copies of\n"
+    "                            min(sizes): cuMemcpyDtoDAsync, cuMemcpyPeer (each buffer's\n"
+    "                            context), cuMemcpyDtoD, cuMemcpy2D, cuMemcpy3D,\n"
     "                            cuMemcpyBatchAsync (_v2)\n"
     "  prefetch-batch|discard|discard-prefetch NAME   cuMemPrefetchBatchAsync,\n"
     "                            cuMemDiscardBatchAsync, cuMemDiscardAndPrefetchBatchAsync\n"
@@ -78,6 +79,7 @@ struct buffer {
     size_t size, pitch, width, height;
     enum { B_DEVICE, B_MANAGED, B_PITCH, B_ASYNC, B_VMM } kind;
     CUmemGenericAllocationHandle handle;
+    CUcontext ctx; /* current when it was made: its device's */
 };
 
 static struct standin_api api;
@@ -186,6 +188,7 @@ static struct buffer *new_buffer(const char *name)
         if (!buffers[i].ptr) {
             memset(&buffers[i], 0, sizeof buffers[i]);
             snprintf(buffers[i].name, sizeof buffers[i].name, "%s", name);
+            buffers[i].ctx = context;
             return &buffers[i];
         }
     die_usage("too many buffers");
@@ -459,7 +462,9 @@ static void step_copy(const char *step, struct buffer *dst, struct buffer *src)
     if (strcmp(step, "copy-async") == 0)
         r = api.cuMemcpyDtoDAsync(dst->ptr, src->ptr, n, stream);
     else if (strcmp(step, "copy-peer") == 0)
-        r = api.cuMemcpyPeer(dst->ptr, context, src->ptr, context, n);
+        r = api.cuMemcpyPeer(dst->ptr, dst->ctx, src->ptr, src->ctx, n);
+    else if (strcmp(step, "copy-dtod") == 0)
+        r = api.cuMemcpyDtoD(dst->ptr, src->ptr, n);
     else if (strcmp(step, "copy-2d") == 0) {
         CUDA_MEMCPY2D c = {0};
         c.srcMemoryType = CU_MEMORYTYPE_DEVICE, c.srcDevice = src->ptr, c.srcPitch = n / 2;
@@ -769,6 +774,7 @@ static bool run_step(int *i, int argc, char **argv)
         report(api.cuMemsetD2D8(b->ptr, b->size / 2, v, b->size / 2, 2), step, "name=%s",
                b->name);
     } else if (!strcmp(step, "copy-async") || !strcmp(step, "copy-peer") ||
+               !strcmp(step, "copy-dtod") ||
                !strcmp(step, "copy-2d") || !strcmp(step, "copy-3d") ||
                !strcmp(step, "copy-batch")) {
         struct buffer *dst = find_buffer(ARG());

@@ -73,6 +73,7 @@
     X(cuLaunchGridAsync, cuLaunchGridAsync, NONE, 12000)                                           \
     X(cuStreamAddCallback, cuStreamAddCallback, PTSZ, 12000)                                       \
     X(cuMemcpyDtoDAsync, cuMemcpyDtoDAsync_v2, PTSZ, 12000)                                        \
+    X(cuMemcpyDtoD, cuMemcpyDtoD_v2, PTDS, 12000)                                                  \
     X(cuMemcpyPeer, cuMemcpyPeer, PTDS, 12000)                                                     \
     X(cuMemcpy3D, cuMemcpy3D_v2, PTDS, 12000)                                                      \
     X(cuMemcpyBatchAsync, cuMemcpyBatchAsync_v2, PTSZ, 13000)                                      \

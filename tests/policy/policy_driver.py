@@ -47,8 +47,8 @@ class Driver:
         return self._take(self.policy.register(cid, pid or 4000 + cid, uid, uid, message,
                                                self.now, wall))
 
-    def request(self, cid: int, device: int = 0) -> list:
-        return self._take(self.policy.request_lock(cid, device, self.now))
+    def request(self, cid: int, device: int = 0, keeping: bool = False) -> list:
+        return self._take(self.policy.request_lock(cid, device, self.now, keeping=keeping))
 
     def release(self, cid: int, device: int = 0,
                 reason: int = p.ReleaseReason.DROPPED) -> list:
