@@ -36,8 +36,8 @@ Mode `auto` lets several clients hold one device's lock while their memory fits
 - Switching modes: `auto` -> `on` shrinks to the oldest holder; `on` -> `auto` admits waiters
   that fit; `off` clears every lock as before.
 
-Moving memory (docs/protocol.md, "Moving memory"; cost.py does the arithmetic, residency.py
-keeps the estimate of where each client's memory is):
+Moving memory (docs/protocol.md, "Moving memory"; room_rules.py carries it out, cost.py does the
+arithmetic, residency.py keeps the estimate of where each client's memory is):
 
 - A grant that needs room waits for it: the outgoing holder's DROP_LOCK names the bytes to move
   out, and what is still missing when the lock is free is asked of clients that do not hold it
@@ -48,8 +48,9 @@ keeps the estimate of where each client's memory is):
   brings its memory back in bulk; and a holder whose handoff would swap memory is told to keep
   the lock through idle gaps shorter than twice that swap (IDLE_HINT).
 
-Shares (shares.py does the arithmetic, usage.py keeps each client's decayed lock time, terms.py
-says what a client is allowed; the shell gives the rules that set the terms):
+Shares (share_rules.py carries them out, shares.py does the arithmetic, usage.py keeps each
+client's decayed lock time, terms.py says what a client is allowed; the shell gives the rules
+that set the terms):
 
 - A waiter whose weighted usage is clearly below a holder's when it asks goes to the front of the
   queue, and the holder is dropped once it has run a minimum slice (longer when the switch moves
@@ -63,6 +64,10 @@ says what a client is allowed; the shell gives the rules that set the terms):
 - A memory limit goes to the client in LIMITS, before REGISTERED and whenever it changes.
 
 Gangs: gang_rules.py states and carries out their rules; gangs.py keeps who belongs to which.
+
+Copies between devices: a holder that waits for a device of a higher index keeping what it
+holds (REQUEST_KEEPING) keeps its lower devices past their turns until it is granted
+(docs/scheduling.md).
 """
 
 from __future__ import annotations
@@ -74,20 +79,21 @@ from . import protocol as p
 from .actions import Close, Log, Send
 from .admission import Budget, Waiting, admitted, kept
 from .capacity import Capacity, renumbered
-from .cost import GB, LINK_CEILING_BPS, Link, idle_release_ms, room_to_make
+from .cost import GB, LINK_CEILING_BPS, Link
 from .credit import MoveCredit
 from .device_identity import MAX_DEVICES, GpuIndices, Numbering, out_of_range, too_many_devices
 from .gang_rules import GangRules
 from .gangs import DEFAULT_GANG_TIMEOUT_S, Gangs
-from .residency import Residency, eviction_order, take
+from .residency import Residency
+from .room_rules import RoomRules
 from .settings import DEFAULT_MIN_SLICE_MS
-from .shares import clearly_under, limit_levels, minimum_slice, turn_length, weighted
+from .share_rules import ShareRules
 from .snapshot import Snapshot, snapshot_of
 from .state import Client, Device, Hold, Registration, Wait
 from .tallies import Tallies
 from .terms import OVERRIDE_SOURCE, Identity, Terms, no_rules
 from .text import (GONE, GPU_LIMIT, IDLE, MEMORY, MODE, QUANTUM, RELEASED, REVOKED, SHARE, listed,
-                   printable)
+                   mib, printable)
 from .usage import Usage
 
 # A move whose progress reports show no new bytes for this long is taken as stuck in the driver.
@@ -96,19 +102,15 @@ RELEASE_WORDS = {p.ReleaseReason.DROPPED: "after drop", p.ReleaseReason.IDLE: "e
                  p.ReleaseReason.REVOKED: "after revocation"}
 
 
-def _mib(count: int) -> str:
-    return f"{count / (1 << 20):.0f} MiB"
-
-
 def _terms_words(terms: Terms) -> str:
     """The terms that differ from the defaults, for a log line."""
     words = [f"weight {terms.weight:g}" if terms.weight != 1 else "",
              f"gpu limit {terms.gpu_limit:g}" if terms.gpu_limit is not None else "",
-             f"memory limit {_mib(terms.memory_limit)}" if terms.memory_limit is not None else ""]
+             f"memory limit {mib(terms.memory_limit)}" if terms.memory_limit is not None else ""]
     return "".join(f", {word}" for word in words if word)
 
 
-class Policy(GangRules):
+class Policy(GangRules, ShareRules, RoomRules):
     def __init__(self, tq: int, mode: p.Mode, grace_s: float, max_clients: int,
                  reserve_bytes: int = 512 << 20, nvml_capacity: dict[int, int] | None = None,
                  capacity_limit: int | None = None, nvml_uuids: dict[str, int] | None = None,
@@ -227,14 +229,23 @@ class Policy(GangRules):
                 actions += self._settle(dev, now)
         return actions
 
-    def request_lock(self, cid: int, device: int, now: float, keeping: bool = False) -> list:
+    def _naming(self, cid: int, device: int) -> tuple[Client | None, list]:
+        """The client of a frame that names one of its devices, and [] when it may name that
+        one; else (None, what answers the frame: nothing for a client gone, a close for a
+        device past the bounds)."""
         client = self.clients.get(cid)
         if client is None:
-            return []
+            return None, []
         if device >= MAX_DEVICES:
-            return [out_of_range(cid, device)]
+            return None, [out_of_range(cid, device)]
         if not client.numbering.may_name(device):
-            return [too_many_devices(cid, device)]
+            return None, [too_many_devices(cid, device)]
+        return client, []
+
+    def request_lock(self, cid: int, device: int, now: float, keeping: bool = False) -> list:
+        client, refused = self._naming(cid, device)
+        if client is None:
+            return refused
         ordinal, device = device, client.numbering.scheduler_device(device)
         if device is None:
             return [Close(cid, f"device {ordinal}: only the device named in REGISTER can be "
@@ -278,13 +289,9 @@ class Policy(GangRules):
             self._gang_let_go(cid, now, dropped) + self._settle(dev, now)
 
     def mem_report(self, cid: int, device: int, allocated: int, total: int, now: float) -> list:
-        client = self.clients.get(cid)
+        client, refused = self._naming(cid, device)
         if client is None:
-            return []
-        if device >= MAX_DEVICES:
-            return [out_of_range(cid, device)]
-        if not client.numbering.may_name(device):
-            return [too_many_devices(cid, device)]
+            return refused
         ordinal, device = device, client.numbering.scheduler_device(device)
         if device is None:
             return [Log(f"memory {client} on its device {ordinal} not counted: which GPU that "
@@ -580,223 +587,13 @@ class Policy(GangRules):
         return any(index > device and cid in other.waiters and other.waiters[cid].keeping
                    for index, other in self.devices.items())
 
-    # ----- shares ---------------------------------------------------------------------------
-
-    def _weighted_usage(self, cid: int, device: int, now: float) -> float:
-        return weighted(self.usage.read(cid, device, now), self.clients[cid].terms.weight)
-
-    def _eligible_at(self, cid: int, device: int) -> float:
-        """When a waiter may be granted: at once (-inf) unless its gpu_limit pauses it until its
-        usage has fallen enough, or a member of a gang that is still forming until the gang is
-        complete or gives up."""
-        forming = self.gangs.forming(cid)
-        if forming is not None:
-            return forming.formed_from + self.gangs.timeout_s
-        limit = self.clients[cid].terms.gpu_limit
-        if limit is None:
-            return -math.inf
-        meter = self.usage.meter(cid, device)
-        at = meter.falls_to(limit_levels(limit)[1], meter.at)
-        return -math.inf if at == meter.at else at
-
-    def _limit_reached_at(self, cid: int, device: int) -> float:
-        """When a holder's usage reaches its gpu_limit (inf: never)."""
-        limit = self.clients[cid].terms.gpu_limit
-        if limit is None:
-            return math.inf
-        meter = self.usage.meter(cid, device)
-        return meter.reaches(limit_levels(limit)[0], meter.at)
-
-    def _min_slice(self, dev: Device, incoming: int) -> float:
-        """How long a holder runs before it is preempted for `incoming`: longer when handing the
-        device over moves memory."""
-        out = self._room_for(dev, [incoming], len(dev.holders))
-        return minimum_slice(self.min_slice_ms / 1000, self._link(dev.index).switch_seconds(out, out))
-
-    def _limited_waiters(self, dev: Device) -> list[int]:
-        """The device's waiters that have a gpu_limit, found without walking the queue."""
-        return [cid for cid in self.limited if cid in dev.waiters]
-
-    def _paused_waiters(self, dev: Device) -> list[int]:
-        """The device's waiters that may not be granted before some time: those with a gpu_limit
-        and the members of forming gangs, found without walking the queue."""
-        forming = [cid for cid in self.gangs.of_client
-                   if cid in dev.waiters and self.gangs.forming(cid) is not None]
-        return self._limited_waiters(dev) + forming
-
-    def _first_contender(self, dev: Device, now: float) -> int | None:
-        """The first waiter that may be granted now, if any."""
-        return next((cid for cid in dev.waiters if self._eligible_at(cid, dev.index) <= now),
-                    None)
-
-    def _turn(self, dev: Device, cid: int, first: int | None, now: float) -> float:
-        """A holder's quantum beside the waiters that may be granted (`first` the first of
-        them): TQ scaled by its weight against the heaviest of them, and never under the
-        minimum slice for the first. Only clients of other weights than 1 are looked up, so a
-        long queue of default weights is not walked."""
-        if first is None:
-            return float(self.tq)
-        heavier = [self.clients[other].terms.weight for other in self.weighted
-                   if other in dev.waiters and self._eligible_at(other, dev.index) <= now]
-        heaviest = max([self.clients[first].terms.weight, *heavier])
-        weight = self.clients[cid].terms.weight
-        if weight >= heaviest:  # a whole TQ: no floor to work out
-            return float(self.tq)
-        return turn_length(self.tq, weight, heaviest, self._min_slice(dev, first))
-
-    def _shorten_turn(self, dev: Device, cid: int, hold: Hold, first: int, now: float) -> None:
-        turn = self._turn(dev, cid, first, now)
-        if turn < hold.turn_s:
-            hold.quantum_end -= hold.turn_s - turn
-            hold.turn_s = turn
-
-    def _claim_share(self, dev: Device, cid: int, now: float) -> list:
-        """A waiter that has had clearly less than its share when it asks goes ahead of the
-        waiters clearly busier than it (while each it passes has waited under a TQ) and, at the
-        front, has the holders clearly busier than it drop after a minimum slice."""
-        if cid in self.gangs.of_client:  # a gang is granted as a whole, in its members' order
-            return []
-        mine = self._weighted_usage(cid, dev.index, now)
-        passed = []  # from the back of the queue: usually none, so the queue is not walked
-        oldest = now  # the longest-waiting of them: after earlier passes, not always the first
-        for other in reversed(dev.waiters):
-            if other != cid:
-                if not clearly_under(mine, self._weighted_usage(other, dev.index, now)):
-                    break
-                passed.append(other)
-                oldest = min(oldest, dev.waiters[other].since)
-        if passed and now - oldest < self.tq:
-            first = passed[-1]
-            order = [other for other in dev.waiters if other != cid]
-            place = order.index(first)
-            dev.waiters = {other: dev.waiters[other]
-                           for other in order[:place] + [cid] + order[place:]}
-        if next(iter(dev.waiters)) != cid:
-            return []
-        slice_s = self._min_slice(dev, cid)
-        preempted = []
-        for holder, hold in dev.holders.items():
-            if hold.dropped_at is None and \
-                    clearly_under(mine, self._weighted_usage(holder, dev.index, now)):
-                hold.preempt_at = min(hold.preempt_at, hold.granted_at + slice_s)
-                preempted.append(str(self.clients[holder]))
-        if not preempted:
-            return []
-        return [Log(f"share {self.clients[cid]}: device {dev.index}, usage {mine:.2f} s "
-                    f"weighted, under its share: {', '.join(preempted)} drop after "
-                    f"{slice_s * 1000:.0f} ms held")] + self._settle(dev, now)
-
     def _why_shrunk(self, dev: Device, budget: Budget) -> str:
         if self.mode is p.Mode.ON:
             return "mode on allows one holder"
         if budget.capacity is None:
             return "capacity unknown, so one holder"
-        return (f"holders no longer fit in {_mib(budget.capacity)} (allocated "
-                f"{_mib(self.holders_memory(dev.index))}, {_mib(self.reserve)} reserve each)")
-
-    # ----- moving memory -----------------------------------------------------------------------
-
-    def _link(self, device: int) -> Link:
-        return self.links.get(device) or Link()
-
-    def _to_fetch(self, device: int, cid: int) -> int:
-        """Bytes a client must bring back to the device before it runs."""
-        return max(self.memory_of(cid, device) - self.residency.of(device, cid), 0)
-
-    def _room_for(self, dev: Device, incoming: list[int], holders_after: int) -> int:
-        """Bytes that must leave the device so that `incoming` clients' memory comes back beside
-        everything there now, with a context reserve for each of `holders_after` holders."""
-        fetch = sum(self._to_fetch(dev.index, cid) for cid in incoming)
-        return room_to_make(self.capacity.of(dev.index)[0], self.residency.total(dev.index), fetch,
-                            holders_after, self.reserve)
-
-    def _with_room(self, dev: Device, chosen: list[int], now: float, actions: list) -> list[int]:
-        """The waiters chosen for a grant, once there is room for all of their memory; none while
-        clients asked to move memory out have not answered. Room is asked for once per waiter,
-        of clients that do not hold the device: a grant never waits twice for it."""
-        if dev.evictions or not chosen:
-            return [] if dev.evictions else chosen
-        needed = self._room_for(dev, chosen, len(dev.holders) + len(chosen))
-        if needed == 0 or all(dev.waiters[cid].room_asked for cid in chosen):
-            return chosen
-        for cid in chosen:
-            dev.waiters[cid].room_asked = True
-        plan = take(needed, self._evictable(dev, exclude=set(chosen)))
-        actions += self._evict(dev, plan, self.clients[chosen[0]], now)
-        return [] if dev.evictions else chosen
-
-    def _evict(self, dev: Device, plan: list[tuple[int, int]], beneficiary: Client,
-               now: float) -> list:
-        """Ask clients that do not hold the device to move memory out, and wait for them; a
-        revoked client, which did not even drain in time, is asked but not waited for: its bytes
-        are taken as gone, as the driver's page faults will move them."""
-        actions = []
-        link = self._link(dev.index)
-        for victim, size in plan:
-            client = self.clients[victim]
-            if client.revoked:
-                self.residency.presume_gone(dev.index, victim, size)
-            else:
-                dev.evictions[victim] = (now + self.grace_s + link.to_host.seconds(size), size)
-            self.credit.asked_out(dev.index, victim, size)
-            self.tallies.evicted(dev.index)
-            actions += [Send(victim, p.Evict(client.numbering.own_ordinal(dev.index), 0, size)),
-                        Log(f"evict {client}: device {dev.index}, {_mib(size)} to the host to "
-                            f"make room for {beneficiary}")]
-        return actions
-
-    def _evictable(self, dev: Device, exclude: set[int]) -> list[tuple[int, int]]:
-        """Clients with memory on the device that may be asked to move it out now (no holder,
-        none of `exclude`), in the order they are asked."""
-        candidates = {cid: size for cid, size in self.residency.on(dev.index).items()
-                      if cid not in dev.holders and cid not in exclude}
-        return eviction_order(candidates, list(dev.waiters))
-
-    def _evict_on_drop(self, dev: Device, cid: int) -> int:
-        """What a holder being dropped moves out as it releases: the room the head waiter (or, with
-        nobody waiting, the holders that stay) needs, as far as its own memory there goes."""
-        staying = sum(1 for h, hold in dev.holders.items()
-                      if hold.dropped_at is None and h != cid)
-        incoming = list(dev.waiters)[:1]
-        needed = self._room_for(dev, incoming, staying + len(incoming))
-        return min(needed, self.residency.of(dev.index, cid))
-
-    def switch_seconds(self, device: int) -> float:
-        """What handing the device to the next client now would cost in moves: the room it
-        needs, moved out now and back in when the holder returns (its own memory comes back
-        whenever it runs, so that is no cost of switching early). The next client is the head
-        waiter or, with nobody waiting, the last other holder that still has memory there: a
-        holder that releases early with nobody waiting is evicted as soon as that one asks."""
-        dev = self.devices.get(device)
-        if dev is None:
-            return 0.0
-        head = next(iter(dev.waiters), None)
-        if head is None:
-            last = self.last_end.get(device, (None, ""))[0]
-            client = self.clients.get(last) if last is not None else None
-            if client is None or last in dev.holders or not client.allocated.get(device):
-                return 0.0
-            head = last
-        out = self._room_for(dev, [head], len(dev.holders))
-        return self._link(device).switch_seconds(out, out)
-
-    def _idle_hints(self, dev: Device, now: float) -> list:
-        """IDLE_HINT for each holder whose advice changed: how long to keep the lock through an
-        idle gap, from what handing it to the head waiter would move and whether anyone waits
-        (cost.idle_release_ms), and what its drop would
-        ask it to move out (so that it can get ready for that while it works)."""
-        actions = []
-        contended = self._first_contender(dev, now) is not None
-        hint = idle_release_ms(self.switch_seconds(dev.index), self.tq, contended)
-        for cid, hold in dev.holders.items():
-            if hold.dropped_at is not None:
-                continue
-            evict = self._evict_on_drop(dev, cid) if dev.waiters else 0
-            if (hint, evict) != (hold.idle_hint_ms, hold.hint_evict_bytes):
-                hold.idle_hint_ms, hold.hint_evict_bytes = hint, evict
-                ordinal = self.clients[cid].numbering.own_ordinal(dev.index)
-                actions.append(Send(cid, p.IdleHint(ordinal, hint, evict)))
-        return actions
+        return (f"holders no longer fit in {mib(budget.capacity)} (allocated "
+                f"{mib(self.holders_memory(dev.index))}, {mib(self.reserve)} reserve each)")
 
     # ----- lock changes ------------------------------------------------------------------------
 
@@ -809,7 +606,7 @@ class Policy(GangRules):
         ordinal = self.clients[cid].numbering.own_ordinal(dev.index)
         return [Send(cid, p.DropLock(ordinal, 0, evict)),
                 Log(f"drop {self.clients[cid]}: device {dev.index} {why}"
-                    f"{f', evict {_mib(evict)} to the host' if evict else ''}")] + \
+                    f"{f', evict {mib(evict)} to the host' if evict else ''}")] + \
             self._drop_gang(cid, now, reason)
 
     def _grant(self, dev: Device, cid: int, now: float, shared: bool) -> list:
@@ -837,7 +634,7 @@ class Policy(GangRules):
         flags = (p.GRANT_AFTER_WAIT if wait.queued else 0) | (p.GRANT_SHARED if shared else 0) | \
             (p.GRANT_OTHERS_RAN if others_ran else 0)
         after = f" after waiting {waited:.3f} s" if wait.queued else ""
-        beside = f", shared ({_mib(self.memory_of(cid, dev.index))} allocated)" if shared else ""
+        beside = f", shared ({mib(self.memory_of(cid, dev.index))} allocated)" if shared else ""
         ordinal = client.numbering.own_ordinal(dev.index)
         actions = [Send(cid, p.LockGranted(ordinal, flags, round(turn * 1000))),
                    Log(f"grant {client}: device {dev.index}{after}{beside}")]

@@ -13,5 +13,10 @@ def printable(text: str, limit: int = 256) -> str:
     return "".join(ch if ch.isprintable() else "?" for ch in text[:limit])
 
 
+def mib(count: int) -> str:
+    """A byte count in whole MiB, for a log line."""
+    return f"{count / (1 << 20):.0f} MiB"
+
+
 def listed(indices: list[int]) -> str:
     return ", ".join(map(str, indices))
