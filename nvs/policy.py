@@ -305,6 +305,8 @@ class Policy(GangRules, ShareRules, RoomRules):
             self.residency.shrink_to(device, cid, allocated)
         actions = [Log(f"memory {client}: device {device} {allocated} bytes allocated",
                        debug=True)]
+        if dev is not None and cid in dev.holders and self.mode is not p.Mode.OFF:
+            actions += self._room_beside_holders(dev, client, now)
         if dev is not None:  # a holder grew or shrank, or the capacity is known now
             actions += self._settle(dev, now)
         return actions

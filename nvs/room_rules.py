@@ -45,6 +45,17 @@ class RoomRules:
         actions += self._evict(dev, plan, self.clients[chosen[0]], now)
         return [] if dev.evictions else chosen
 
+    def _room_beside_holders(self, dev: Device, grown: Client, now: float) -> list:
+        """A holder's memory grew past what the device has room for beside the memory of those
+        not holding it. On a full card the driver would push theirs out page by page as the
+        holder fills it; ask them to move the excess out instead, at their link's speed. Under
+        --capacity-mib this is also what makes the emulated card move what a real one would."""
+        if dev.evictions:
+            return []
+        needed = self._room_for(dev, [], len(dev.holders))
+        plan = take(needed, self._evictable(dev, exclude=set())) if needed else []
+        return self._evict(dev, plan, grown, now)
+
     def _evict(self, dev: Device, plan: list[tuple[int, int]], beneficiary: Client,
                now: float) -> list:
         """Ask clients that do not hold the device to move memory out, and wait for them; a

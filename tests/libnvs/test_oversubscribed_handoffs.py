@@ -124,6 +124,34 @@ def test_an_idle_client_is_asked_to_make_the_room_a_grant_needs(gpu_with_migrati
     assert "drop client" not in log, log
 
 
+def test_a_holder_that_grows_past_the_room_has_idle_clients_make_more(gpu_with_migrating):
+    """Granted with nothing allocated, the holder then allocates: as a full card's driver would
+    push the idle program's memory out page by page, the scheduler asks it to move the excess
+    out."""
+    gpu, scheduler = gpu_with_migrating(device_mem="16G", tq=10)
+    env = {"FAKECUDA_MIGRATE_GBPS": "10"}
+    idle = gpu.start(["init", "alloc", "a", "12G", "launch", 100_000, "stream-sync",
+                      "touch-file", gpu.path("ran"), "wait-file", gpu.path("end")], env=env)
+    wait_file(gpu.path("ran"))
+    wait_for(lambda: re.search(rf"release client \d+ \(pid {idle.pid},.*early \(idle\)",
+                               scheduler.log()), "the idle program's early release")
+    grower = gpu.start(["init", "launch", 100_000, "stream-sync", "alloc", "b", "6G",
+                        *["launch", 100_000, "stream-sync"] * 5], env=env)
+    done = grower.wait()
+    gpu.path("end").touch()
+    for result in (done, idle.wait()):
+        assert result.returncode == 0, result.describe()
+
+    log = scheduler.log()
+    needed = room(12 * GIB, 6 * GIB)
+    granted = first(log, rf"grant client \d+ \(pid {grower.pid},")
+    evict = first(log, rf"evict client \d+ \(pid {idle.pid},[^\n]*: device 0, {needed // MIB} "
+                       rf"MiB to the host to make room for client \d+ \(pid {grower.pid},")
+    ((moved, _),) = moves(log, idle.pid, "host")
+    assert granted < evict and 0 < moved <= needed + PAGE, log
+    assert "drop client" not in log, log
+
+
 def test_gaps_shorter_than_a_swap_keep_the_lock_until_the_quantum_ends(gpu_with_migrating):
     gpu, scheduler = gpu_with_migrating(device_mem="16G", tq=2)
     # A swap of 4.75 GiB each way at 4 GB/s takes 2.5 s; each pass then idles 300 ms, past the

@@ -339,3 +339,32 @@ def test_mode_off_puts_all_memory_back_and_every_next_grant_says_others_ran():
     assert driver.take_sent() == [(2, p.Evict(0, 0, 8 * G + RESERVE + MARGIN))]
     driver.moved(2, 8 * G + RESERVE + MARGIN)
     assert driver.take_sent(1)[0].flags & p.GRANT_OTHERS_RAN
+
+
+def evicted(driver: Driver, cid: int) -> list[int]:
+    """Bytes each EVICT since the last look asked of `cid` (its other messages are dropped)."""
+    return [m.bytes for m in driver.take_sent(cid) if isinstance(m, p.Evict)]
+
+
+@pytest.mark.parametrize("mode", [p.Mode.ON, p.Mode.AUTO])
+def test_a_holder_that_grows_has_clients_not_holding_make_the_room(mode):
+    """Client 2 ran and let go with 16 GiB there; client 1 was granted with nothing allocated,
+    then allocates 16 GiB: 8.5 GiB too many for 24 GiB, as a full card's driver would find."""
+    driver = Driver(tq=10, mode=mode, limit=CAPACITY)
+    for cid in (1, 2):
+        driver.register(cid)
+    driver.mem(2, 16 * G, total=80 * G)
+    driver.request(2)
+    driver.release(2, reason=p.ReleaseReason.IDLE)
+    driver.request(1)
+    driver.take_sent()
+    driver.mem(1, 4 * G)  # still fits beside client 2's memory
+    assert evicted(driver, 2) == []
+    driver.mem(1, 16 * G)
+    assert evicted(driver, 2) == [8 * G + RESERVE + MARGIN]
+    driver.mem(1, 17 * G)  # no second ask while the first is unanswered
+    assert evicted(driver, 2) == []
+    driver.moved(2, 8 * G + RESERVE + MARGIN, device=0)
+    assert driver.policy.residency.of(0, 2) == 8 * G - RESERVE - MARGIN
+    assert driver.holders() == [1]
+
