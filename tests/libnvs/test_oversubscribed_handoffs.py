@@ -94,23 +94,34 @@ def test_progress_keeps_a_holder_whose_moves_outlast_the_schedulers_deadline(gpu
                                     starts(log, rf"drop client \d+ \(pid {long.pid},")), log
 
 
-def test_an_idle_client_is_asked_to_make_the_room_a_grant_needs(gpu_with_migrating):
-    gpu, scheduler = gpu_with_migrating(device_mem="16G", tq=10)
-    env = {"FAKECUDA_MIGRATE_GBPS": "10"}
+def idle_with_memory(gpu, scheduler, env: dict):
+    """A program that has run with 12 GiB and let the lock go, idle until the file "end"."""
     idle = gpu.start(["init", "alloc", "a", "12G", "launch", 100_000, "stream-sync",
                       "touch-file", gpu.path("ran"), "wait-file", gpu.path("end")], env=env)
     wait_file(gpu.path("ran"))
-    # Once the idle program has let the lock go, the newcomer's room can only come from a
-    # client that holds nothing: an EVICT, not a drop.
     wait_for(lambda: re.search(rf"release client \d+ \(pid {idle.pid},.*early \(idle\)",
                                scheduler.log()), "the idle program's early release")
+    return idle
+
+
+def then_both_succeed(gpu, first_done, idle) -> None:
+    """The first program has ended; end the idle one (only now: its leaving would make room
+    by itself) and check both."""
+    gpu.path("end").touch()
+    for result in (first_done, idle.wait()):
+        assert result.returncode == 0, result.describe()
+
+
+def test_an_idle_client_is_asked_to_make_the_room_a_grant_needs(gpu_with_migrating):
+    gpu, scheduler = gpu_with_migrating(device_mem="16G", tq=10)
+    env = {"FAKECUDA_MIGRATE_GBPS": "10"}
+    # Once the idle program has let the lock go, the newcomer's room can only come from a
+    # client that holds nothing: an EVICT, not a drop.
+    idle = idle_with_memory(gpu, scheduler, env)
     # It launches right after allocating: libnvs reports the new memory before its lock request,
     # or the grant would make no room for it.
     newcomer = gpu.start(["init", "alloc", "b", "6G", "launch", 100_000, "stream-sync"], env=env)
-    done = newcomer.wait()
-    gpu.path("end").touch()  # only now: the idle program's leaving would make the room itself
-    for result in (done, idle.wait()):
-        assert result.returncode == 0, result.describe()
+    then_both_succeed(gpu, newcomer.wait(), idle)
 
     log = scheduler.log()
     needed = room(12 * GIB, 6 * GIB)
@@ -130,17 +141,10 @@ def test_a_holder_that_grows_past_the_room_has_idle_clients_make_more(gpu_with_m
     out."""
     gpu, scheduler = gpu_with_migrating(device_mem="16G", tq=10)
     env = {"FAKECUDA_MIGRATE_GBPS": "10"}
-    idle = gpu.start(["init", "alloc", "a", "12G", "launch", 100_000, "stream-sync",
-                      "touch-file", gpu.path("ran"), "wait-file", gpu.path("end")], env=env)
-    wait_file(gpu.path("ran"))
-    wait_for(lambda: re.search(rf"release client \d+ \(pid {idle.pid},.*early \(idle\)",
-                               scheduler.log()), "the idle program's early release")
+    idle = idle_with_memory(gpu, scheduler, env)
     grower = gpu.start(["init", "launch", 100_000, "stream-sync", "alloc", "b", "6G",
                         *["launch", 100_000, "stream-sync"] * 5], env=env)
-    done = grower.wait()
-    gpu.path("end").touch()
-    for result in (done, idle.wait()):
-        assert result.returncode == 0, result.describe()
+    then_both_succeed(gpu, grower.wait(), idle)
 
     log = scheduler.log()
     needed = room(12 * GIB, 6 * GIB)
