@@ -16,6 +16,8 @@
 
 /* Only the CUDA entry points leave the library; everything else stays internal. */
 #define FAKE_API __attribute__((visibility("default")))
+/* As many devices as libnvs keeps memory records for, past the ones it gates (16). */
+#define FAKE_MAX_DEVICES 64
 
 /* ---- configuration (environment, read once) ------------------------------------------------ */
 struct fake_config {

@@ -20,7 +20,6 @@
 
 #include "fake_driver.h"
 
-#define FAKE_MAX_DEVICES 8
 #define PITCH_ALIGN 512
 
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;

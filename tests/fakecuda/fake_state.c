@@ -8,7 +8,6 @@
 #include "fake_driver.h"
 
 #define FAKE_DRIVER_VERSION 13000
-#define FAKE_MAX_DEVICES 8
 #define FAKE_CTX_STACK 16
 
 /* ---- configuration ------------------------------------------------------------------------- */
@@ -72,7 +71,7 @@ static void config_load(void)
         if (parse_uint(v, &n) && n >= 1 && n <= FAKE_MAX_DEVICES)
             config.device_count = (int)n;
         else
-            config.config_error = "FAKECUDA_DEVICE_COUNT must be a whole number from 1 to 8";
+            config.config_error = "FAKECUDA_DEVICE_COUNT must be a whole number from 1 to 64";
     }
     if ((v = getenv("FAKECUDA_KERNEL_US")) && *v) {
         if (parse_uint(v, &n))

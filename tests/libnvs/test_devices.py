@@ -191,3 +191,23 @@ def test_threads_launching_on_a_second_device_without_races(gpu_with, tsan_prelo
     assert ran_on(events, a.pid) == ran_on(events, b.pid) == {"1"}
     assert not fakelog.overlapping(fakelog.exec_intervals(events, a.pid),
                                    fakelog.exec_intervals(events, b.pid))
+
+
+def test_work_past_the_gated_devices_runs_ungated_and_says_so_once(gpu_with):
+    """Device 17 of 20: no lock exists for it, so its work runs at once beside the holder of
+    device 0, after one stderr line; the scheduler hears no request for it and keeps no lock."""
+    gpu, scheduler = gpu_with(**FOREVER)
+    env = {"FAKECUDA_DEVICE_COUNT": "20", **NO_EARLY_RELEASE}
+    holder = gpu.start(["init", "launch", 100, "sync", "touch-file", gpu.path("held"),
+                        "wait-file", gpu.path("end")], env=env)
+    wait_file(gpu.path("held"))
+    far = gpu.run(["init", "device", 17, "alloc", "x", "1M", "launch", 100, "sync",
+                   "launch", 100, "sync", "device", 19, "launch", 100, "sync"], env=env)
+    assert far.returncode == 0, far.describe()
+    assert far.stderr.count("gemshare takes locks for devices 0 to 15 only") == 1, far.stderr
+    assert ran_on(gpu.events(), far.pid) == {"17", "19"}
+    status = scheduler_status(scheduler.socket)
+    assert all(device["index"] < 16 for device in status["devices"]), status
+    assert client_of(status, far.pid) is None  # gone, and nothing of it left behind
+    gpu.path("end").touch()
+    assert holder.wait().returncode == 0
