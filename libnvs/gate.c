@@ -194,6 +194,12 @@ int gs_side_pointer(CUdeviceptr ptr)
     return ordinal;
 }
 
+int gs_side_typed(CUmemorytype type, CUdeviceptr ptr)
+{
+    return type == CU_MEMORYTYPE_DEVICE || type == CU_MEMORYTYPE_UNIFIED ? gs_side_pointer(ptr)
+                                                                         : -1;
+}
+
 /* Opening wakes the threads waiting for the gate; closing, those that keep it entered while
  * they wait for another (gs_gate_wait_span). */
 static void gs_gate_set(int device, int open)

@@ -62,6 +62,12 @@ void gs_gate_exit_span(struct gs_gates_entered entered);
  * memory (-1 for host memory, a pointer the driver does not know, or none). */
 int gs_side_context(CUcontext ctx);
 int gs_side_pointer(CUdeviceptr ptr);
+/* A side of a copy that names its kind of memory: a pointer's device for device or unified
+ * memory, none for host memory and arrays. */
+int gs_side_typed(CUmemorytype type, CUdeviceptr ptr);
+/* The side `side` (src or dst) of a CUDA_MEMCPY2D/3D structure, which may be NULL. */
+#define GS_SIDE_OF(copy, side)                                                                   \
+    ((copy) ? gs_side_typed((copy)->side##MemoryType, (copy)->side##Device) : -1)
 
 static inline void gs_gate_exit(int gate)
 {

@@ -1,7 +1,8 @@
 """Copies between two devices pass the gates of both: a program on devices 0 and 1 copying from
 one to the other waits for both locks, taking the gates in device order. The
 fake driver has two devices here (see test_devices.py); each buffer remembers the context it
-was made in, so `copy-peer` names both sides' contexts and `copy-dtod` only their pointers."""
+was made in, so `copy-peer` names both sides' contexts, `copy-dtod` only their pointers and
+`copy-2d`/`copy-3d` their pointers in a structure."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 from libnvs_programs import NO_EARLY_RELEASE, client_of, scheduler_status, wait_file, wait_for
 from test_devices import FOREVER, TWO_DEVICES, devices_of
 
-COPIES = ("copy-peer", "copy-dtod")
+COPIES = ("copy-peer", "copy-dtod", "copy-2d", "copy-3d")
 
 
 def waits_for(scheduler, pid: int, device: int) -> dict:
@@ -51,7 +52,8 @@ def all_succeed(*programs) -> None:
 def copy_starts(events: list, pid: int) -> list[int]:
     """When the program's own copies between devices began to run (not libnvs's moves)."""
     seqs = {e.get("seq") for e in fakelog.named(events, "memcpy", pid=pid)
-            if e.get("api", "").startswith(("cuMemcpyPeer", "cuMemcpyDtoD"))}
+            if e.get("api", "").startswith(("cuMemcpyPeer", "cuMemcpyDtoD", "cuMemcpy2D",
+                                            "cuMemcpy3D"))}
     return [e.ns for e in fakelog.named(events, "exec_begin", pid=pid) if e.get("seq") in seqs]
 
 
