@@ -83,6 +83,7 @@ static void gs_send_request(struct gs_session *s, int device)
     }
     bool keeping = gs_gate_keeping(device);
     struct gs_request_lock m = {(uint32_t)device, keeping ? GS_REQUEST_KEEPING : 0};
+    s->devices[device].keeping_sent = keeping;
     if (gs_conn_send(&s->conn, GS_MSG_REQUEST_LOCK, &m, sizeof m))
         gs_debug("requested the lock of device %d%s", device,
                  keeping ? ", keeping lower devices for a copy between them" : "");
@@ -159,9 +160,17 @@ static void gs_carry_out(struct gs_session *s, const struct gs_lock_actions *tod
 void gs_lock_request_wanted(struct gs_session *s)
 {
     struct gs_lock_actions todo = {0};
-    for (int d = 0; d < GS_GATED_DEVICES; d++)
-        if (gs_gate_wanted(d) && gs_session_live(s))
+    for (int d = 0; d < GS_GATED_DEVICES; d++) {
+        if (!gs_gate_wanted(d) || !gs_session_live(s))
+            continue;
+        /* A copy between devices came to wait behind a plain request: say it keeps its lower
+         * devices now (the scheduler takes a repeat with the flag as that). */
+        if (s->lock.devices[d].state == GS_LOCK_REQUESTED && gs_gate_keeping(d) &&
+            !s->devices[d].keeping_sent)
+            gs_send_request(s, d);
+        else
             gs_lock_core_wanted(&s->lock, d, &todo);
+    }
     gs_carry_out(s, &todo);
 }
 

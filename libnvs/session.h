@@ -21,6 +21,7 @@ struct gs_device_watch {
     /* The work submitted before idle_since is known to have finished (a synchronize found it
      * so): idle time counted from then is time the GPU really had nothing to do. */
     bool idle_drained;
+    bool keeping_sent; /* the outstanding request said REQUEST_KEEPING */
 };
 
 struct gs_session {

@@ -63,6 +63,8 @@ static const char usage[] =
     "  capture-graph N US        capture N launches, instantiate (then graph-launch)\n"
     "  capture-mode global|thread|relaxed   cuThreadExchangeStreamCaptureMode\n"
     "  threads N LAUNCHES US     N threads launching at once, each then synchronizing\n"
+    "  thread-start LAUNCHES US | thread-join   one such thread on the current device, in the\n"
+    "                            background while the next steps run; then waited for\n"
     "  ctx-create | ctx-primary  a new context / the primary one becomes current\n"
     "  device N                  device N's primary context becomes current (retained, kernels\n"
     "                            loaded there); later steps use its default stream\n"
@@ -587,6 +589,7 @@ static void step_capture_graph(int n, unsigned int us)
 }
 
 struct thread_job {
+    CUcontext ctx; /* the current one when the thread was started */
     int launches;
     unsigned int us;
     int failures;
@@ -595,7 +598,7 @@ struct thread_job {
 static void *thread_main(void *arg)
 {
     struct thread_job *job = arg;
-    if (api.cuCtxSetCurrent(context) != CUDA_SUCCESS)
+    if (api.cuCtxSetCurrent(job->ctx) != CUDA_SUCCESS)
         job->failures++;
     for (int i = 0; i < job->launches; i++)
         if (api.cuLaunchKernel(sleep_fn, job->us, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL) !=
@@ -613,7 +616,7 @@ static void step_threads(int n, int launches, unsigned int us)
     if (n < 1 || n > 256)
         die_usage("threads takes 1 to 256 threads");
     for (int i = 0; i < n; i++) {
-        jobs[i] = (struct thread_job){launches, us ? us : 1, 0};
+        jobs[i] = (struct thread_job){context, launches, us ? us : 1, 0};
         if (pthread_create(&tids[i], NULL, thread_main, &jobs[i]) != 0)
             die_usage("cannot start a thread");
     }
@@ -624,6 +627,32 @@ static void step_threads(int n, int launches, unsigned int us)
     }
     report(bad ? CUDA_ERROR_UNKNOWN : CUDA_SUCCESS, "threads", "threads=%d launches=%d failed=%d",
            n, n * launches, bad);
+}
+
+/* One thread launching in the background on the current device while the steps go on. */
+static pthread_t background;
+static struct thread_job background_job;
+static bool background_running;
+
+static void step_thread_start(int launches, unsigned int us)
+{
+    if (background_running)
+        die_usage("thread-start: one background thread at a time (thread-join first)");
+    background_job = (struct thread_job){context, launches, us ? us : 1, 0};
+    if (pthread_create(&background, NULL, thread_main, &background_job) != 0)
+        die_usage("cannot start a thread");
+    background_running = true;
+    report(CUDA_SUCCESS, "thread-start", "launches=%d", launches);
+}
+
+static void step_thread_join(void)
+{
+    if (!background_running)
+        die_usage("thread-join: no background thread");
+    pthread_join(background, NULL);
+    background_running = false;
+    report(background_job.failures ? CUDA_ERROR_UNKNOWN : CUDA_SUCCESS, "thread-join",
+           "failed=%d", background_job.failures);
 }
 
 static void step_get_proc(const char *name, int version, unsigned long long flags)
@@ -866,6 +895,11 @@ static bool run_step(int *i, int argc, char **argv)
         report(api.cuMemRelease(b->handle), "vmm-release", "name=%s", b->name);
         b->handle = 0;
     }
+    else if (strcmp(step, "thread-start") == 0) {
+        int launches = (int)parse_size(ARG());
+        step_thread_start(launches, (unsigned int)parse_size(ARG()));
+    } else if (strcmp(step, "thread-join") == 0)
+        step_thread_join();
     else if (strcmp(step, "threads") == 0) {
         int n = (int)parse_size(ARG());
         int launches = (int)parse_size(ARG());

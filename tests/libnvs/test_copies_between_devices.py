@@ -6,6 +6,7 @@ was made in, so `copy-peer` names both sides' contexts, `copy-dtod` only their p
 
 from __future__ import annotations
 
+import re
 import time
 
 import libnvs_fakelog as fakelog
@@ -129,3 +130,22 @@ def test_a_drop_of_a_device_kept_for_a_copy_lets_it_go_at_once(gpu_with, short_t
     assert "gpu limit 0.05 reached" in log and "revoke" not in log, log
     gpu.path("end").touch()
     assert holder.wait().returncode == 0
+
+
+def test_a_copy_waiting_behind_a_plain_request_says_it_keeps_its_lower_devices(gpu_with):
+    """A thread of the program already waits for device 1 for its own work when the copy comes
+    to wait there too: the request goes out again with REQUEST_KEEPING, which the scheduler
+    takes as such."""
+    gpu, scheduler = gpu_with(**FOREVER)
+    holder = hold_device_1(gpu)
+    copier = gpu.start(["init", "alloc", "a", "1M", "device", 1, "alloc", "b", "1M",
+                        "thread-start", 1, 100, "wait-file", gpu.path("copy"),
+                        "device", 0, "launch", 100, "sync", "copy-peer", "b", "a", "sync",
+                        "thread-join"], env={**TWO_DEVICES, **NO_EARLY_RELEASE})
+    waiting = waits_for(scheduler, copier.pid, 1)  # the thread's own, plain request
+    assert "keeping" not in scheduler.log()
+    gpu.path("copy").touch()
+    keeping = rf"request client {waiting['id']} \(pid {copier.pid},[^\n]*device 1, keeping"
+    wait_for(lambda: re.search(keeping, scheduler.log()), "the request saying it keeps")
+    gpu.path("end").touch()
+    all_succeed(holder, copier)
