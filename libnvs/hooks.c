@@ -33,14 +33,10 @@
     CUresult gs_hook_##name params;                                                              \
     CUresult gs_hook_##name params                                                               \
     {                                                                                            \
-        int gate = gs_gate_enter();                                                              \
-        if (gate >= 0) {                                                                         \
-            CUresult result = GS_REAL(entry, variant) args;                                      \
-            gs_gate_exit(gate);                                                                  \
-            return result;                                                                       \
-        }                                                                                        \
-        struct gs_gates_entered gates = gs_gate_wait_span(                                       \
-            variant, (CUstream)GS_SPAN_STREAM sides, GS_SPAN_SIDES sides);                       \
+        struct gs_gates_entered gates = {1, {gs_gate_enter()}};                                  \
+        if (gates.gate[0] < 0)                                                                   \
+            gates = gs_gate_wait_span(variant, (CUstream)GS_SPAN_STREAM sides,                   \
+                                      GS_SPAN_SIDES sides);                                      \
         CUresult result = GS_REAL(entry, variant) args;                                          \
         gs_gate_exit_span(gates);                                                                \
         return result;                                                                           \

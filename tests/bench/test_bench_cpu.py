@@ -3,14 +3,9 @@ writes one JSON object with every published key and sane values. Speed is never 
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import subprocess
-import sys
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from quick_bench import run_quick
 HANDOFF_KEYS = [f"{prefix}_{what}" for prefix in ("handoff", "handoff_8", "handoff_64")
                 for what in ("p50_us", "p99_us", "samples")]
 # Differences of two medians: noise may make them negative in a quick run, never infinite.
@@ -20,12 +15,7 @@ POSITIVE = HANDOFF_KEYS + ["hook_launch_ns_plain", "hook_launch_ns_libnvs", "sca
 
 
 def test_quick_bench_cpu_writes_every_key(tmp_path):
-    out = tmp_path / "bench.json"
-    env = {**os.environ, "BENCH_QUICK": "1", "BENCH_JSON": str(out)}
-    done = subprocess.run([sys.executable, str(REPO / "bench" / "run_cpu.py")], env=env,
-                          capture_output=True, text=True, timeout=180)
-    assert done.returncode == 0, done.stdout + done.stderr
-    results = json.loads(out.read_text())
+    done, results = run_quick("run_cpu.py", tmp_path / "bench.json")
     for key in POSITIVE + DIFFERENCES:
         assert key in results, f"{key} missing from {sorted(results)}"
         assert isinstance(results[key], (int, float)) and math.isfinite(results[key]), \

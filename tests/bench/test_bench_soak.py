@@ -4,14 +4,9 @@ came through (no failed program, fuzz or control request, no client left) is beh
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import subprocess
-import sys
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from quick_bench import run_quick
 MEASURED = [f"soak_rss_{when}_mib" for when in ("start", "end", "peak")] + \
     [f"soak_fds_{when}" for when in ("start", "end", "peak")] + \
     [f"soak_handoff_{q}_{when}_us" for q in ("p50", "p99") for when in ("start", "end")]
@@ -22,12 +17,7 @@ COUNTED = ["soak_programs_started", "soak_programs_killed", "soak_program_failur
 
 
 def test_quick_bench_soak_writes_every_key(tmp_path):
-    out = tmp_path / "soak.json"
-    env = {**os.environ, "BENCH_QUICK": "1", "BENCH_JSON": str(out)}
-    done = subprocess.run([sys.executable, str(REPO / "bench" / "soak.py")], env=env,
-                          capture_output=True, text=True, timeout=180)
-    assert done.returncode == 0, done.stdout + done.stderr
-    results = json.loads(out.read_text())
+    done, results = run_quick("soak.py", tmp_path / "soak.json")
     for key in MEASURED:
         assert key in results, f"{key} missing from {sorted(results)}"
         assert isinstance(results[key], (int, float)) and math.isfinite(results[key]) and \

@@ -48,35 +48,34 @@ def hinted_holder(scripted, own_ms: str, hint_ms: int):
     return gpu, scheduler, program
 
 
-def test_a_shorter_hint_shortens_the_early_release(scripted):
-    gpu, scheduler, program = hinted_holder(scripted, "5000", 100)
+def released_after_launch(scripted, own_ms: str, hint_ms: int) -> tuple[p.LockReleased, int]:
+    """hinted_holder's release, once the process has ended, and how long after its launch it
+    came, in ns."""
+    gpu, scheduler, program = hinted_holder(scripted, own_ms, hint_ms)
     ((released_ns, released),) = scheduler.wait_for(program.pid, p.LockReleased)
     gpu.path("end").touch()
     assert program.wait().returncode == 0
-    assert released.reason == p.ReleaseReason.IDLE
     (launch,) = fakelog.named(gpu.events(), "launch", pid=program.pid)
-    assert released_ns - launch.ns < 4 * SECOND, "the process kept its own, longer idle time"
+    return released, released_ns - launch.ns
+
+
+def test_a_shorter_hint_shortens_the_early_release(scripted):
+    released, after_ns = released_after_launch(scripted, "5000", 100)
+    assert released.reason == p.ReleaseReason.IDLE
+    assert after_ns < 4 * SECOND, "the process kept its own, longer idle time"
 
 
 def test_a_short_hint_never_lengthens_a_shorter_setting(scripted):
-    gpu, scheduler, program = hinted_holder(scripted, "10", 240)
-    ((released_ns, released),) = scheduler.wait_for(program.pid, p.LockReleased)
-    gpu.path("end").touch()
-    assert program.wait().returncode == 0
-    (launch,) = fakelog.named(gpu.events(), "launch", pid=program.pid)
-    assert released_ns - launch.ns < 0.2 * SECOND, "the hint made the process keep the lock"
+    _, after_ns = released_after_launch(scripted, "10", 240)
+    assert after_ns < 0.2 * SECOND, "the hint made the process keep the lock"
 
 
 def test_a_cheap_handoff_hint_counts_idle_time_once(scripted):
     """A hint below the floor (someone waits, nothing to move) is no reason to wait for a second
     idle period after the GPU is found done: the release comes one hint after the last work."""
-    gpu, scheduler, program = hinted_holder(scripted, "5000", 240)
-    ((released_ns, released),) = scheduler.wait_for(program.pid, p.LockReleased)
-    gpu.path("end").touch()
-    assert program.wait().returncode == 0
+    released, after_ns = released_after_launch(scripted, "5000", 240)
     assert released.reason == p.ReleaseReason.IDLE
-    (launch,) = fakelog.named(gpu.events(), "launch", pid=program.pid)
-    assert 0.24 * SECOND <= released_ns - launch.ns < 0.42 * SECOND
+    assert 0.24 * SECOND <= after_ns < 0.42 * SECOND
 
 
 def test_a_hint_never_turns_early_release_on(scripted):
