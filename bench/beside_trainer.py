@@ -23,8 +23,15 @@ import sys
 import time
 from pathlib import Path
 
-from beside_report import (burst_records, bursts_figures, run_line, step_times, steps_per_s,
-                           summary, together_figures)
+from beside_report import (
+    burst_records,
+    bursts_figures,
+    run_line,
+    step_times,
+    steps_per_s,
+    summary,
+    together_figures,
+)
 from gpu_runs import attempt, free_mib, inherited, keep_log, launch, private_scheduler, stop
 from scheduler_log import lock_events
 

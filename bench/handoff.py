@@ -27,7 +27,6 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "libnvs"))
 import libnvs_fakelog  # noqa: E402  (the one reader of the fake driver's log format)
 from libnvs_programs import FakeGpu, wait_file  # noqa: E402
-
 from scheduler_process import SchedulerProcess  # noqa: E402
 
 IDLE_RELEASE_MS = 2  # early release after 2 ms without a submission

@@ -21,10 +21,11 @@ import sys
 import time
 from pathlib import Path
 
-from gemshare_nvs.connection import Connection, SchedulerUnavailable
-from gemshare_nvs.protocol import ProtocolError
 from gpu_runs import attempt, free_mib, inherited, keep_log, launch, private_scheduler, stop
 from scheduler_log import lock_events
+
+from gemshare_nvs.protocol import ProtocolError
+from gemshare_nvs.wire.connection import Connection, SchedulerUnavailable
 
 WORKLOAD = Path(__file__).resolve().parent / "gpu" / "oversub_pass.py"
 SCENARIOS = {"oversubscribed pair": 0.0, "oversubscribed pair, half busy": 0.5}  # name: gap

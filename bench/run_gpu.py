@@ -27,8 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import beside_trainer  # noqa: E402
 import multi_gpu  # noqa: E402
 import oversub  # noqa: E402
-from beside_report import print_beside  # noqa: E402
 from ab import interleave, run_json  # noqa: E402
+from beside_report import print_beside  # noqa: E402
 from scheduler_process import SchedulerProcess  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]

@@ -17,10 +17,10 @@ import socket
 import time
 from pathlib import Path
 
-from gemshare_nvs import protocol as p
-from gemshare_nvs.connection import Connection
-
 from scheduler_process import SchedulerProcess
+
+from gemshare_nvs import protocol as p
+from gemshare_nvs.wire.connection import Connection
 
 RELEASE_AND_REQUEST = (p.encode(p.LockReleased(0, p.ReleaseReason.IDLE))
                        + p.encode(p.RequestLock(0)))

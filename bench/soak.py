@@ -11,7 +11,7 @@ scheduler). In between, three kinds of traffic run at once:
             A program that fails on its own, or warns on stderr (e.g. that it lost the
             scheduler), is counted as a failure;
   fuzz      connections with random, odd and broken frames, from
-            tests/scheduler/test_scheduler_fuzz_frames.py (each checks that the scheduler
+            tests/wire/test_scheduler_fuzz_frames.py (each checks that the scheduler
             closed it, if at all, with the ERROR its last frame deserves);
   control   gemsharectl's requests: status many times a second, and every half second a `set`
             (TQ and mode) or a `client` request for a running program; the settings are
@@ -39,15 +39,16 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 sys.path.insert(0, str(BENCH))
-sys.path.insert(0, str(REPO / "tests" / "scheduler"))
+sys.path.insert(0, str(REPO / "tests" / "wire"))
 import handoff  # noqa: E402
 import libnvs_fakelog  # noqa: E402  (on the path through handoff)
 import test_scheduler_fuzz_frames as fuzz  # noqa: E402
-from gemshare_nvs.connection import Connection  # noqa: E402
 from libnvs_programs import FakeGpu, wait_file  # noqa: E402
 from run_cpu import environment  # noqa: E402
 from scheduler_process import SchedulerProcess  # noqa: E402
 from scheduler_scale import resident_kib  # noqa: E402
+
+from gemshare_nvs.wire.connection import Connection  # noqa: E402
 
 BUILD = Path(os.environ.get("GEMSHARE_BUILD_DIR") or REPO / "build").resolve()
 SEED = 20261125

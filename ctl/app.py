@@ -21,14 +21,23 @@ from rich.live import Live
 from rich.markup import escape
 from rich.text import Text
 
-from gemshare_nvs import config_file
-from gemshare_nvs.config import ConfigError
-from gemshare_nvs.config_shadows import shadows
-from gemshare_nvs.connection import DEFAULT_SOCKET, socket_path
-from gemshare_nvs.settings import (DEFAULT_CONFIG, DEFAULT_CONTROL_GROUP, GPU_LIMIT,
-                                   MEMORY_LIMIT, MIN_SLICE_MS, MODE_LABELS, TQ, TQ_MAX, TQ_MIN,
-                                   WEIGHT)
+from gemshare_nvs.config import file as config_file
+from gemshare_nvs.config.parsing import ConfigError
+from gemshare_nvs.config.settings import (
+    DEFAULT_CONFIG,
+    DEFAULT_CONTROL_GROUP,
+    GPU_LIMIT,
+    MEMORY_LIMIT,
+    MIN_SLICE_MS,
+    MODE_LABELS,
+    TQ,
+    TQ_MAX,
+    TQ_MIN,
+    WEIGHT,
+)
+from gemshare_nvs.config.shadows import shadows
 from gemshare_nvs.version import version
+from gemshare_nvs.wire.connection import DEFAULT_SOCKET, socket_path
 
 from . import client, options, render, top_loop
 from .config_view import config_view, errors_view

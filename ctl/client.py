@@ -10,8 +10,8 @@ import errno
 import os
 from pathlib import Path
 
-from gemshare_nvs import control
-from gemshare_nvs.connection import Connection, SchedulerUnavailable
+from gemshare_nvs.config import control
+from gemshare_nvs.wire.connection import Connection, SchedulerUnavailable
 
 from .errors import CtlError, ExitCode
 

@@ -9,7 +9,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from gemshare_nvs.config import Config, ConfigError
+from gemshare_nvs.config.parsing import Config, ConfigError
 from gemshare_nvs.protocol import Mode
 
 from .render import MISSING, human_bytes

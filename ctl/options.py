@@ -11,7 +11,7 @@ from typing import Callable, Optional
 
 import typer
 
-from gemshare_nvs.settings import PositiveNumber, Size, WholeNumber, check_mode
+from gemshare_nvs.config.settings import PositiveNumber, Size, WholeNumber, check_mode
 
 NO_LIMIT = "none"  # what lifts a limit a config rule gives
 

@@ -13,18 +13,18 @@ import time
 
 import trio
 
-from . import command_line, fd_limits, journal, sdnotify
-from .config import ConfigError
-from .configuration import Configuration
-from .gpus import Gpus
-from .listener import ListenerError, Listening, open_listener
-from .log_rate import PeerRateLimit
-from .metrics import registry_for
-from .metrics_http import MetricsError, bind
-from .metrics_http import serve as serve_metrics
-from .server import Server
-from .settings import Settings
-from .summary import summary_line
+from .config.configuration import Configuration
+from .config.parsing import ConfigError
+from .config.settings import Settings
+from .observe.metrics import registry_for
+from .observe.metrics_http import MetricsError, bind
+from .observe.metrics_http import serve as serve_metrics
+from .observe.summary import summary_line
+from .service import command_line, fd_limits, journal, sdnotify
+from .service.gpus import Gpus
+from .service.log_rate import PeerRateLimit
+from .service.server import Server
+from .wire.listener import ListenerError, Listening, open_listener
 
 log = logging.getLogger("gemshare.scheduler")
 

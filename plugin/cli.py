@@ -10,8 +10,8 @@ import signal
 import sys
 import threading
 
-from gemshare_nvs.connection import DEFAULT_SOCKET, socket_path
 from gemshare_nvs.version import version
+from gemshare_nvs.wire.connection import DEFAULT_SOCKET, socket_path
 
 from .allocation import CONTAINER_LIBRARY, Paths
 from .lifecycle import Plugin

@@ -10,6 +10,9 @@ front (it must exec the rest), `pass_fds=` keeps descriptors open in the child. 
 started is stopped at teardown. A test scheduler reads `gemshare.toml` and keeps its settings in
 `state/` of its own directory, never the machine's, unless `config=` or `state_dir=` say where.
 
+`inprocess_scheduler(**settings)` runs the Trio server inside the test's own nursery instead
+(tests/inprocess.py).
+
 `run_scheduler(*args, env=None)` runs gemshare-scheduler with exactly `args` for a run that is
 expected to end by itself (bad options, socket refused) and returns the CompletedProcess.
 """
@@ -27,8 +30,12 @@ import time
 from pathlib import Path
 
 import pytest
+from inprocess import InProcess
 
-from gemshare_nvs.connection import Connection
+from gemshare_nvs.config.settings import Settings
+from gemshare_nvs.service.server import Server
+from gemshare_nvs.wire.connection import Connection
+from gemshare_nvs.wire.listener import open_listener
 
 REPO = Path(__file__).resolve().parent.parent
 START_TIMEOUT = 15.0
@@ -161,3 +168,20 @@ def run_scheduler():
                               capture_output=True, text=True, cwd=REPO, timeout=30,
                               env=scheduler_environment(env), stdin=subprocess.DEVNULL)
     return run
+
+
+@pytest.fixture
+async def inprocess_scheduler(nursery, short_tmp_dirs):
+    started: list[InProcess] = []
+
+    async def start(**options) -> InProcess:
+        settings = Settings(socket=short_tmp_dirs() / "scheduler.sock", **options)
+        listening = open_listener(settings.socket)
+        running = InProcess(Server(settings, listening.sock), listening)
+        started.append(running)
+        await nursery.start(running.run)
+        return running
+
+    yield start
+    for running in started:
+        await running.stop()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 from quick_bench import run_quick
+
 HANDOFF_KEYS = [f"{prefix}_{what}" for prefix in ("handoff", "handoff_8", "handoff_64")
                 for what in ("p50_us", "p99_us", "samples")]
 # Differences of two medians: noise may make them negative in a quick run, never infinite.

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 from quick_bench import run_quick
+
 MEASURED = [f"soak_rss_{when}_mib" for when in ("start", "end", "peak")] + \
     [f"soak_fds_{when}" for when in ("start", "end", "peak")] + \
     [f"soak_handoff_{q}_{when}_us" for q in ("p50", "p99") for when in ("start", "end")]

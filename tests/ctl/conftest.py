@@ -11,9 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from ctl_helpers import RUN_TIMEOUT, StandInClient, run_as_nobody
 from typer.testing import CliRunner
 
-from ctl_helpers import RUN_TIMEOUT, StandInClient, run_as_nobody
 from gemshare_ctl import app as ctl_app
 
 

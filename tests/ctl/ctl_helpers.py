@@ -16,7 +16,7 @@ import pytest
 from gemshare_ctl import app as ctl_app
 from gemshare_ctl import client as ctl_client
 from gemshare_nvs import protocol
-from gemshare_nvs.connection import Connection, SchedulerUnavailable
+from gemshare_nvs.wire.connection import Connection, SchedulerUnavailable
 
 REPO = Path(__file__).resolve().parents[2]
 NOBODY = 65534

@@ -6,9 +6,9 @@ from __future__ import annotations
 import io
 import json
 
+from ctl_helpers import wait_for_status
 from rich.console import Console
 
-from ctl_helpers import wait_for_status
 from gemshare_ctl import render
 
 GIB = 1 << 30

@@ -8,8 +8,8 @@ import json
 import os
 
 import pytest
-
 from ctl_helpers import wait_for_status
+
 from gemshare_ctl.errors import ExitCode
 
 GOOD = """\

@@ -6,8 +6,8 @@ import json
 import os
 
 import pytest
-
 from ctl_helpers import holder_and_waiter
+
 
 @pytest.fixture
 def busy_scheduler(scheduler, stand_in_client):

@@ -12,9 +12,10 @@ import termios
 import time
 
 import pytest
-
 from ctl_helpers import RUN_TIMEOUT, holder_and_waiter
+
 from gemshare_ctl.errors import ExitCode
+
 
 @pytest.fixture
 def holding_and_waiting(scheduler, stand_in_client):

@@ -14,7 +14,6 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
-
 from ctl_helpers import REPO, make_variables, wait_until_listening
 
 PREFIX = "/usr"

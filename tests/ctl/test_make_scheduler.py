@@ -11,7 +11,6 @@ import tempfile
 from pathlib import Path
 
 import pytest
-
 from ctl_helpers import REPO, make_variables, wait_until_listening
 
 

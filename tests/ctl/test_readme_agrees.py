@@ -5,10 +5,10 @@ from __future__ import annotations
 import re
 
 import typer.main
-
 from ctl_helpers import REPO
+
 from gemshare_ctl.app import app
-from gemshare_nvs.command_line import option_names
+from gemshare_nvs.service.command_line import option_names
 
 README = (REPO / "README.md").read_text()
 
@@ -36,7 +36,7 @@ def test_every_scheduler_option_is_documented():
 
 
 def test_every_environment_variable_read_anywhere_is_documented():
-    sources = [*REPO.glob("libnvs/*.[ch]"), *REPO.glob("nvs/*.py"), *REPO.glob("ctl/*.py")]
+    sources = [*REPO.glob("libnvs/**/*.[ch]"), *REPO.glob("nvs/**/*.py"), *REPO.glob("ctl/*.py")]
     read = {name for path in sources
             for name in re.findall(r"\bGEMSHARE_[A-Z][A-Z_]*[A-Z]\b", path.read_text())}
     read = {name for name in read if not name.endswith("_H")}  # C include guards

@@ -6,9 +6,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from gemshare_nvs.metrics_http import parse_address
-
 from test_systemd_units import SERVICE, UNITS, read_unit, units_to_verify, verified
+
+from gemshare_nvs.observe.metrics_http import parse_address
 
 DROP_IN = UNITS / "gemshare-scheduler.service.d" / "metrics.conf.example"
 

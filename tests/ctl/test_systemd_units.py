@@ -10,9 +10,9 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
-from gemshare_nvs.connection import DEFAULT_SOCKET
-from gemshare_nvs.fd_limits import RESERVED
-from gemshare_nvs.settings import DEFAULT_MAX_CLIENTS, DEFAULT_MAX_CONTROL, DEFAULT_STATE_DIR
+from gemshare_nvs.config.settings import DEFAULT_MAX_CLIENTS, DEFAULT_MAX_CONTROL, DEFAULT_STATE_DIR
+from gemshare_nvs.service.fd_limits import RESERVED
+from gemshare_nvs.wire.connection import DEFAULT_SOCKET
 
 REPO = Path(__file__).resolve().parents[2]
 UNITS = REPO / "systemd"

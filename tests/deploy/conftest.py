@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from deploy_files import parse_yaml, render_base
 
 

@@ -11,7 +11,6 @@ import stat
 import subprocess
 
 import pytest
-
 from deploy_files import DEPLOY, REPO
 
 try:

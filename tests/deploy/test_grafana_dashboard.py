@@ -7,7 +7,6 @@ import json
 import re
 
 import pytest
-
 from deploy_files import DEPLOY
 
 DASHBOARD = DEPLOY / "grafana" / "gemshare-dashboard.json"

@@ -12,10 +12,10 @@ except ImportError:  # Python 3.10
     import tomli as tomllib
 
 import pytest
-
 from deploy_files import BASE, DEPLOY, REPO, parse_yaml
-from gemshare_nvs import config_file
-from gemshare_nvs.command_line import parse
+
+from gemshare_nvs.config import file as config_file
+from gemshare_nvs.service.command_line import parse
 
 NAMESPACE = "gemshare-system"
 RESOURCE = "gemshare.io/gpu"

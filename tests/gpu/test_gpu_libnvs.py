@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from gemshare_nvs.connection import Connection
+from gemshare_nvs.wire.connection import Connection
 
 
 def needs(module: str, name: str):

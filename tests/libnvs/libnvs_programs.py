@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from gemshare_nvs.connection import Connection
+from gemshare_nvs.wire.connection import Connection
 
 import libnvs_fakelog
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from gemshare_nvs.cost import CONTENDED_IDLE_RELEASE_MS
+from gemshare_nvs.core.rules.cost import CONTENDED_IDLE_RELEASE_MS
 
 import libnvs_fakelog as fakelog
 from libnvs_programs import run_together, wait_file, wait_for
@@ -23,7 +23,7 @@ ASSUMED_TO_HOST_BPS = 3e9  # the scheduler's rate until a move has been measured
 
 
 def room(*allocated: int, holders: int = 1) -> int:
-    """What must leave the device before a grant (nvs/cost.py room_to_make) when `allocated`
+    """What must leave the device before a grant (nvs/core/rules/cost.py room_to_make) when `allocated`
     are all counted on it, none of them fits beside the others."""
     return sum(allocated) + holders * RESERVE - CAPACITY + max(256 * MIB, CAPACITY // 64)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import time
 
-from gemshare_nvs.connection import Connection
+from gemshare_nvs.wire.connection import Connection
 
 import libnvs_fakelog as fakelog
 from libnvs_programs import (client_of, grants, run_together, scheduler_status, wait_file,

@@ -1,6 +1,6 @@
 """Fixtures for the device plugin's tests.
 
-`fake_nvml` is the stand-in pynvml of tests/scheduler/fake_nvml, loaded as a module of its own
+`fake_nvml` is the stand-in pynvml of tests/fake_nvml, loaded as a module of its own
 and configured through the environment (FAKE_NVML_GPUS, FAKE_NVML_FAIL_AT, ...), with TWO_GPUS
 set. `plugin_factory(directory, **options)` runs a lifecycle.Plugin in a thread of this process
 on that socket directory, with that NVML and short intervals; every plugin started is stopped at
@@ -14,10 +14,10 @@ import json
 import threading
 
 import pytest
+from plugin_helpers import FAKE_NVML_DIR, HOST_PATHS, TWO_GPUS
 
 from gemshare_plugin.gpu_health import GpuHealth
 from gemshare_plugin.lifecycle import Plugin
-from plugin_helpers import FAKE_NVML_DIR, HOST_PATHS, TWO_GPUS
 
 STOP_S = 10.0
 

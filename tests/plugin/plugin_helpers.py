@@ -5,7 +5,7 @@ from pathlib import Path
 from gemshare_plugin.allocation import Paths
 
 REPO = Path(__file__).resolve().parent.parent.parent
-FAKE_NVML_DIR = REPO / "tests" / "scheduler" / "fake_nvml"
+FAKE_NVML_DIR = REPO / "tests" / "fake_nvml"
 GIB = 1 << 30
 UUID_A = "GPU-11111111-2222-3333-4444-555555555555"
 UUID_B = "GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee"

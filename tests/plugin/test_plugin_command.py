@@ -10,11 +10,11 @@ import sys
 import time
 
 import pytest
-
 from fake_kubelet import FakeKubelet
+from plugin_helpers import FAKE_NVML_DIR, REPO, TWO_GPUS, UUID_A
+
 from gemshare_nvs.version import version
 from gemshare_plugin.allocation import CONTAINER_SOCKET_DIR
-from plugin_helpers import FAKE_NVML_DIR, REPO, TWO_GPUS, UUID_A
 
 WAIT_S = 15.0
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from gemshare_plugin.gpu_health import APPLICATION_XIDS, Gpu, GpuHealth
 from plugin_helpers import UUID_A, UUID_B
+
+from gemshare_plugin.gpu_health import APPLICATION_XIDS, Gpu, GpuHealth
 
 
 def test_every_gpu_nvml_reads_is_healthy(fake_nvml):

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import re
 
-from gemshare_plugin.cli import DEFAULT_LIBRARY, DEFAULT_RESOURCE, DEFAULT_SOCKET_DIR, build_parser
 from plugin_helpers import REPO
+
+from gemshare_plugin.cli import DEFAULT_LIBRARY, DEFAULT_RESOURCE, DEFAULT_SOCKET_DIR, build_parser
 
 README = (REPO / "README.md").read_text()
 

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from gemshare_plugin.allocation import (CONTAINER_LIBRARY, CONTAINER_SOCKET_DIR, Paths,
-                                        UnknownDevices, container_response)
+from gemshare_plugin.allocation import (
+    CONTAINER_LIBRARY,
+    CONTAINER_SOCKET_DIR,
+    Paths,
+    UnknownDevices,
+    container_response,
+)
 from gemshare_plugin.slots import parse_slot_id, preferred, slot_id, slot_ids
 
 A, B, C = "GPU-a", "GPU-b", "GPU-c"

@@ -7,12 +7,12 @@ import time
 
 import grpc
 import pytest
-
 from fake_kubelet import FakeKubelet, Stream
+from plugin_helpers import HOST_PATHS, UUID_A, UUID_B
+
 from gemshare_plugin import api
 from gemshare_plugin.allocation import CONTAINER_LIBRARY, CONTAINER_SOCKET_DIR
 from gemshare_plugin.service import MAX_STREAMS
-from plugin_helpers import HOST_PATHS, UUID_A, UUID_B
 
 SLOTS = 3
 

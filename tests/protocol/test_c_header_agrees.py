@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from gemshare_nvs import protocol as p
-from gemshare_nvs.connection import DEFAULT_SOCKET
+from gemshare_nvs.wire.connection import DEFAULT_SOCKET
 
 HEADER = Path(__file__).resolve().parents[2] / "libnvs" / "gemshare_protocol.h"
 

@@ -3,7 +3,8 @@
 import struct
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gemshare_nvs import protocol as p
 

@@ -1,0 +1,59 @@
+"""Which value of each scheduler setting is in force, and where it came from.
+
+Three layers, each later one winning where it gives a value: the command line (or the built-in
+default), the config file, and the changes made with gemsharectl (kept in the state file, so
+they outlive a restart until `gemsharectl --reset-settings` drops them). A reload replaces the
+config layer only: a setting changed with gemsharectl stays as it was set.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .parsing import Config
+from .settings import Settings
+
+# Settings that change while the scheduler runs, from any layer.
+LIVE = ("tq", "anti_thrash", "min_slice_ms")
+# Settings read when the scheduler starts: a reload that changes them says they wait for a
+# restart.
+AT_START = ("grace_ms", "capacity_mib", "context_reserve_mib")
+DEFAULT, COMMAND_LINE, GEMSHARECTL = "default", "command line", "gemsharectl"
+
+
+def command_line_layer(settings: Settings) -> dict[str, tuple[object, str]]:
+    """Each setting's value on the command line, with "command line" or "default" as its
+    source."""
+    values = {"tq": settings.tq, "anti_thrash": settings.mode,
+              "min_slice_ms": settings.min_slice_ms, "grace_ms": settings.grace_ms,
+              "capacity_mib": settings.capacity_mib,
+              "context_reserve_mib": settings.context_reserve_mib}
+    return {name: (value, COMMAND_LINE if name in settings.given else DEFAULT)
+            for name, value in values.items()}
+
+
+@dataclass
+class Layers:
+    command_line: dict[str, tuple[object, str]]
+    config: Config | None = None
+    runtime: dict[str, object] = field(default_factory=dict)  # LIVE settings only
+
+    def value(self, name: str):
+        if name in self.runtime:
+            return self.runtime[name]
+        if self.config is not None and name in self.config.settings:
+            return self.config.settings[name]
+        return self.command_line[name][0]
+
+    def source(self, name: str) -> str:
+        if name in self.runtime:
+            return GEMSHARECTL
+        if self.config is not None and name in self.config.settings:
+            return self.config.source(name)
+        return self.command_line[name][1]
+
+    def values(self, names=LIVE) -> dict:
+        return {name: self.value(name) for name in names}
+
+    def sources(self, names=LIVE) -> dict[str, str]:
+        return {name: self.source(name) for name in names}

@@ -1,0 +1,257 @@
+"""The config file: scheduler settings, and the rules that give each client its terms.
+
+`parse(text, path)` turns the file's text into a `Config`, or raises `ConfigError` listing every
+problem with its line and key; nothing else is read or written (only user and group names are
+looked up, through `names`, which a test may replace). Values pass the same checks as on the
+command line and in gemsharectl (settings.py).
+
+    tq = 30                                  # settings: as the command line's, by their names
+    [[rule]]                                 # rules, in order: the first that matches wins
+    match = { user = "alice", process = "python3" }   # every key given must hold
+    memory_limit = "16GiB"
+    gpu_limit = 0.5
+
+`Config.terms` is the function from a client's Identity to its Terms that the policy applies.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import sys
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+from typing import Callable
+
+from ..core.model.terms import Identity, Terms
+from . import names as system_names
+from .lines import line_of
+from .settings import (
+    CAPACITY_MIB,
+    CONTEXT_RESERVE_MIB,
+    GPU_LIMIT,
+    GRACE_MS,
+    MEMORY_LIMIT,
+    MIN_SLICE_MS,
+    TQ,
+    WEIGHT,
+    WholeNumber,
+    check_mode,
+    shown,
+)
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # the same parser, before it joined the standard library
+    import tomli as tomllib
+
+# Settings a file may give, each checked as on the command line.
+SETTING_CHECKS = {
+    "tq": TQ.check, "anti_thrash": check_mode, "min_slice_ms": MIN_SLICE_MS.check,
+    "grace_ms": GRACE_MS.check, "capacity_mib": CAPACITY_MIB.check,
+    "context_reserve_mib": CONTEXT_RESERVE_MIB.check,
+}
+TERM_CHECKS = {"weight": WEIGHT.check, "gpu_limit": GPU_LIMIT.check,
+               "memory_limit": MEMORY_LIMIT.check}
+RULE_KEYS = ("match", *TERM_CHECKS)
+ID_KEYS = ("uid", "gid")
+NAME_KEYS = ("user", "group")  # must name an account that exists
+# Text a client reports about itself, with the most characters it can have: a longer value in a
+# rule could never match. Shell wildcards (*, ?, [...]) may stand for any part.
+TEXT_KEYS = {"process": 15, "pod": 255, "namespace": 63, "label": 63}
+MATCH_KEYS = (*ID_KEYS, *NAME_KEYS, *TEXT_KEYS)
+ID_CHECKS = {name: WholeNumber(name, 0, 2 ** 32 - 2).check for name in ID_KEYS}
+# What makes a text value a pattern rather than the text itself (fnmatch's special characters).
+WILDCARD = re.compile(r"[*?\[]")
+
+
+@dataclass(frozen=True)
+class Names:
+    """How a rule's user and group names are checked: the system's account databases unless a
+    test says otherwise."""
+    user_exists: Callable[[str], bool] = system_names.user_exists
+    group_exists: Callable[[str], bool] = system_names.group_exists
+
+
+@dataclass(frozen=True)
+class Problem:
+    line: int | None
+    key: str  # as the file spells it, with the rule's number: "tq", "rule 2 match.user"
+    message: str
+
+    def where(self, path: str) -> str:
+        at = f"{path}:{self.line}" if self.line else path
+        return f"{at}: {self.key}: {self.message}" if self.key else f"{at}: {self.message}"
+
+
+class ConfigError(Exception):
+    """A file refused as a whole; `problems` says everything wrong with it, in file order."""
+
+    def __init__(self, path: str, problems: list[Problem]):
+        self.path = path
+        self.problems = tuple(sorted(problems, key=lambda p: p.line or 0))
+        first = self.problems[0]
+        self.line, self.key, self.message = first.line, first.key, first.message
+        super().__init__("; ".join(self.lines()))
+
+    def lines(self) -> list[str]:
+        return [problem.where(self.path) for problem in self.problems]
+
+
+@dataclass(frozen=True)
+class Rule:
+    number: int  # from 1, in file order
+    line: int | None
+    match: tuple[tuple[str, object], ...]  # (key, value), every one must hold
+    values: tuple[tuple[str, object], ...]  # checked terms, by TERM_NAMES
+    source: str  # as status names it
+
+    def matches(self, identity: Identity) -> bool:
+        for key, wanted in self.match:
+            have = getattr(identity, key)
+            if key in TEXT_KEYS:
+                if not fnmatchcase(have, wanted):
+                    return False
+            elif have != wanted:
+                return False
+        return True
+
+
+@dataclass(frozen=True)
+class Config:
+    path: str
+    settings: dict = field(default_factory=dict)  # checked values of the settings given
+    setting_lines: dict = field(default_factory=dict)  # and where
+    rules: tuple[Rule, ...] = ()
+
+    def terms(self, identity: Identity) -> Terms:
+        """The terms of the first rule that matches `identity`; defaults when none does."""
+        for rule in self.rules:
+            if rule.matches(identity):
+                return Terms().with_values(dict(rule.values), rule.source)
+        return Terms()
+
+    def source(self, setting: str) -> str:
+        return f"config ({located(self.path, self.setting_lines.get(setting))})"
+
+
+def located(path: str, line: int | None) -> str:
+    """`path:line`, or the path alone when the line is not known."""
+    return f"{path}:{line}" if line else path
+
+
+def _suggestion(key: str, known) -> str:
+    close = difflib.get_close_matches(key, list(known), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+class _Reader:
+    """One pass over a parsed file, gathering problems instead of stopping at the first."""
+
+    def __init__(self, text: str, path: str, names: Names):
+        self.text, self.path, self.names = text, path, names
+        self.problems: list[Problem] = []
+
+    def refuse(self, path: tuple, key: str, message: str) -> None:
+        self.problems.append(Problem(line_of(self.text, path), key, message))
+
+    def checked(self, check, value, path: tuple, key: str):
+        try:
+            return check(value)
+        except ValueError as exc:
+            self.refuse(path, key, str(exc))
+            return None
+
+    def config(self, data: dict) -> Config:
+        settings, lines = {}, {}
+        for key, value in data.items():
+            if key == "rule":
+                continue
+            if key not in SETTING_CHECKS:
+                self.refuse((key,), key, f"unknown setting {shown(key)}"
+                            f"{_suggestion(key, [*SETTING_CHECKS, 'rule'])}; a config file takes "
+                            f"{', '.join(SETTING_CHECKS)} and [[rule]] tables")
+                continue
+            checked = self.checked(SETTING_CHECKS[key], value, (key,), key)
+            if checked is not None:
+                settings[key], lines[key] = checked, line_of(self.text, (key,))
+        return Config(self.path, settings, lines, self.rules(data.get("rule", [])))
+
+    def rules(self, tables) -> tuple[Rule, ...]:
+        if not isinstance(tables, list) or not all(isinstance(t, dict) for t in tables):
+            self.refuse(("rule",), "rule", "rules are written as [[rule]] tables (double "
+                                           "brackets), one per rule")
+            return ()
+        return tuple(rule for number, table in enumerate(tables, 1)
+                     if (rule := self.rule(number, table)) is not None)
+
+    def rule(self, number: int, table: dict) -> Rule | None:
+        here, before = ("rule", number), len(self.problems)
+        for key in table.keys() - set(RULE_KEYS):
+            self.refuse((*here, key), f"rule {number} {key}",
+                        f"unknown key {shown(key)}{_suggestion(key, RULE_KEYS)}; a rule takes "
+                        f"{', '.join(RULE_KEYS)}")
+        match = self.match(number, table.get("match"))
+        values = tuple((key, self.checked(check, table[key], (*here, key), f"rule {number} {key}"))
+                       for key, check in TERM_CHECKS.items() if key in table)
+        if len(self.problems) > before:
+            return None
+        line = line_of(self.text, here)
+        return Rule(number, line, match, values,
+                    f"config rule {number} ({located(self.path, line)})")
+
+    def match(self, number: int, match) -> tuple:
+        here, key = ("rule", number, "match"), f"rule {number} match"
+        if match is None:
+            self.refuse(here[:2], key, "missing: a rule must say which clients it is for, e.g. "
+                                       'match = { label = "notebook" } (process = "*" for all)')
+            return ()
+        if not isinstance(match, dict) or not match:
+            self.refuse(here, key, f"must be a table of one or more of {', '.join(MATCH_KEYS)}, "
+                                   f"not {shown(match)}")
+            return ()
+        return tuple((name, self.match_value(number, name, value))
+                     for name, value in match.items())
+
+    def match_value(self, number: int, name: str, value):
+        path, key = ("rule", number, "match", name), f"rule {number} match.{name}"
+        if name in ID_KEYS:
+            return self.checked(ID_CHECKS[name], value, path, key)
+        if name not in MATCH_KEYS:
+            self.refuse(path, key, f"unknown key {shown(name)}{_suggestion(name, MATCH_KEYS)}; "
+                                   f"a match takes {', '.join(MATCH_KEYS)}")
+        elif not isinstance(value, str):
+            self.refuse(path, key, f"must be text, not {shown(value)}")
+        elif name in NAME_KEYS:
+            exists = self.names.user_exists if name == "user" else self.names.group_exists
+            if not value or not exists(value):
+                self.refuse(path, key, f"no {name} named {shown(value)} on this system, so the "
+                                       f"rule would match nothing")
+        elif len(value) > TEXT_KEYS[name] and not WILDCARD.search(value):
+            self.refuse(path, key, f"{shown(value)} is longer than any {name} a client can "
+                                   f"report ({TEXT_KEYS[name]} characters), so the rule would "
+                                   "match nothing")
+        return value
+
+
+def _syntax_line(error: Exception) -> tuple[int | None, str]:
+    """The line tomllib names in its message, and the message without it."""
+    text = str(error)
+    found = re.search(r"\s*\(at line (\d+), column (\d+)\)", text)
+    if found is None:
+        return None, text
+    return int(found[1]), f"{text[:found.start()]} at column {found[2]}"
+
+
+def parse(text: str, path: str, names: Names = Names()) -> Config:
+    """The Config that `text` (the file at `path`) says, or ConfigError."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        line, message = _syntax_line(exc)
+        raise ConfigError(path, [Problem(line, "", f"not valid TOML: {message}")]) from None
+    reader = _Reader(text, path, names)
+    config = reader.config(data)
+    if reader.problems:
+        raise ConfigError(path, reader.problems)
+    return config

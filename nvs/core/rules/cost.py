@@ -1,0 +1,144 @@
+"""What moving memory costs a handoff: pure arithmetic over bytes and measured rates.
+
+The policy asks three questions of it: how many bytes must leave a device before a grant (room),
+how long a move takes (so that a holder that moves is not revoked for it, and so that an idle
+holder keeps the lock through gaps shorter than the swap its release would cause), and what the
+link has shown it can do (the rates, measured from the clients' own reports).
+
+The rates set every client's deadlines and idle hints, but they come from what clients say, and
+the scheduler cannot check a move's time. So no single report can move them far: the policy
+counts only the bytes it asked of the client (credit.py), a report faster than the host link
+can carry (LINK_CEILING_BPS) is not counted, and one move pulls a rate at most MAX_STEP times up
+or down. A client that lies can then at worst make the link look as fast as that ceiling, one
+step per move it is asked for, and never infinitely fast.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ...protocol import IDLE_HINT_FLOOR_MS
+
+GB = 1e9
+MIB = 1 << 20
+# Until a device has shown its own: an H100's first move to the host (its host pages are new)
+# and the page-fault rate back. Low on purpose: a deadline from them errs long, not short.
+DEFAULT_TO_HOST_BPS = 3 * GB
+DEFAULT_TO_DEVICE_BPS = 10 * GB
+# Moves smaller than this are dominated by fixed costs and say nothing about the link.
+MIN_SAMPLE_BYTES = 64 * MIB
+# The host link of H100 and H200 cards, PCIe 5.0 x16, carries 63 GB/s each way (32 GT/s on 16
+# lanes, 128b/130b coding); their fastest moves measured 52 GB/s out and 50 back. A report past
+# it moved nothing across the link (pages that were not on the device) or is false. A faster link
+# (Grace Hopper's NVLink-C2C) has its moves refused and keeps slower rates: deadlines err long.
+LINK_CEILING_BPS = 64 * GB
+# One move counts as at most this many times the estimate, and at least its inverse: honest moves
+# far from the defaults (50 GB/s after 3) come within a tenth of their rate in four moves, and a
+# false one must be asked of its client again and again to get as far.
+MAX_STEP = 4
+# Below this a switch is as cheap as the handoff itself: the usual idle release applies.
+CHEAP_SWITCH_S = 0.05
+DEFAULT_IDLE_RELEASE_MS = IDLE_HINT_FLOOR_MS  # libnvs's default: a swap's hint is never below it
+# Idle time before a holder hands a cheap switch to a waiter: past the gaps between the kernels of
+# one piece of work (a training step, a notebook cell), short beside the work a waiter loses.
+# Under IDLE_HINT_FLOOR_MS, so it is a ceiling: a client that releases sooner still does.
+CONTENDED_IDLE_RELEASE_MS = 100
+
+
+def margin(capacity: int) -> int:
+    """Room asked for beyond the exact excess: moves go in 2 MiB pages, and allocators keep some
+    slack that no report shows."""
+    return max(256 * MIB, capacity // 64)
+
+
+def room_to_make(capacity: int | None, resident: int, incoming: int, contexts: int,
+                 reserve: int) -> int:
+    """Bytes that must leave the device so that `incoming` more bytes fit beside the `resident`
+    ones with a context reserve for each of `contexts` holders; 0 when they fit already or the
+    capacity is unknown (page faults then do the moving)."""
+    if capacity is None:
+        return 0
+    over = resident + incoming + contexts * reserve - capacity
+    return over + margin(capacity) if over > 0 else 0
+
+
+@dataclass
+class Rate:
+    """One direction's rate in bytes per second: a moving average of the reported moves, each new
+    one weighing 1/2, so that a first slow move (new host pages) is soon forgotten."""
+    bps: float
+    measured: bool = False
+
+    def add(self, moved: int, seconds: float) -> bool:
+        """Counts one move; False when it was refused, being faster than any host link. Moves too
+        small or untimed to say anything are passed over as fine."""
+        if moved < MIN_SAMPLE_BYTES or seconds <= 0:
+            return True
+        sample = moved / seconds
+        if sample > LINK_CEILING_BPS:
+            return False
+        sample = min(max(sample, self.bps / MAX_STEP), self.bps * MAX_STEP)
+        self.bps = sample if not self.measured else (self.bps + sample) / 2
+        self.measured = True
+        return True
+
+    def seconds(self, moved: int) -> float:
+        return moved / self.bps if moved > 0 else 0.0
+
+
+@dataclass
+class Tally:
+    """What was moved in one direction, for status and benchmarks."""
+    count: int = 0
+    bytes: int = 0
+    seconds: float = 0.0
+
+    def add(self, moved: int, seconds: float) -> None:
+        self.count += 1
+        self.bytes += moved
+        self.seconds += seconds
+
+    def view(self) -> dict:
+        return {"count": self.count, "bytes": self.bytes, "seconds": round(self.seconds, 3)}
+
+
+@dataclass
+class Link:
+    """A device's link to the host, as its moves have shown it."""
+    to_host: Rate = field(default_factory=lambda: Rate(DEFAULT_TO_HOST_BPS))
+    to_device: Rate = field(default_factory=lambda: Rate(DEFAULT_TO_DEVICE_BPS))
+    moved_to_host: Tally = field(default_factory=Tally)
+    moved_to_device: Tally = field(default_factory=Tally)
+
+    def record(self, to_host: bool, moved: int, seconds: float,
+               counted: int | None = None) -> bool:
+        """A move of `moved` bytes in `seconds`, of which `counted` (all by default) may teach
+        the rate: fewer bytes in the same time make it slower, the side deadlines may err on.
+        False when the rate refused it (Rate.add); the tally always has it."""
+        (self.moved_to_host if to_host else self.moved_to_device).add(moved, seconds)
+        rate = self.to_host if to_host else self.to_device
+        return rate.add(moved if counted is None else counted, seconds)
+
+    def switch_seconds(self, out: int, back: int) -> float:
+        """A handoff that moves `out` bytes to the host and brings `back` bytes to the device."""
+        return self.to_host.seconds(out) + self.to_device.seconds(back)
+
+    def rates_view(self) -> dict:
+        return {"to_host_gbps": round(self.to_host.bps / GB, 2),
+                "to_device_gbps": round(self.to_device.bps / GB, 2),
+                "measured": self.to_host.measured or self.to_device.measured}
+
+    def moves_view(self) -> dict:
+        return {"to_host": self.moved_to_host.view(), "to_device": self.moved_to_device.view()}
+
+
+def idle_release_ms(switch_s: float, quantum_s: float, contended: bool = False) -> int:
+    """The idle time after which a holder should hand the lock on; 0 for the client's own.
+    Releasing pays the switch now and the holder's return pays it again, so only a gap longer
+    than both is worth giving away; past the quantum the drop comes anyway. A cheap switch with
+    someone waiting is worth making sooner than the client's own setting: every idle
+    millisecond then is GPU time the waiter could have had."""
+    if switch_s < CHEAP_SWITCH_S:
+        return CONTENDED_IDLE_RELEASE_MS if contended else 0
+    wanted = max(DEFAULT_IDLE_RELEASE_MS, round(2 * switch_s * 1000))
+    return min(wanted, max(DEFAULT_IDLE_RELEASE_MS, round(quantum_s * 1000)))

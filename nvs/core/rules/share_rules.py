@@ -1,0 +1,121 @@
+"""The rules of shares, as part of the policy core: how long a holder's turn lasts beside the
+waiters (weights, the minimum slice), who may be granted when (gpu_limit), and a waiter under
+its share going ahead and cutting the holder's turn short.
+
+A mixin of policy.Policy, as gang_rules.py is: these methods read the policy's clients, devices
+and usage, and call its settling and its room rules. The pure arithmetic is in shares.py.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..model.actions import Log
+from ..model.state import Device, Hold
+from .shares import clearly_under, limit_levels, minimum_slice, turn_length, weighted
+
+
+class ShareRules:
+    def _weighted_usage(self, cid: int, device: int, now: float) -> float:
+        return weighted(self.usage.read(cid, device, now), self.clients[cid].terms.weight)
+
+    def _eligible_at(self, cid: int, device: int) -> float:
+        """When a waiter may be granted: at once (-inf) unless its gpu_limit pauses it until its
+        usage has fallen enough, or a member of a gang that is still forming until the gang is
+        complete or gives up."""
+        forming = self.gangs.forming(cid)
+        if forming is not None:
+            return forming.formed_from + self.gangs.timeout_s
+        limit = self.clients[cid].terms.gpu_limit
+        if limit is None:
+            return -math.inf
+        meter = self.usage.meter(cid, device)
+        at = meter.falls_to(limit_levels(limit)[1], meter.at)
+        return -math.inf if at == meter.at else at
+
+    def _limit_reached_at(self, cid: int, device: int) -> float:
+        """When a holder's usage reaches its gpu_limit (inf: never)."""
+        limit = self.clients[cid].terms.gpu_limit
+        if limit is None:
+            return math.inf
+        meter = self.usage.meter(cid, device)
+        return meter.reaches(limit_levels(limit)[0], meter.at)
+
+    def _min_slice(self, dev: Device, incoming: int) -> float:
+        """How long a holder runs before it is preempted for `incoming`: longer when handing the
+        device over moves memory."""
+        out = self._room_for(dev, [incoming], len(dev.holders))
+        return minimum_slice(self.min_slice_ms / 1000, self._link(dev.index).switch_seconds(out, out))
+
+    def _limited_waiters(self, dev: Device) -> list[int]:
+        """The device's waiters that have a gpu_limit, found without walking the queue."""
+        return [cid for cid in self.limited if cid in dev.waiters]
+
+    def _paused_waiters(self, dev: Device) -> list[int]:
+        """The device's waiters that may not be granted before some time: those with a gpu_limit
+        and the members of forming gangs, found without walking the queue."""
+        forming = [cid for cid in self.gangs.of_client
+                   if cid in dev.waiters and self.gangs.forming(cid) is not None]
+        return self._limited_waiters(dev) + forming
+
+    def _first_contender(self, dev: Device, now: float) -> int | None:
+        """The first waiter that may be granted now, if any."""
+        return next((cid for cid in dev.waiters if self._eligible_at(cid, dev.index) <= now),
+                    None)
+
+    def _turn(self, dev: Device, cid: int, first: int | None, now: float) -> float:
+        """A holder's quantum beside the waiters that may be granted (`first` the first of
+        them): TQ scaled by its weight against the heaviest of them, and never under the
+        minimum slice for the first. Only clients of other weights than 1 are looked up, so a
+        long queue of default weights is not walked."""
+        if first is None:
+            return float(self.tq)
+        heavier = [self.clients[other].terms.weight for other in self.weighted
+                   if other in dev.waiters and self._eligible_at(other, dev.index) <= now]
+        heaviest = max([self.clients[first].terms.weight, *heavier])
+        weight = self.clients[cid].terms.weight
+        if weight >= heaviest:  # a whole TQ: no floor to work out
+            return float(self.tq)
+        return turn_length(self.tq, weight, heaviest, self._min_slice(dev, first))
+
+    def _shorten_turn(self, dev: Device, cid: int, hold: Hold, first: int, now: float) -> None:
+        turn = self._turn(dev, cid, first, now)
+        if turn < hold.turn_s:
+            hold.quantum_end -= hold.turn_s - turn
+            hold.turn_s = turn
+
+    def _claim_share(self, dev: Device, cid: int, now: float) -> list:
+        """A waiter that has had clearly less than its share when it asks goes ahead of the
+        waiters clearly busier than it (while each it passes has waited under a TQ) and, at the
+        front, has the holders clearly busier than it drop after a minimum slice."""
+        if cid in self.gangs.of_client:  # a gang is granted as a whole, in its members' order
+            return []
+        mine = self._weighted_usage(cid, dev.index, now)
+        passed = []  # from the back of the queue: usually none, so the queue is not walked
+        oldest = now  # the longest-waiting of them: after earlier passes, not always the first
+        for other in reversed(dev.waiters):
+            if other != cid:
+                if not clearly_under(mine, self._weighted_usage(other, dev.index, now)):
+                    break
+                passed.append(other)
+                oldest = min(oldest, dev.waiters[other].since)
+        if passed and now - oldest < self.tq:
+            first = passed[-1]
+            order = [other for other in dev.waiters if other != cid]
+            place = order.index(first)
+            dev.waiters = {other: dev.waiters[other]
+                           for other in order[:place] + [cid] + order[place:]}
+        if next(iter(dev.waiters)) != cid:
+            return []
+        slice_s = self._min_slice(dev, cid)
+        preempted = []
+        for holder, hold in dev.holders.items():
+            if hold.dropped_at is None and \
+                    clearly_under(mine, self._weighted_usage(holder, dev.index, now)):
+                hold.preempt_at = min(hold.preempt_at, hold.granted_at + slice_s)
+                preempted.append(str(self.clients[holder]))
+        if not preempted:
+            return []
+        return [Log(f"share {self.clients[cid]}: device {dev.index}, usage {mine:.2f} s "
+                    f"weighted, under its share: {', '.join(preempted)} drop after "
+                    f"{slice_s * 1000:.0f} ms held")] + self._settle(dev, now)

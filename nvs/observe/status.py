@@ -1,0 +1,146 @@
+"""The STATUS object of docs/protocol.md, built from a snapshot of the policy core's state.
+
+Required keys come first; extra keys sit beside them (gemsharectl ignores what it does not know).
+`fit_status` trims it to what one frame can carry.
+"""
+
+from __future__ import annotations
+
+from ..core.model.terms import OVERRIDES_LAST, TERM_NAMES
+from ..core.policy import Policy
+from ..core.rules.usage import HALF_LIFE_S
+from ..core.snapshot import ClientSnapshot, DeviceSnapshot, GangSnapshot
+from ..protocol import REG_UNIFIED_MEMORY, ControlReply
+
+
+def build_status(policy: Policy, now: float, wall: float, *, grace_ms: int,
+                 gpus: list[dict] | None = None, extra: dict | None = None) -> dict:
+    """`now` is the policy's clock, `wall` the Unix time; `gpus` comes from NVML when available."""
+    by_index = {gpu["index"]: gpu for gpu in gpus or []}
+    snapshot = policy.snapshot(now, devices=by_index)
+    status = {
+        "tq": snapshot.tq,
+        "anti_thrash": snapshot.mode.label,
+        "min_slice_ms": snapshot.min_slice_ms,
+        "usage_half_life_s": HALF_LIFE_S,
+        "grace_ms": grace_ms,
+        "devices": [_device_entry(dev, by_index.get(dev.index, {})) for dev in snapshot.devices],
+        "clients": [_client_entry(client) for client in snapshot.clients],
+        "gangs": [_gang_entry(gang) for gang in snapshot.gangs],
+        "max_clients": snapshot.max_clients,
+        "revocations": snapshot.revocations,
+        "nvml": gpus is not None,
+        "time": round(wall, 3),
+    }
+    status.update(extra or {})
+    return status
+
+
+def _device_entry(dev: DeviceSnapshot, gpu: dict) -> dict:
+    entry = {"index": dev.index, "holders": dev.holders, "waiters": dev.waiters}
+    last = dev.last_end
+    entry.update({k: v for k, v in gpu.items() if k != "index"})
+    entry.update({
+        "dropping": dev.dropping,
+        "drop_pending": bool(dev.dropping),
+        "allocated_bytes": dev.allocated,
+        # What the clients' drivers say the device holds; useful where NVML is missing.
+        "reported_total_bytes": dev.reported_total,
+        # What mode auto decides with: capacity (None when unknown), reserve per holder, and
+        # the memory of those holding now.
+        "capacity_bytes": dev.capacity,
+        "capacity_source": dev.capacity_source,
+        "context_reserve_bytes": dev.reserve,
+        "holders_allocated_bytes": dev.holders_allocated,
+        # Moving memory: where the scheduler believes it is, what a switch to the head waiter
+        # would cost, and what the moves so far have shown.
+        "resident_bytes": dev.resident,
+        "switch_cost_s": round(dev.switch_seconds, 3),
+        "evicting": dev.evicting,
+        "idle_hints_ms": {str(cid): ms for cid, ms in dev.idle_hints_ms.items()},
+        # Shares: how long each holder has held in this grant and its quantum, and why the
+        # last hold ended.
+        "slices_s": {str(cid): round(held, 3) for cid, held in dev.slices.items()},
+        "turns_s": {str(cid): round(turn, 3) for cid, turn in dev.turns.items()},
+        "last_drop": {"client": last[0], "reason": last[1]} if last else None,
+    })
+    if dev.link is not None:  # a device that has seen moves (kept short for the others)
+        entry["move_rates"] = dev.link.rates_view()
+        entry["moves"] = dev.link.moves_view()
+    return entry
+
+
+def _client_entry(client: ClientSnapshot) -> dict:
+    who = client.registration
+    return {
+        "id": who.id,
+        "pid": who.pid,
+        "uid": who.uid,
+        "name": who.name,
+        "device": client.device,
+        "gpu_uuid": client.gpu_uuid or None,
+        "pod": who.pod,
+        "namespace": who.namespace,
+        "state": client.state,
+        "hold_time_s": round(client.hold_time, 3),
+        "waits": client.waits,
+        "wait_time_s": round(client.wait_time, 3),
+        "allocated_bytes": sum(client.allocated.values()),
+        "resident_bytes": client.resident,
+        "connected_since": round(who.connected_since, 3),
+        "revocations": client.revocations,
+        "revoked": client.revoked,
+        "gid": who.gid,
+        "unified_memory": bool(who.flags & REG_UNIFIED_MEMORY),
+        "label": client.label,
+        "weight": client.terms.weight,
+        "gpu_limit": client.terms.gpu_limit,
+        "memory_limit": client.terms.memory_limit,
+        "terms_from": {name: client.terms.source(name) for name in TERM_NAMES},
+        # What gemsharectl gave it, and that it is not kept: null when nothing was given.
+        "overrides": {"values": client.overrides, "lasts": OVERRIDES_LAST}
+        if client.overrides else None,
+        "usage_s": {str(d): round(seconds, 3) for d, seconds in client.usage.items()},
+        "allocated_by_device": {str(d): b for d, b in client.allocated.items()},
+        "gang": client.gang or None,
+        # Every device it holds or waits for: a program may use several GPUs.
+        "devices": {"holding": client.holding, "waiting": client.waiting},
+    }
+
+
+def _gang_entry(gang: GangSnapshot) -> dict:
+    return {"name": gang.name, "uid": gang.uid, "size": gang.size,
+            "world_size": gang.world_size, "state": gang.state,
+            "members": [{"client": cid, "rank": rank} for cid, rank in gang.members.items()],
+            "turn_devices": gang.turn_devices,
+            "turn_left_s": round(gang.turn_left_s, 3) if gang.turn_left_s is not None else None}
+
+
+def encoded_size(value) -> int:
+    """Bytes `value` takes as a JSON payload on the wire."""
+    return len(ControlReply(value).payload())
+
+
+def fit_status(status: dict, limit: int) -> dict:
+    """`status` as it is when it encodes within `limit` bytes; else trimmed, always the same
+    way: the clients' per-device breakdowns go first, then the newest clients, then the highest
+    devices, and a `truncated` object says what was left out."""
+    if encoded_size(status) <= limit:
+        return status
+    clients = [{k: v for k, v in c.items() if k != "allocated_by_device"}
+               for c in status["clients"]]
+    devices = list(status["devices"])
+    # The notice is sized with the largest counts it could carry, so filling it in cannot grow.
+    notice = {"limit_bytes": limit, "allocated_by_device_omitted": True,
+              "clients_omitted": len(clients), "devices_omitted": len(devices)}
+    trimmed = {**status, "clients": clients, "devices": devices, "truncated": notice}
+    excess = encoded_size(trimmed) - limit
+    for items in (clients, devices):
+        while excess > 0 and items:
+            excess -= encoded_size(items.pop()) + 1  # and its comma
+    # The last item of a list had no comma to free: at most a byte or two left to take.
+    while encoded_size(trimmed) > limit and (clients or devices):
+        (clients or devices).pop()
+    notice["clients_omitted"] = len(status["clients"]) - len(clients)
+    notice["devices_omitted"] = len(status["devices"]) - len(devices)
+    return trimmed

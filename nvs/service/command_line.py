@@ -1,0 +1,221 @@
+"""gemshare-scheduler's command line: its options, their checks, and the Settings they give.
+
+Each number goes through its setting's own check (settings.py), so a bad value is refused in
+the words the config file and gemsharectl use for it, before anything starts.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional, Sequence
+
+import typer
+import typer.main
+
+from ..config.settings import (
+    CAPACITY_MIB,
+    CONTEXT_RESERVE_MIB,
+    DEFAULT_CONFIG,
+    DEFAULT_CONTEXT_RESERVE_MIB,
+    DEFAULT_CONTROL_GROUP,
+    DEFAULT_GRACE_MS,
+    DEFAULT_MAX_CLIENTS,
+    DEFAULT_MIN_SLICE_MS,
+    DEFAULT_STATE_DIR,
+    DEFAULT_TQ,
+    GRACE_MS,
+    MAX_CLIENTS,
+    MAX_CLIENTS_PER_USER,
+    MIN_SLICE_MS,
+    MODE_LABELS,
+    TQ,
+    Settings,
+    WholeNumber,
+    check_mode,
+    debug_from_environment,
+)
+from ..observe.metrics_http import parse_address
+from ..protocol import Mode
+from ..version import version
+from ..wire.connection import DEFAULT_SOCKET, socket_path
+
+PROG = "gemshare-scheduler"
+
+# Options a config file and gemsharectl may also give, with their Settings fields: they are
+# None unless given, so that Settings' defaults apply and status can say which were given.
+LAYERED = {"tq": "tq", "anti_thrash": "mode", "min_slice_ms": "min_slice_ms",
+           "grace_ms": "grace_ms", "context_reserve_mib": "context_reserve_mib",
+           "capacity_mib": "capacity_mib"}
+
+
+def _checked(number: WholeNumber, what: str):
+    """A Typer callback: a whole number passed through its setting's check; None passes."""
+    def convert(text: Optional[str]) -> Optional[int]:
+        if text is None:
+            return None
+        try:
+            value = int(text, 10)
+        except ValueError:
+            raise typer.BadParameter(f"{what} must be a whole number, not {text!r}") from None
+        try:
+            return number.check(value)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc)) from None
+    return convert
+
+
+def _mode(text: Optional[str]) -> Optional[Mode]:
+    if text is None:
+        return None
+    try:
+        return check_mode(text)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+def _modes(incomplete: str) -> list[str]:
+    """What shell completion offers for --anti-thrash."""
+    return [label for label in MODE_LABELS if label.startswith(incomplete)]
+
+
+def _group(text: str) -> str:
+    if not text.strip():
+        raise typer.BadParameter("--control-group must name a group")
+    return text
+
+
+def _metrics_address(text: Optional[str]) -> Optional[tuple[str, int]]:
+    if text is None:
+        return None
+    try:
+        return parse_address(text)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+def _show_version(wanted: bool) -> None:
+    if wanted:
+        typer.echo(f"{PROG} {version()}")
+        raise typer.Exit()
+
+
+# Plain help and errors, not rich's boxes: the scheduler's output usually ends in the journal,
+# where a box wraps a message across lines that grep then misses.
+app = typer.Typer(
+    name=PROG,
+    rich_markup_mode=None,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+@app.command(help="Hand out an exclusive per-GPU lock to CUDA programs running under "
+                  "libnvs.so, one time quantum at a time, first come first served.")
+def scheduler(
+    ctx: typer.Context,
+    socket: Optional[str] = typer.Option(
+        None, "--socket", metavar="PATH",
+        help=f"Unix socket to listen on (default: $GEMSHARE_SOCKET, else {DEFAULT_SOCKET})"),
+    config: str = typer.Option(
+        DEFAULT_CONFIG, "--config", metavar="PATH", show_default=False,
+        help="TOML file of settings and per-client rules, reloaded on SIGHUP and when it "
+             "changes; its settings win over these options, and gemsharectl's over both. A "
+             f"missing file, or an empty PATH, means none (default {DEFAULT_CONFIG})"),
+    state_dir: str = typer.Option(
+        DEFAULT_STATE_DIR, "--state-dir", metavar="DIR", show_default=False,
+        help="where settings changed with gemsharectl are kept across restarts; an empty DIR "
+             f"keeps them only while running (default {DEFAULT_STATE_DIR})"),
+    tq: Optional[str] = typer.Option(
+        None, "--tq", metavar="SECONDS", callback=_checked(TQ, "--tq"),
+        help=f"time quantum in whole seconds, 1-86400 (default {DEFAULT_TQ})"),
+    anti_thrash: Optional[str] = typer.Option(
+        None, "--anti-thrash", metavar="|".join(MODE_LABELS), callback=_mode,
+        autocompletion=_modes,
+        help="on: one lock holder per GPU; off: no lock, everyone runs freely; auto: programs "
+             "whose memory fits on the GPU together hold it together, the rest take turns as "
+             "with on (default on)"),
+    min_slice_ms: Optional[str] = typer.Option(
+        None, "--min-slice-ms", metavar="MS", callback=_checked(MIN_SLICE_MS, "--min-slice-ms"),
+        help="how long a holder keeps the lock before a client under its share of GPU time "
+             f"may take it (default {DEFAULT_MIN_SLICE_MS})"),
+    grace_ms: Optional[str] = typer.Option(
+        None, "--grace-ms", metavar="MS", callback=_checked(GRACE_MS, "--grace-ms"),
+        help="how long a holder told to drop the lock may take before it is revoked (default "
+             f"{DEFAULT_GRACE_MS})"),
+    context_reserve_mib: Optional[str] = typer.Option(
+        None, "--context-reserve-mib", metavar="MIB",
+        callback=_checked(CONTEXT_RESERVE_MIB, "--context-reserve-mib"),
+        help="in auto, GPU memory set aside for each holder's CUDA context besides what it "
+             f"allocated, whole MiB from 0 (default {DEFAULT_CONTEXT_RESERVE_MIB})"),
+    capacity_mib: Optional[str] = typer.Option(
+        None, "--capacity-mib", metavar="MIB", callback=_checked(CAPACITY_MIB, "--capacity-mib"),
+        help="in auto, treat each GPU as holding at most this many MiB: room kept for "
+             "programs outside gemshare (default: the GPU's whole memory)"),
+    max_clients: str = typer.Option(
+        str(DEFAULT_MAX_CLIENTS), "--max-clients", metavar="N", show_default=False,
+        callback=_checked(MAX_CLIENTS, "--max-clients"),
+        help=f"most registered clients at once (default {DEFAULT_MAX_CLIENTS})"),
+    max_clients_per_user: Optional[str] = typer.Option(
+        None, "--max-clients-per-user", metavar="N",
+        callback=_checked(MAX_CLIENTS_PER_USER, "--max-clients-per-user"),
+        help="most clients of one user at once, so that others always find room; root is held "
+             "only to --max-clients (default: a quarter of --max-clients)"),
+    control_group: str = typer.Option(
+        DEFAULT_CONTROL_GROUP, "--control-group", metavar="NAME", show_default=False,
+        callback=_group,
+        help="group whose members may change settings besides root (default "
+             f"{DEFAULT_CONTROL_GROUP})"),
+    metrics: Optional[str] = typer.Option(
+        None, "--metrics", metavar="ADDR:PORT", callback=_metrics_address,
+        help="serve Prometheus metrics over HTTP at http://ADDR:PORT/metrics, e.g. "
+             "127.0.0.1:9410 ([::1]:9410 for IPv6; default: off)"),
+    debug: bool = typer.Option(False, "--debug", help="log more (also GEMSHARE_DEBUG=1)"),
+    show_version: bool = typer.Option(
+        False, "--version", callback=_show_version, is_eager=True,
+        help="print the version and exit"),
+) -> None:
+    values = {"tq": tq, "min_slice_ms": min_slice_ms, "grace_ms": grace_ms,
+              "context_reserve_mib": context_reserve_mib, "capacity_mib": capacity_mib,
+              "anti_thrash": anti_thrash}
+    given = frozenset(name for name, value in values.items() if value is not None)
+    # Handed back through ctx.obj, a list: a standalone run drops what the command returns.
+    ctx.obj.append(Settings(
+        socket=socket_path(socket), max_clients=max_clients,
+        max_clients_per_user=max_clients_per_user, control_group=control_group,
+        **{LAYERED[name]: values[name] for name in given}, given=given,
+        config=Path(config) if config else None,
+        state_dir=Path(state_dir) if state_dir else None,
+        metrics=metrics, debug=debug or debug_from_environment()))
+
+
+def option_names() -> set[str]:
+    """Every long option the scheduler takes, --help aside."""
+    return {name for param in typer.main.get_command(app).params for name in param.opts
+            if name.startswith("--")}
+
+
+def parse(argv: Sequence[str]) -> Settings:
+    """The settings a command line gives, for checking one. A bad command line raises Typer's
+    usage error, whose message names the option and the value."""
+    parsed: list[Settings] = []
+    typer.main.get_command(app).main(args=list(argv), prog_name=PROG, standalone_mode=False,
+                                     obj=parsed)
+    if not parsed:
+        raise ValueError(f"{' '.join(argv)!r} prints something and exits: it starts no "
+                         "scheduler")
+    return parsed[0]
+
+
+def read(argv: Optional[Sequence[str]] = None) -> Settings:
+    """The settings this process's command line gives, else the process ends here: Typer
+    answers --help, --version and the completion options itself (status 0), and a bad command
+    line with a message naming the option and the value (status 2)."""
+    parsed: list[Settings] = []
+    try:
+        typer.main.get_command(app).main(args=argv, prog_name=PROG, obj=parsed)
+    except SystemExit as end:
+        # Typer ends every standalone run so, also one that parsed: only that one goes on.
+        if end.code in (0, None) and parsed:
+            return parsed[0]
+        raise
+    raise AssertionError("Typer's standalone run returned instead of exiting")

@@ -1,0 +1,530 @@
+"""The Trio shell around the policy core: it moves bytes and time, and decides nothing.
+
+Every connection is served by one task (reading) and one child task (writing from a queue
+bounded in frames and in bytes), all inside the server's nursery; a frame with nothing queued
+ahead of it is written at once, and what the socket does not take goes to the queue. Policy
+events go in with `trio.current_time()`; the actions that come out are carried out
+synchronously, so the policy's view and the queues never disagree. One timer task sleeps until
+the policy's next deadline, and one watches the config file (configuration.py decides what a
+new file changes).
+"""
+
+from __future__ import annotations
+
+import errno
+import itertools
+import logging
+import math
+import os
+import socket
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import trio
+
+from .. import protocol as p
+from ..config import control
+from ..config import file as config_file
+from ..config.configuration import Configuration
+from ..config.names import names_of
+from ..config.parsing import ConfigError
+from ..config.runtime_state import as_json
+from ..config.settings import Settings
+from ..core.model.actions import Close, Log, Send
+from ..core.policy import Policy
+from ..observe.status import build_status, encoded_size, fit_status
+from ..wire.conversation import CLIENT, CONTROL, next_kind
+from ..wire.peer import Credentials, peer_credentials
+from . import fair_slots
+from .gpus import Gpus
+from .permissions import may_control
+
+log = logging.getLogger("gemshare.scheduler")
+
+FLUSH_SECONDS = 1.0  # how long a closing connection may take to receive its last frames
+ACCEPT_BACKOFF = 0.1  # after running out of file descriptors
+# Refusals being written at once; past it a connection over the limits is closed unanswered, so
+# that a flood of connections cannot take the descriptors kept for other work.
+MAX_REFUSING = 8
+# The room a status object has in its reply, {"ok":true,"status":STATUS}, within one frame.
+STATUS_ROOM = p.MAX_PAYLOAD - (encoded_size({"ok": True, "status": {}}) - encoded_size({}))
+CONFIG_POLL_SECONDS = 1.0  # how soon an edited config file applies, without inotify
+
+
+@dataclass
+class Conn:
+    id: int
+    stream: trio.SocketStream
+    peer: Credentials
+    outbox: trio.MemorySendChannel
+    inbox: trio.MemoryReceiveChannel
+    decoder: p.FrameDecoder
+    kind: str | None = None
+    scope: trio.CancelScope = field(default_factory=trio.CancelScope)  # the whole connection
+    reader: trio.CancelScope = field(default_factory=trio.CancelScope)  # reading only
+    ending: str | None = None  # why it is being closed, once it is
+    forgotten: bool = False  # the policy has been told it is gone
+    queued: int = 0  # frames handed to the writer task and not yet written
+    queued_bytes: int = 0  # and their bytes
+    user: str = ""  # the peer's user and group names, as config rules match them
+    group: str = ""
+
+    @property
+    def pid(self) -> int:
+        return self.peer.pid
+
+    @property
+    def uid(self) -> int:
+        return self.peer.uid
+
+    @property
+    def gid(self) -> int:
+        return self.peer.gid
+
+    def __str__(self) -> str:
+        return f"connection {self.id} (pid {self.pid}, uid {self.uid})"
+
+
+# Each client message as the policy event it is: (policy, connection, message, now) -> actions.
+# CONTROL is the one message the shell answers itself.
+POLICY_EVENTS = {
+    p.Register: lambda policy, conn, message, now: policy.register(
+        conn.id, conn.pid, conn.uid, conn.gid, message, now, time.time(), user=conn.user,
+        group=conn.group),
+    p.RequestLock: lambda policy, conn, message, now: policy.request_lock(
+        conn.id, message.device, now, keeping=bool(message.flags & p.REQUEST_KEEPING)),
+    p.LockReleased: lambda policy, conn, message, now: policy.lock_released(
+        conn.id, message.device, message.reason, now),
+    p.MemReport: lambda policy, conn, message, now: policy.mem_report(
+        conn.id, message.device, message.allocated_bytes, message.device_total_bytes, now),
+    p.DeviceUuid: lambda policy, conn, message, now: policy.device_uuid(
+        conn.id, message.device, message.gpu_uuid, now),
+    p.Moved: lambda policy, conn, message, now: policy.moved(
+        conn.id, message.device, message.flags, message.bytes, message.elapsed_us, now),
+    p.Gang: lambda policy, conn, message, now: policy.gang(conn.id, message, now),
+}
+
+
+class Server:
+    def __init__(self, settings: Settings, listener: socket.socket, gpus: Gpus | None = None,
+                 configuration: Configuration | None = None):
+        """`configuration` is what Configuration.start(settings) gives; made here when not
+        given (which reads the files it names)."""
+        self.settings = settings
+        self.gpus = gpus
+        self.configuration = configuration or Configuration.start(settings)
+        start = self.configuration.started
+        self.policy = Policy(start["tq"], start["anti_thrash"], start["grace_ms"] / 1000,
+                             settings.max_clients,
+                             reserve_bytes=start["context_reserve_mib"] << 20,
+                             nvml_capacity=gpus.memory_totals() if gpus is not None else None,
+                             nvml_uuids=gpus.indices_by_uuid() if gpus is not None else None,
+                             capacity_limit=None if start["capacity_mib"] is None
+                             else start["capacity_mib"] << 20,
+                             rules=self.configuration.rules, min_slice_ms=start["min_slice_ms"])
+        self._reloading = trio.Lock()  # one reload at a time, in the order asked
+        self._saving = trio.Lock()  # and one write of the kept settings
+        self._listener = trio.socket.from_stdlib_socket(listener)
+        self.conns: dict[int, Conn] = {}
+        self._ids = itertools.count(1)
+        self._timer_scope = trio.CancelScope()
+        self._started = time.time()
+        self.max_connections = settings.max_clients + settings.max_control
+        self._refusing = 0
+
+    async def serve(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Serve until cancelled; `started` once accepting."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._timer)
+            if self.settings.config is not None:
+                nursery.start_soon(self._watch_config)
+            task_status.started(self)
+            await self._accept_loop(nursery)
+
+    # ----- accepting --------------------------------------------------------------------
+
+    async def _accept_loop(self, nursery: trio.Nursery) -> None:
+        while True:
+            try:
+                sock, _ = await self._listener.accept()
+            except OSError as exc:
+                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    log.warning("accept failed (%s); retrying shortly", exc.strerror,
+                                extra={"peer": "the listening socket"})
+                    await trio.sleep(ACCEPT_BACKOFF)
+                    continue
+                if exc.errno in (errno.ECONNABORTED, errno.EPROTO):
+                    continue
+                raise
+            cid = next(self._ids)
+            if len(self.conns) >= self.max_connections:
+                self._start_refusal(nursery, sock, cid, "connections past the limit",
+                                    f"the scheduler already has {len(self.conns)} connections; "
+                                    "try again later or raise --max-clients")
+            else:
+                nursery.start_soon(self._serve_connection, sock, cid)
+
+    def _start_refusal(self, nursery: trio.Nursery, sock, cid: int, peer: str,
+                       why: str) -> None:
+        log.warning("refused connection %d: %s", cid, why, extra={"peer": peer})
+        if self._refusing >= MAX_REFUSING:
+            sock.close()
+            return
+        self._refusing += 1
+        nursery.start_soon(self._refuse, sock, why)
+
+    async def _refuse(self, sock, why: str) -> None:
+        frame = p.encode(p.Error(p.ErrorCode.TOO_MANY_CLIENTS, why))
+        try:
+            with trio.move_on_after(FLUSH_SECONDS):
+                await trio.SocketStream(sock).send_all(frame)
+        except (trio.BrokenResourceError, OSError):
+            pass
+        finally:
+            sock.close()
+            self._refusing -= 1
+
+    # ----- one connection -----------------------------------------------------------------
+
+    async def _serve_connection(self, sock, cid: int) -> None:
+        try:
+            peer = peer_credentials(sock)
+        except OSError as exc:
+            log.warning("connection %d dropped: no peer credentials (%s)", cid, exc.strerror)
+            sock.close()
+            return
+        why = fair_slots.refusal(self.conns.values(), peer.uid, "", None,
+                                 self.settings.clients_per_user())
+        if len(self.conns) >= self.max_connections:  # filled since it was accepted
+            why = (f"the scheduler already has {len(self.conns)} connections; try again later "
+                   "or raise --max-clients")
+        if why is not None:
+            log.warning("refused connection %d: %s", cid, why, extra={"peer": f"uid {peer.uid}"})
+            self._refusing += 1
+            await self._refuse(sock, why)
+            return
+        outbox, inbox = trio.open_memory_channel(self.settings.outgoing_queue)
+        conn = Conn(cid, trio.SocketStream(sock), peer, outbox, inbox,
+                    p.FrameDecoder(self.settings.max_request_bytes))
+        self.conns[cid] = conn
+        log.debug("%s opened", conn)
+        try:
+            with conn.scope:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._write_loop, conn)
+                    conn.reader.deadline = trio.current_time() + self.settings.first_frame_seconds
+                    with conn.reader:
+                        await self._read_loop(conn)
+                    if conn.kind is None and conn.ending is None:
+                        self._apply([Close(conn.id, "no REGISTER or CONTROL within "
+                                           f"{self.settings.first_frame_seconds:g} s of "
+                                           "connecting", p.ErrorCode.PROTOCOL)])
+                    self._apply(self._forget(conn))
+                    conn.outbox.close()  # the writer sends what is queued, then ends
+                    conn.scope.deadline = trio.current_time() + FLUSH_SECONDS
+        except Exception:
+            # A bug must cost one connection, not every client's lock: log it loudly.
+            log.exception("internal error serving %s; closing it", conn)
+            conn.ending = "internal error"
+        finally:
+            self._apply(self._forget(conn))
+            sock.close()
+            del self.conns[cid]
+            log.debug("%s closed: %s", conn, conn.ending or "closed")
+
+    async def _read_loop(self, conn: Conn) -> None:
+        while True:
+            try:
+                data = await conn.stream.receive_some(65536)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                data = b""
+            if not data:
+                if conn.decoder.inside_frame:  # worth a line: a peer that crashed or misframes
+                    log.info("%s (%s) closed by the peer inside a frame", conn,
+                             conn.kind or "before its first frame")
+                conn.ending = conn.ending or ("closed by the peer inside a frame"
+                                              if conn.decoder.inside_frame
+                                              else "closed by the peer")
+                return
+            conn.decoder.feed(data)
+            while True:
+                try:
+                    item = conn.decoder.next()
+                    if item is None:
+                        break
+                    await self._dispatch(conn, *item)
+                except p.ProtocolError as exc:
+                    self._apply([Close(conn.id, str(exc), exc.code)])
+                    return
+                if conn.ending:
+                    return
+
+    async def _write_loop(self, conn: Conn) -> None:
+        try:
+            async for frame in conn.inbox:
+                await conn.stream.send_all(frame)
+                conn.queued -= 1
+                conn.queued_bytes -= len(frame)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            conn.ending = conn.ending or "the peer went away"
+            conn.scope.cancel()
+
+    # ----- messages -----------------------------------------------------------------------
+
+    async def _dispatch(self, conn: Conn, message, seq: int) -> None:
+        kind = next_kind(conn.kind, message)
+        if kind == CONTROL and conn.kind is None:
+            self._check_control_room()
+        if type(message) is p.Register:
+            conn.user, conn.group = await trio.to_thread.run_sync(names_of, conn.uid, conn.gid)
+            # Checked and counted with no wait between, so that registrations of one user at
+            # once cannot pass the cap together.
+            why = fair_slots.refusal(self.conns.values(), conn.uid, conn.user, CLIENT,
+                                     self.settings.clients_per_user())
+            if why is not None:
+                raise p.ProtocolError(why, p.ErrorCode.TOO_MANY_CLIENTS)
+        conn.kind = kind
+        conn.reader.deadline = math.inf  # it has said what it is: no first-frame deadline
+        if type(message) is p.Ping:  # liveness: answered here, at once; the policy never hears
+            self._apply([Send(conn.id, p.Pong(message.token))])
+            return
+        event = POLICY_EVENTS.get(type(message))
+        if event is not None:
+            actions = event(self.policy, conn, message, trio.current_time())
+        else:
+            reply = await self._control(conn, message.body)
+            actions = [Send(conn.id, _Reply(reply, seq))]
+        self._apply(actions)
+
+    def _check_control_room(self) -> None:
+        """Control connections are capped on their own, so that the replies being built and
+        queued at once stay bounded whatever the client limit."""
+        open_now = sum(1 for other in self.conns.values() if other.kind == CONTROL)
+        if open_now >= self.settings.max_control:
+            raise p.ProtocolError(f"the scheduler already has {open_now} control connections "
+                                  "open, its limit; try again later",
+                                  p.ErrorCode.TOO_MANY_CLIENTS)
+
+    async def _control(self, conn: Conn, body: dict) -> dict:
+        try:
+            deadline = control.take_deadline(body)
+            op = control.operation(body)
+            if op == "status":
+                return {"ok": True, "status": await self.status()}
+            allowed, why = await trio.to_thread.run_sync(
+                may_control, conn.uid, conn.gid, conn.peer.groups, self.settings.control_group)
+            if not allowed:
+                raise control.Refused("permission", why)
+            # The last check before anything changes: nothing below waits before applying.
+            control.check_deadline(deadline, op)
+            if op == "set":
+                return await self._set(conn, control.parse_set(body))
+            if op == "client":
+                return self._client(conn, control.parse_client(body))
+            control.parse_reload(body)
+            return await self._reload_op(conn)
+        except control.Refused as refusal:
+            if refusal.code == "expired":
+                log.warning("control %s: dropped a request its sender gave up on: %s", conn,
+                            refusal, extra={"peer": f"uid {conn.uid}"})
+            else:
+                log.info("control %s refused: %s", conn, refusal)
+            return refusal.reply()
+
+    async def _set(self, conn: Conn, request: control.SetRequest) -> dict:
+        log.info("control %s: set %s", conn, ", ".join(
+            [*(["clear"] if request.clear else []),
+             *(f"{k}={as_json(v)}" for k, v in request.values.items())]))
+        self._apply(self.configuration.set(request, self.policy, trio.current_time()))
+        reply = {"ok": True, "tq": self.policy.tq, "anti_thrash": self.policy.mode.label}
+        if "min_slice_ms" in request.values or request.clear:
+            reply["min_slice_ms"] = self.configuration.layers.value("min_slice_ms")
+        if not await self._keep_settings() and self.settings.state_dir is not None:
+            reply["temporary"] = self.configuration.state.problem
+        return reply
+
+    async def _keep_settings(self) -> bool:
+        """Write gemsharectl's settings to the state file; whether they were kept."""
+        state = self.configuration.state
+        if state.directory is None:
+            return False
+        async with self._saving:  # FIFO: the last change is the last written
+            before = state.problem
+            values = dict(self.configuration.layers.runtime)
+            kept = await trio.to_thread.run_sync(state.save, values)
+        if not kept and state.problem != before:
+            self.configuration.warn_temporary()
+        elif kept and before:
+            log.info("changes made with gemsharectl are kept in %s again", state.path)
+        return kept
+
+    def _client(self, conn: Conn, request: control.ClientRequest) -> dict:
+        try:
+            actions = self.policy.override(request.pid, request.values, trio.current_time(),
+                                           reset=request.reset)
+        except LookupError as exc:
+            raise control.Refused("invalid", f"{exc}; nothing was changed") from None
+        log.info("control %s: client pid %d %s", conn, request.pid, ", ".join(
+            [*(["reset"] if request.reset else []),
+             *(f"{k}={'none' if v is None else v}" for k, v in request.values.items())]))
+        self._apply(actions)
+        return {"ok": True, "pid": request.pid, "reset": request.reset, **request.values}
+
+    async def _reload_op(self, conn: Conn) -> dict:
+        problem = await self.reload(f"asked by {conn}")
+        if problem is not None:
+            raise control.Refused("invalid", problem)
+        return {"ok": True, "config": self.configuration.status()["config"]}
+
+    # ----- the config file ------------------------------------------------------------------
+
+    async def reload(self, why: str) -> str | None:
+        """Read the config file and put it in force if it is good; else keep what is in force.
+        None when it was loaded, else what kept it out."""
+        path = self.settings.config
+        if path is None:
+            log.info("reload (%s): this scheduler runs without a config file", why)
+            return "this scheduler runs without a config file"
+        async with self._reloading:
+            # Taken before reading: a change made while reading is seen at the next poll.
+            signature = await trio.to_thread.run_sync(config_file.signature, path)
+            self.configuration.signature = signature
+            try:
+                config = await trio.to_thread.run_sync(config_file.read, path)
+            except FileNotFoundError:
+                self.configuration.vanished(why)
+                return f"{path} does not exist; the configuration in force stays"
+            except ConfigError as error:
+                self.configuration.refused(error, why)
+                return f"{error}; the configuration in force stays"
+            self._apply(self.configuration.loaded(config, self.policy, trio.current_time(), why))
+            return None
+
+    async def _watch_config(self) -> None:
+        """Reload when the file is written, replaced, created or removed."""
+        path = self.settings.config
+        while True:
+            await trio.sleep(CONFIG_POLL_SECONDS)
+            signature = await trio.to_thread.run_sync(config_file.signature, path)
+            if signature != self.configuration.signature:
+                await self.reload("the file changed" if signature is not None
+                                  else "the file was removed")
+
+    async def status(self) -> dict:
+        gpus = None
+        if self.gpus is not None and self.gpus.available:
+            gpus = await trio.to_thread.run_sync(self.gpus.describe)
+        extra = {"pid": os.getpid(), "uptime_s": round(time.time() - self._started, 3),
+                 "control_group": self.settings.control_group,
+                 "connections": len(self.conns), **self.configuration.status()}
+        return fit_status(build_status(self.policy, trio.current_time(), time.time(),
+                                       grace_ms=self.configuration.started["grace_ms"], gpus=gpus,
+                                       extra=extra),
+                          STATUS_ROOM)
+
+    # ----- carrying out the policy's actions --------------------------------------------
+
+    def _apply(self, actions) -> None:
+        # A batch's log lines go out before its frames (which may leave at once): whoever sees a
+        # grant can already read the lines that explain it.
+        pending = deque()
+        for action in actions:
+            if isinstance(action, Log):
+                self._log(action)
+            else:
+                pending.append(action)
+        while pending:
+            action = pending.popleft()
+            if isinstance(action, Log):  # from a connection dropped on the way
+                self._log(action)
+                continue
+            conn = self.conns.get(action.client)
+            if conn is None:
+                continue
+            if isinstance(action, Send):
+                full = self._queue(conn, action.message)
+                if full:
+                    log.warning("%s dropped: it does not read (%s)", conn, full,
+                                extra={"peer": f"uid {conn.uid}"})
+                    conn.ending = conn.ending or "outgoing queue full"
+                    conn.scope.cancel()
+                    pending.extend(self._forget(conn))
+            elif isinstance(action, Close):
+                log.warning("closing %s: %s", conn, action.reason,
+                            extra={"peer": f"uid {conn.uid}"})
+                if action.code is not None and conn.ending is None:
+                    self._queue(conn, p.Error(action.code, action.reason))
+                conn.ending = conn.ending or action.reason
+                conn.reader.cancel()
+                pending.extend(self._forget(conn))
+        deadline = self.policy.next_deadline()
+        self._timer_scope.deadline = math.inf if deadline is None else deadline
+
+    @staticmethod
+    def _log(action: Log) -> None:
+        level = logging.DEBUG if action.debug else logging.WARNING if action.warning else \
+            logging.INFO
+        log.log(level, "%s", action.text)
+
+    def _queue(self, conn: Conn, message) -> str | None:
+        """How the connection's outgoing queue is full, when it is; else None."""
+        if isinstance(message, _Reply):
+            frame = p.encode(p.ControlReply(message.body), message.seq)
+        else:
+            frame = p.encode(message)
+        if conn.queued == 0:
+            frame = self._write_now(conn, frame)
+            if not frame:
+                return None
+        # One frame always fits; past that, bytes are bounded as well as frames, because
+        # replies may be big.
+        limit = self.settings.outgoing_bytes
+        if conn.queued and conn.queued_bytes + len(frame) > limit:
+            return (f"outgoing queue full: {conn.queued_bytes + len(frame)} bytes unsent, "
+                    f"over the {limit}-byte limit")
+        try:
+            conn.outbox.send_nowait(frame)
+        except trio.WouldBlock:
+            return f"outgoing queue full: {conn.queued} frames unsent"
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            return None  # already closing; the frame has nowhere to go
+        conn.queued += 1
+        conn.queued_bytes += len(frame)
+        return None
+
+    @staticmethod
+    def _write_now(conn: Conn, frame: bytes) -> bytes:
+        """With nothing queued ahead of it, write what the socket takes at once and return the
+        rest for the writer task: a grant leaves without waiting for a task switch. Errors are
+        left to the writer task too, which ends the connection the one way it always does."""
+        try:
+            written = os.write(conn.stream.socket.fileno(), frame)
+        except OSError:
+            return frame
+        return frame[written:]
+
+    def _forget(self, conn: Conn) -> list:
+        """Tell the policy once that this connection is gone; the actions that follow."""
+        if conn.forgotten:
+            return []
+        conn.forgotten = True
+        if conn.kind != CLIENT:
+            return []
+        return self.policy.disconnect(conn.id, trio.current_time())
+
+    async def _timer(self) -> None:
+        while True:
+            deadline = self.policy.next_deadline()
+            self._timer_scope = trio.CancelScope(
+                deadline=math.inf if deadline is None else deadline)
+            with self._timer_scope:
+                await trio.sleep_forever()
+            self._apply(self.policy.tick(trio.current_time()))
+
+
+@dataclass(frozen=True)
+class _Reply:
+    """A control reply; it echoes its request's sequence number."""
+    body: dict
+    seq: int

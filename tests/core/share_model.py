@@ -1,0 +1,52 @@
+"""The share rule as the policy state machines model it (policy.py, "Shares"), for clients of
+weight 1 without limits.
+
+Each client's usage is kept from the grants and the ends of holds that the machine itself sees,
+with usage.py's arithmetic (tested on its own); from it the model says where a waiter goes when
+it asks, and which holders it has dropped after a minimum slice.
+"""
+
+from __future__ import annotations
+
+from gemshare_nvs.core.rules.shares import clearly_under
+from gemshare_nvs.core.rules.usage import Usage
+
+
+class ShareModel:
+    def __init__(self) -> None:
+        self.usage = Usage()
+
+    def granted(self, cid: int, device: int, now: float) -> None:
+        self.usage.meter(cid, device).start(now)
+
+    def ended(self, cid: int, device: int, now: float) -> None:
+        self.usage.meter(cid, device).stop(now)
+
+    def forget(self, cid: int) -> None:
+        self.usage.forget(cid)
+
+    def read(self, cid: int, device: int, now: float) -> float:
+        return self.usage.read(cid, device, now)
+
+    def claimed(self, device: int, order: list[int], since: dict[int, float], now: float,
+                tq: float) -> list[int]:
+        """The queue once its last waiter, which has just asked and waits, has claimed its share:
+        ahead of the waiters at the back that are clearly busier than it, if each of them has
+        waited less than a TQ."""
+        *others, cid = order
+        mine = self.read(cid, device, now)
+        passed = []
+        for other in reversed(others):
+            if not clearly_under(mine, self.read(other, device, now)):
+                break
+            passed.append(other)
+        if not passed or any(now - since[other] >= tq for other in passed):
+            return order
+        place = others.index(passed[-1])
+        return others[:place] + [cid] + others[place:]
+
+    def preempted(self, device: int, cid: int, holders: list[int], now: float) -> list[int]:
+        """The holders (not asked to drop) that a waiter now at the head is clearly under."""
+        mine = self.read(cid, device, now)
+        return [holder for holder in holders
+                if clearly_under(mine, self.read(holder, device, now))]

@@ -1,0 +1,400 @@
+"""Property tests of mode `auto`: random memory reports, requests, releases, disconnects, TQ and
+mode changes on a fake clock, checked against the rules of policy.py's docstring.
+
+A model keeps each device's FCFS queue (with request times), its holders in grant order (with
+grant and drop times), each client's reported memory and the device capacities. Every message
+the core sends is checked as it goes out, and the state after every step:
+
+- memory: the holders not asked to drop fit (their bytes plus one reserve each within the
+  capacity) or are a single client; every grant leaves all holders, dropping ones included,
+  fitting; with mode `on` or no known capacity that means one holder;
+- drops: only for a quantum that is over while someone waits, for a minimum slice that is over
+  (a waiter at the head was clearly under the holder's usage when it asked), or for holders
+  that no longer fit, and then never the oldest holder not asked to drop, and only holders that
+  do not fit beside the older ones that stay;
+- the queue is first come first served but for the share rule (share_model.py): a waiter that
+  asks clearly under the usage of the waiters at the back goes ahead of them, if each of them
+  has waited less than a TQ;
+- bounded overtaking: a grant passes only waiters that do not fit and have waited less than one
+  TQ; no waiter the rule would admit is left waiting; a waiter at the head that has waited a TQ
+  is granted within TQ + grace (counted from when the test first sees it so, and again after a
+  TQ change);
+- GRANT_AFTER_WAIT exactly when the grant did not answer the request at once, GRANT_SHARED
+  exactly when the device then has more than one holder;
+- nothing to disconnected clients; revocation exactly `grace` after the drop, plus the time the
+  drop's move out may take at the assumed rate; the core's timer is the model's.
+
+This is the policy as the scheduler runs it. The clients here answer every EVICT at once (MOVED,
+done): making room then never delays a grant, and the rules above hold as they are. How long a
+minimum slice lasts follows from what the switch would move, by the core's estimate of where
+memory is, which this model does not keep: that move's time is taken from the core
+(`switch_seconds`) as the claim is made, and the slice worked out from it (shares.py).
+"""
+
+from __future__ import annotations
+
+import math
+
+from clock_machine import ClockMachine
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import initialize, invariant, precondition, rule
+from share_model import ShareModel
+
+from gemshare_nvs import protocol as p
+from gemshare_nvs.config.settings import DEFAULT_MIN_SLICE_MS
+from gemshare_nvs.core.model.actions import Send
+from gemshare_nvs.core.policy import Policy
+from gemshare_nvs.core.rules.cost import DEFAULT_TO_HOST_BPS
+from gemshare_nvs.core.rules.shares import minimum_slice
+
+G = 1 << 30
+RESERVE = 1 * G
+GRACE = 1.5  # long beside the quanta, so that heads often wait a full one
+NVML = {1: 12 * G}  # device 1's capacity comes from NVML; device 0's from the clients
+DEVICES = (0, 1)
+CLIENT_IDS = st.integers(1, 10)
+SIZES = st.sampled_from([0, 1, 2, 3, 5, 8, 13]).map(lambda gib: gib * G)
+TOTALS = st.sampled_from([0, 8, 16]).map(lambda gib: gib * G)
+
+
+class Hold:
+    def __init__(self, granted_at: float):
+        self.granted_at = granted_at
+        self.dropped_at: float | None = None
+        self.revoke_at: float | None = None
+        self.preempt_at = math.inf  # the end of its minimum slice, once a waiter claimed it
+
+
+class AutoMachine(ClockMachine):
+    LIMIT: int | None = None  # the operator's --capacity-mib, in bytes
+
+    def __init__(self):
+        super().__init__()
+        self.policy = Policy(tq=3, mode=p.Mode.AUTO, grace_s=GRACE, max_clients=16,
+                             reserve_bytes=RESERVE, nvml_capacity=NVML,
+                             capacity_limit=self.LIMIT)
+        self.now = 0.0
+        self.connected: set[int] = set()
+        self.gone: set[int] = set()
+        self.memory: dict[tuple[int, int], int] = {}  # (client, device) -> bytes
+        self.totals: dict[tuple[int, int], int] = {}  # (client, device) -> reported total
+        self.queues: dict[int, list[list]] = {d: [] for d in DEVICES}  # [client, since, fresh]
+        self.holders: dict[int, dict[int, Hold]] = {d: {} for d in DEVICES}  # grant order
+        self.stuck: dict[int, tuple[int, float]] = {}  # device -> (head, first seen stuck)
+        self.displaced: list[tuple[int, int]] = []  # (device, client) dropped for memory, per step
+        self.shares = ShareModel()
+
+    # ----- the rules as the model sees them -------------------------------------------------
+
+    @property
+    def tq(self) -> int:
+        return self.policy.tq
+
+    def capacity(self, device: int) -> int | None:
+        if device in NVML:
+            found = NVML[device]
+        else:
+            found = max((self.totals.get((c, device), 0) for c in self.connected),
+                        default=0) or None
+        if self.LIMIT is None:
+            return found
+        return self.LIMIT if found is None else min(found, self.LIMIT)
+
+    def size(self, cid: int, device: int) -> int:
+        return self.memory.get((cid, device), 0)
+
+    def fits(self, device: int, members) -> bool:
+        members = list(members)
+        if len(members) <= 1:
+            return True
+        capacity = self.capacity(device) if self.policy.mode is p.Mode.AUTO else None
+        return capacity is not None and \
+            sum(self.size(c, device) for c in members) + RESERVE * len(members) <= capacity
+
+    def active(self, device: int) -> list[int]:
+        return [c for c, h in self.holders[device].items() if h.dropped_at is None]
+
+    def turn_end(self, hold: Hold) -> float:
+        """When a holder is dropped if someone waits: its quantum's end, or its slice's."""
+        return min(hold.granted_at + self.tq, hold.preempt_at)
+
+    def end_hold(self, device: int, cid: int) -> bool:
+        """Whether `cid` held the device (it no longer does)."""
+        if self.holders[device].pop(cid, None) is None:
+            return False
+        self.shares.ended(cid, device, self.now)
+        return True
+
+    def claim(self, device: int, cid: int) -> None:
+        """The share rule, for `cid`, which has just asked and waits at the back of the queue."""
+        queue = self.queues[device]
+        entries = {entry[0]: entry for entry in queue}
+        order = self.shares.claimed(device, list(entries),
+                                    {c: entry[1] for c, entry in entries.items()}, self.now,
+                                    self.tq)
+        queue[:] = [entries[c] for c in order]
+        if order[0] != cid:
+            return
+        preempted = self.shares.preempted(device, cid, self.active(device), self.now)
+        if preempted:
+            slice_s = minimum_slice(DEFAULT_MIN_SLICE_MS / 1000,
+                                    self.policy.switch_seconds(device))
+            for holder in preempted:
+                hold = self.holders[device][holder]
+                hold.preempt_at = min(hold.preempt_at, hold.granted_at + slice_s)
+
+    # ----- checking what the core sends -----------------------------------------------------
+
+    def apply(self, actions: list) -> None:
+        granted, evicts = [], []
+        self.displaced = []
+        # Who held without a drop before these actions: a holder dropped for memory is let go
+        # beside the older of these that stay, though one of them may end its quantum as well.
+        active = {device: self.active(device) for device in DEVICES}
+        for action in actions:
+            if not isinstance(action, Send):
+                continue
+            cid, message = action.client, action.message
+            assert cid in self.connected and cid not in self.gone, \
+                f"{message} sent to client {cid}, which is not connected"
+            if isinstance(message, p.LockGranted):
+                self.check_grant(cid, message)
+                granted.append((cid, message))
+            elif isinstance(message, p.DropLock):
+                self.check_drop(cid, message)
+            elif isinstance(message, p.Evict):
+                evicts.append((cid, message))
+            elif isinstance(message, p.LockRevoked):
+                self.check_revoke(cid, message.device)
+        for device, cid in self.displaced:  # dropped for memory; it holds until it answers
+            order = list(self.holders[device])
+            older = [c for c in order[:order.index(cid)]
+                     if c in active[device] and (device, c) not in self.displaced]
+            assert not self.fits(device, older + [cid]), \
+                f"client {cid} was dropped but fits beside the older holders {older}"
+        for cid, message in granted:
+            shared = len(self.holders[message.device]) > 1
+            assert bool(message.flags & p.GRANT_SHARED) == shared, (cid, message)
+        for queue in self.queues.values():
+            for entry in queue:
+                entry[2] = False  # a later grant comes after a wait
+        for cid, message in evicts:
+            self.apply(self.policy.moved(cid, message.device, p.MOVED_TO_HOST | p.MOVED_DONE,
+                                         message.bytes, 0, self.now))
+
+    def check_grant(self, cid: int, message: p.LockGranted) -> None:
+        device = message.device
+        assert self.policy.mode is not p.Mode.OFF
+        queue = self.queues[device]
+        position = next((i for i, entry in enumerate(queue) if entry[0] == cid), None)
+        assert position is not None, f"grant to {cid}, which is not waiting"
+        holding = list(self.holders[device])
+        for ahead, since, _ in queue[:position]:
+            assert not self.fits(device, holding + [ahead]), \
+                f"grant to {cid} before {ahead}, which fits and asked first"
+            assert self.now - since < self.tq, \
+                f"grant to {cid} passes {ahead}, which has waited a quantum"
+        assert self.fits(device, holding + [cid]), f"grant to {cid} overcommits device {device}"
+        _, _, fresh = queue.pop(position)
+        assert bool(message.flags & p.GRANT_AFTER_WAIT) == (not fresh)
+        assert message.quantum_ms == self.tq * 1000
+        self.holders[device][cid] = Hold(self.now)
+        self.shares.granted(cid, device, self.now)
+
+    def check_drop(self, cid: int, message: p.DropLock) -> None:
+        device = message.device
+        hold = self.holders[device].get(cid)
+        assert hold is not None and hold.dropped_at is None, "drop to a client not holding"
+        turn_over = bool(self.queues[device]) and self.now >= self.turn_end(hold)
+        if not turn_over:
+            active = self.active(device)
+            assert not self.fits(device, active), "needless drop: the holders fit"
+            assert cid != active[0], "the oldest holder was dropped for memory"
+            self.displaced.append((device, cid))
+        hold.dropped_at = self.now
+        hold.revoke_at = self.now + GRACE + (message.evict_bytes / DEFAULT_TO_HOST_BPS
+                                             if message.evict_bytes else 0.0)
+
+    def check_revoke(self, cid: int, device: int) -> None:
+        hold = self.holders[device].get(cid)
+        assert hold is not None and hold.dropped_at is not None
+        assert self.now == hold.revoke_at, "revocation not exactly at grace (and move time)"
+        self.end_hold(device, cid)
+
+    def model_deadline(self) -> float | None:
+        due = []
+        for device in DEVICES:
+            for hold in self.holders[device].values():
+                if hold.dropped_at is not None:
+                    due.append(hold.revoke_at)
+                elif self.queues[device]:
+                    due.append(self.turn_end(hold))
+        return min(due, default=None)
+
+    # ----- events ---------------------------------------------------------------------------
+
+    @initialize(sizes=st.lists(SIZES, min_size=3, max_size=3))
+    def some_clients(self, sizes):
+        for cid, size in zip((1, 2, 3), sizes):  # known capacity and contention from the start
+            self.register(cid)
+            self.report(cid, 0, size, 16 * G)
+            self.report(cid, 1, size, 0)
+
+    @rule(cid=CLIENT_IDS)
+    def register(self, cid):
+        if cid in self.connected or cid in self.gone:
+            return
+        self.connected.add(cid)
+        self.apply(self.policy.register(cid, 1000 + cid, 1000, 1000, p.Register(0, 0, "x"),
+                                        self.now, 0.0))
+
+    @precondition(lambda self: self.connected)
+    @rule(data=st.data(), device=st.sampled_from(DEVICES), size=SIZES, total=TOTALS)
+    def mem_report(self, data, device, size, total):
+        self.report(data.draw(st.sampled_from(sorted(self.connected))), device, size, total)
+
+    def report(self, cid: int, device: int, size: int, total: int) -> None:
+        self.memory[(cid, device)] = size
+        if total:
+            self.totals[(cid, device)] = total
+        self.apply(self.policy.mem_report(cid, device, size, total, self.now))
+
+    @precondition(lambda self: self.connected)
+    @rule(data=st.data(), device=st.sampled_from(DEVICES))
+    def request(self, data, device):
+        queue = self.queues[device]
+        idle = self.connected - set(self.holders[device]) - {entry[0] for entry in queue}
+        self.ask(device, data.draw(st.sampled_from(sorted(idle or self.connected))))
+
+    def ask(self, device: int, cid: int) -> None:
+        """`cid` asks for the device (again, now and then)."""
+        queue = self.queues[device]
+        new = self.policy.mode is not p.Mode.OFF and cid not in self.holders[device] \
+            and all(entry[0] != cid for entry in queue)
+        if new:
+            queue.append([cid, self.now, True])
+        actions = self.policy.request_lock(cid, device, self.now)
+        if new and not any(isinstance(a, Send) and a.client == cid and
+                           isinstance(a.message, p.LockGranted) for a in actions):
+            self.claim(device, cid)  # it waits
+        self.apply(actions)
+
+    @precondition(lambda self: self.connected)
+    @rule(data=st.data(), device=st.sampled_from(DEVICES),
+          reason=st.sampled_from(list(p.ReleaseReason)), again=st.booleans())
+    def release(self, data, device, reason, again):
+        """A release by a holder or a stray one; a holder may ask again at once, as a busy
+        program does, and so queue with the most usage."""
+        stray = data.draw(st.booleans()) or not self.holders[device]
+        cid = data.draw(st.sampled_from(sorted(self.connected if stray else self.holders[device])))
+        holds = self.end_hold(device, cid)
+        actions = self.policy.lock_released(cid, device, reason, self.now)
+        if not holds:
+            assert not [a for a in actions if isinstance(a, Send)], "a stray release acted"
+        self.apply(actions)
+        if holds and again:
+            self.ask(device, cid)
+
+    @precondition(lambda self: len(self.connected) > 3)  # keep some contention
+    @rule(data=st.data())
+    def disconnect(self, data):
+        cid = data.draw(st.sampled_from(sorted(self.connected)))
+        self.connected.discard(cid)
+        self.gone.add(cid)
+        for device in DEVICES:
+            self.queues[device][:] = [e for e in self.queues[device] if e[0] != cid]
+            self.holders[device].pop(cid, None)
+        self.shares.forget(cid)
+        self.apply(self.policy.disconnect(cid, self.now))
+
+    # One rule for both settings, so that changes do not crowd out the turns they change.
+    @rule(tq=st.none() | st.integers(1, 4), mode=st.none() | st.sampled_from(list(p.Mode)))
+    def configure(self, tq, mode):
+        if tq is not None:
+            self.stuck.clear()  # the bound on waiting holds for an unchanged TQ
+        if mode is p.Mode.OFF:
+            for device in DEVICES:
+                self.queues[device].clear()
+                for cid in list(self.holders[device]):
+                    self.end_hold(device, cid)
+        self.apply(self.policy.configure(self.now, tq=tq, mode=mode))
+
+    # ----- invariants -----------------------------------------------------------------------
+
+    @invariant()
+    def matches_the_model(self):
+        for device in DEVICES:
+            dev = self.policy.devices.get(device)
+            assert (list(dev.holders) if dev else []) == list(self.holders[device])
+            assert (list(dev.waiters) if dev else []) == [e[0] for e in self.queues[device]]
+            dropping = [c for c, h in dev.holders.items() if h.dropped_at is not None] \
+                if dev else []
+            assert dropping == [c for c, h in self.holders[device].items()
+                                if h.dropped_at is not None]
+
+    @invariant()
+    def holders_not_asked_to_drop_fit(self):
+        for device in DEVICES:
+            assert self.fits(device, self.active(device)), \
+                f"device {device}: holders {self.active(device)} do not fit"
+
+    @invariant()
+    def nobody_is_left_waiting_whom_the_rule_admits(self):
+        if self.policy.mode is p.Mode.OFF:
+            return
+        for device in DEVICES:
+            holding = list(self.holders[device])
+            assert holding or not self.queues[device], "waiters behind a free lock"
+            for cid, since, _ in self.queues[device]:
+                assert not self.fits(device, holding + [cid]), f"{cid} fits but waits"
+                if self.now - since >= self.tq:
+                    break
+
+    @invariant()
+    def a_head_that_has_waited_a_quantum_is_served_within_another_and_grace(self):
+        for device in DEVICES:
+            queue = self.queues[device]
+            if not queue or self.now - queue[0][1] < self.tq:
+                self.stuck.pop(device, None)
+                continue
+            if self.stuck.get(device, (None,))[0] != queue[0][0]:
+                self.stuck[device] = (queue[0][0], self.now)
+            head, seen = self.stuck[device]
+            # A drop may give its holder time to move out what it has (13 GiB at most here).
+            most_moved = 13 * G / DEFAULT_TO_HOST_BPS
+            assert self.now <= seen + self.tq + GRACE + most_moved, \
+                f"client {head} waits without end"
+
+    @invariant()
+    def nothing_overdue(self):
+        for device in DEVICES:
+            for hold in self.holders[device].values():
+                if hold.dropped_at is not None:
+                    assert self.now < hold.revoke_at, "revocation overdue"
+                elif self.queues[device]:
+                    assert self.now < self.turn_end(hold), "drop overdue"
+
+    @invariant()
+    def only_connected_clients_are_known(self):
+        assert set(self.policy.clients) == self.connected
+
+    @invariant()
+    def usage_is_what_the_holds_make_it(self):
+        for cid in self.connected:
+            for device in DEVICES:
+                assert self.policy.usage.read(cid, device, self.now) == \
+                    self.shares.read(cid, device, self.now)
+
+
+class LimitedAutoMachine(AutoMachine):
+    """The same rules under a --capacity-mib that is lower than NVML's device and than some
+    reported totals, higher than others, and stands in where nothing is known."""
+    LIMIT = 10 * G
+
+
+for machine in (AutoMachine, LimitedAutoMachine):
+    machine.TestCase.settings = settings(max_examples=100, stateful_step_count=200,
+                                         deadline=None)
+TestAutoInvariants = AutoMachine.TestCase
+TestLimitedAutoInvariants = LimitedAutoMachine.TestCase

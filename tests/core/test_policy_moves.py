@@ -1,0 +1,369 @@
+"""Moving memory at handoffs: only what the next holder needs leaves, a holder that moves is not
+revoked for it, a grant waits for room, memory comes back where it left, and idle holders keep
+the lock through gaps shorter than the swap their release would cause."""
+
+import pytest
+from policy_driver import Driver
+
+from gemshare_nvs import protocol as p
+from gemshare_nvs.core.policy import STALLED_S
+from gemshare_nvs.core.rules.cost import CONTENDED_IDLE_RELEASE_MS, DEFAULT_TO_HOST_BPS, margin
+from gemshare_nvs.observe.status import build_status
+
+G = 1 << 30
+M = 1 << 20
+CAPACITY = 24 * G
+RESERVE = 512 * M
+MARGIN = margin(CAPACITY)  # 384 MiB
+
+
+def pair(mode: p.Mode = p.Mode.ON, tq: int = 10, grace: float = 2.0,
+         sizes: tuple = (16 * G, 16 * G)) -> Driver:
+    """Clients 1 and 2 (and more for longer `sizes`) on a 24 GiB device; 1 holds, 2 waits."""
+    driver = Driver(tq=tq, mode=mode, grace=grace, limit=CAPACITY)
+    for cid, size in enumerate(sizes, start=1):
+        driver.register(cid)
+        driver.mem(cid, size, total=80 * G)
+    driver.request(1)
+    driver.request(2)
+    driver.take_sent()
+    return driver
+
+
+def drop_bytes(driver: Driver, cid: int) -> int:
+    (drop,) = [m for m in driver.take_sent(cid) if isinstance(m, p.DropLock)]
+    return drop.evict_bytes
+
+
+def test_a_drop_moves_only_the_room_the_next_holder_needs():
+    driver = pair()
+    driver.advance_to_deadline()
+    # 16 + 16 GiB and one context reserve in 24 GiB: 8.5 GiB over, plus the margin.
+    assert drop_bytes(driver, 1) == 8 * G + RESERVE + MARGIN
+    driver.moved(1, 8 * G + RESERVE + MARGIN, seconds=1.0)
+    driver.release(1)
+    assert driver.take_sent(2) == [p.LockGranted(0, p.GRANT_AFTER_WAIT, 10_000)]
+    # Back the other way: client 1 must bring back what it moved out, and 2 holds all of its.
+    driver.request(1)
+    driver.advance_to_deadline()
+    assert drop_bytes(driver, 2) == 8 * G + RESERVE + MARGIN
+    driver.moved(2, 8 * G + RESERVE + MARGIN)
+    driver.release(2)
+    assert driver.take_sent(1) == [
+        p.LockGranted(0, p.GRANT_AFTER_WAIT | p.GRANT_OTHERS_RAN, 10_000)]
+
+
+def test_nothing_moves_when_the_next_holder_fits_or_the_capacity_is_unknown():
+    driver = pair(sizes=(8 * G, 8 * G))
+    driver.advance_to_deadline()
+    assert drop_bytes(driver, 1) == 0
+    unknown = Driver(tq=10)
+    for cid in (1, 2):
+        unknown.register(cid)
+        unknown.mem(cid, 64 * G)  # no total reported, no NVML, no limit
+    unknown.request(1)
+    unknown.request(2)
+    unknown.take_sent()
+    unknown.advance_to_deadline()
+    assert drop_bytes(unknown, 1) == 0
+
+
+def test_with_several_waiters_room_is_made_for_the_next_one_only():
+    driver = pair(sizes=(16 * G, 8 * G, 16 * G))
+    driver.request(3)
+    driver.advance_to_deadline()
+    # 16 + 8 GiB and a reserve are 0.5 GiB past 24: room for client 2 alone, not for 3 as well.
+    assert drop_bytes(driver, 1) == RESERVE + MARGIN
+
+
+def test_a_holder_that_moves_slower_than_the_grace_is_not_revoked():
+    driver = pair(grace=2.0)
+    driver.advance_to_deadline()
+    evict = drop_bytes(driver, 1)
+    dropped = driver.now
+    budget = 2.0 + evict / DEFAULT_TO_HOST_BPS  # grace plus the move at the assumed rate
+    assert driver.policy.next_deadline() == pytest.approx(dropped + budget)
+    # Slower than assumed, but reporting progress: every report buys a grace period.
+    for moved in range(1, 6):
+        driver.advance(1.9)
+        driver.moved(1, moved * G, done=False)
+    assert driver.now > dropped + budget
+    driver.advance(1.9)  # inside the last report's grace
+    assert driver.take_sent() == []
+    driver.advance(0.2)  # silence for a whole grace period: now it is revoked
+    assert driver.take_sent()[0] == (1, p.LockRevoked(0))
+
+
+def test_a_move_whose_count_stops_growing_is_revoked_after_the_stall_limit():
+    driver = pair(grace=2.0)
+    driver.advance_to_deadline()
+    drop_bytes(driver, 1)
+    driver.advance(1.9)
+    driver.moved(1, 1 * G, done=False)
+    grew_at = driver.now
+    # Chunks in flight on every stream: reports without new bytes still buy time for a while...
+    while driver.now + 1.5 < grew_at + STALLED_S:
+        driver.advance(1.5)
+        driver.moved(1, 1 * G, done=False)
+        assert driver.policy.next_deadline() == pytest.approx(driver.now + 2.0)
+    # ...but not past the stall limit: stuck in the driver, it is revoked like a silent holder.
+    driver.advance(1.5)
+    driver.moved(1, 1 * G, done=False)
+    assert driver.policy.next_deadline() < driver.now + 2.0
+    driver.advance_to_deadline()
+    assert (1, p.LockRevoked(0)) in driver.take_sent()
+
+
+def test_a_holders_memory_is_all_on_the_device_once_it_says_it_moved_back():
+    driver = pair()
+    assert driver.holders() == [1] and driver.policy.residency.of(0, 1) == 16 * G
+    driver.moved(1, 2 * G, to_host=True, seconds=0.1)  # a late report of a move out (an EVICT's)
+    assert driver.policy.residency.of(0, 1) == 14 * G
+    driver.moved(1, 2 * G, to_host=False, seconds=0.1)
+    assert driver.policy.residency.of(0, 1) == 16 * G
+
+
+def test_the_quantum_runs_from_when_the_memory_is_back_at_most_once_more():
+    driver = pair(tq=10)
+    driver.advance_to_deadline()  # 1 dropped at the end of its quantum
+    driver.moved(1, 8 * G + RESERVE + MARGIN)
+    driver.release(1)
+    driver.request(1)
+    (granted,) = [m for m in driver.take_sent(2) if isinstance(m, p.LockGranted)]
+    start = driver.now
+    driver.advance(6.0)
+    driver.moved(2, 8 * G, to_host=False, done=False)  # its memory still coming back
+    driver.advance(3.0)
+    driver.moved(2, 16 * G, to_host=False, seconds=9.0)  # back: its quantum starts now
+    back = driver.now
+    driver.advance(9.9)
+    assert not [m for m in driver.take_sent(2) if isinstance(m, p.DropLock)]
+    driver.advance(0.2)
+    assert [m for m in driver.take_sent(2) if isinstance(m, p.DropLock)]
+    assert back + 10 <= driver.now < start + 2 * 10 + 0.5
+    # Progress frames cannot hold the device longer than twice the quantum.
+    driver = pair(tq=10)
+    granted_at = driver.now
+    dropped_at = None
+    while dropped_at is None and driver.now < granted_at + 60:
+        driver.moved(1, G, to_host=False, done=False)
+        driver.advance(0.5)
+        if [m for m in driver.take_sent(1) if isinstance(m, p.DropLock)]:
+            dropped_at = driver.now
+    assert dropped_at is not None and dropped_at <= granted_at + 2 * 10 + 0.5
+
+
+def test_a_revoked_client_that_later_reports_its_move_is_believed_and_prefetches_back():
+    driver = pair(grace=1.0)
+    driver.advance_to_deadline()
+    evict = drop_bytes(driver, 1)
+    driver.advance_to_deadline()
+    sent = driver.take_sent()
+    assert sent[0] == (1, p.LockRevoked(0))
+    # Revoked, so not waited for: the grant went ahead, its bytes taken as gone.
+    assert (1, p.Evict(0, 0, evict)) in sent and sent[-1][0] == 2
+    assert driver.policy.residency.of(0, 1) == 16 * G - evict
+    driver.moved(1, evict)  # the same move, reported late: not taken twice
+    driver.release(1, reason=p.ReleaseReason.REVOKED)  # late: ignored
+    assert driver.policy.residency.of(0, 1) == 16 * G - evict
+    driver.request(1)
+    driver.advance_to_deadline()
+    driver.moved(2, drop_bytes(driver, 2))
+    driver.release(2)
+    grant = driver.take_sent(1)[0]
+    assert grant.flags & p.GRANT_OTHERS_RAN
+
+
+def test_a_grant_waits_for_idle_clients_to_make_room():
+    driver = pair(sizes=(16 * G, 16 * G))
+    driver.release(1, reason=p.ReleaseReason.IDLE)  # idle with its memory on the device
+    assert driver.take_sent() == [(1, p.Evict(0, 0, 8 * G + RESERVE + MARGIN))]
+    assert driver.holders() == [] and driver.waiters() == [2]
+    driver.advance(0.5)
+    driver.moved(1, 8 * G + RESERVE + MARGIN)
+    assert driver.take_sent() == [(2, p.LockGranted(0, p.GRANT_AFTER_WAIT, 10_000))]
+
+
+def test_a_silent_eviction_delays_the_grant_by_its_deadline_only():
+    driver = pair(grace=2.0)
+    driver.release(1, reason=p.ReleaseReason.IDLE)
+    (_, evict), = driver.take_sent()
+    deadline = driver.now + 2.0 + evict.bytes / DEFAULT_TO_HOST_BPS
+    assert driver.policy.next_deadline() == pytest.approx(deadline)
+    driver.advance_to_deadline()
+    assert driver.take_sent() == [(2, p.LockGranted(0, p.GRANT_AFTER_WAIT, 10_000))]
+    assert any("no answer in time" in log.text for log in driver.logs)
+
+
+def test_a_move_cut_short_counts_only_what_moved_and_the_grant_still_follows():
+    driver = pair()
+    driver.advance_to_deadline()
+    asked = drop_bytes(driver, 1)
+    # The driver refused the rest after 3 GiB: only those left the device.
+    driver.moved(1, 3 * G, seconds=1.0, failed=True)
+    assert driver.policy.residency.of(0, 1) == 13 * G
+    assert any("moved client 1" in log.text and "cut short" in log.text for log in driver.logs)
+    driver.release(1)
+    # What is still missing is asked once more, now of the idle client 1, for this grant.
+    (evict,) = driver.take_sent(1)
+    assert evict == p.Evict(0, 0, asked - 3 * G) and driver.waiters() == [2]
+    driver.moved(1, 0, seconds=0.1, failed=True)  # it can move nothing more
+    assert driver.take_sent() == [(2, p.LockGranted(0, p.GRANT_AFTER_WAIT, 10_000))]
+    assert driver.policy.residency.of(0, 1) == 13 * G
+    assert driver.policy.residency.of(0, 2) == 16 * G
+    # Not asked again for the same grant, and the device goes on: 2's quantum, then 1's turn.
+    driver.request(1)
+    driver.advance_to_deadline()
+    assert drop_bytes(driver, 2) > 0
+
+
+def test_an_evicting_client_that_leaves_lets_the_grant_go_at_once():
+    driver = pair()
+    driver.release(1, reason=p.ReleaseReason.IDLE)
+    driver.take_sent()
+    driver.disconnect(1)
+    assert driver.take_sent() == [(2, p.LockGranted(0, p.GRANT_AFTER_WAIT, 10_000))]
+
+
+def test_idle_clients_are_asked_before_waiting_ones_and_largest_first():
+    driver = Driver(tq=10, limit=CAPACITY)
+    for cid, size in {1: 8 * G, 2: 4 * G, 3: 0, 5: 6 * G}.items():
+        driver.register(cid)
+        driver.mem(cid, size, total=80 * G)
+    driver.configure(mode=p.Mode.OFF)  # all of them run: 18 GiB on the device
+    driver.configure(mode=p.Mode.ON)
+    driver.register(4)
+    driver.mem(4, 14 * G)
+    driver.request(3)  # holds, with nothing on the device
+    driver.request(4)
+    driver.request(1)  # waits behind 4, with the most memory there
+    driver.take_sent()
+    driver.release(3, reason=p.ReleaseReason.IDLE)
+    # 18 + 14 GiB and a reserve in 24: 8.5 GiB over, with the margin 8.875 GiB; the idle ones
+    # give it, largest first, and the waiting client 1 keeps all of its 8 GiB.
+    evicts = [(cid, m.bytes) for cid, m in driver.take_sent() if isinstance(m, p.Evict)]
+    assert evicts == [(5, 6 * G), (2, 8 * G + RESERVE + MARGIN - 6 * G)]
+    driver.moved(5, 6 * G)
+    assert driver.waiters() == [4, 1]  # still waiting for client 2
+    driver.moved(2, 4 * G)
+    assert driver.take_sent(4)[0].flags & p.GRANT_AFTER_WAIT
+
+
+def test_a_client_cannot_lie_its_way_below_zero_or_above_what_it_has():
+    driver = pair()
+    driver.advance_to_deadline()
+    driver.take_sent()
+    driver.moved(1, 1 << 63)  # more than it ever allocated
+    assert driver.policy.residency.of(0, 1) == 0
+    driver.moved(1, 1 << 40)
+    assert driver.policy.residency.of(0, 1) == 0
+    driver.moved(1, 5 * G, device=7)  # a device it never named: counted nowhere
+    assert driver.policy.residency.total(7) == 0
+    for device in range(1, 16):  # a device it has no memory on gets no place in status
+        driver.moved(1, 0, device=device)
+    status = build_status(driver.policy, driver.now, 0.0, grace_ms=2000)
+    assert [d["index"] for d in status["devices"]] == [0]
+    driver.moved(1, 5 * G, device=4096)  # out of range: the connection is closed
+    assert driver.closed and "out of range" in driver.closed[-1].reason
+
+
+def test_rates_come_from_the_moves_and_show_in_status():
+    driver = pair()
+    driver.advance_to_deadline()
+    out = drop_bytes(driver, 1)
+    driver.moved(1, out, seconds=1.0)
+    driver.moved(1, 1 * M, seconds=1.0)  # too small to say anything about the link
+    driver.release(1)
+    driver.moved(2, 12 * G, to_host=False, seconds=0.5)
+    device = build_status(driver.policy, driver.now, 0.0, grace_ms=2000)["devices"][0]
+    assert device["move_rates"] == {"to_host_gbps": round(out / 1e9, 2),
+                                    "to_device_gbps": round(12 * G / 0.5 / 1e9, 2),
+                                    "measured": True}
+    assert device["moves"]["to_host"] == {"count": 2, "bytes": out + M, "seconds": 2.0}
+    assert device["moves"]["to_device"]["count"] == 1
+    assert any("moved client 1" in log.text and "GB/s" in log.text for log in driver.logs)
+
+
+def test_an_idle_holder_keeps_the_lock_through_gaps_shorter_than_its_swap():
+    driver = pair(tq=10)
+    out = 8 * G + RESERVE + MARGIN
+    # Handing over moves that much out (3 GB/s assumed) and back when the holder returns (10 GB/s
+    # assumed): idle gaps shorter than twice that are not worth handing over.
+    expected = round(2 * (out / 3e9 + out / 10e9) * 1000)
+    # It also says what its drop would ask to move out, so that it can get ready for it.
+    assert driver.hints == [(1, p.IdleHint(0, expected, out))]
+    driver.hints.clear()
+    driver.advance_to_deadline()
+    driver.moved(1, out, seconds=1.0)  # a faster link after all
+    driver.release(1)
+    swap_ms = round(2 * (1.0 + out / 10e9) * 1000)
+    # Granted with nobody waiting, 2 keeps the lock through short gaps all the same: releasing it
+    # would only have 1, the last holder, evicted as soon as it asks again.
+    assert driver.hints == [(2, p.IdleHint(0, swap_ms, 0))]
+    driver.request(1)
+    assert driver.hints[-1] == (2, p.IdleHint(0, swap_ms, out))
+
+
+def test_a_swap_longer_than_the_quantum_keeps_the_lock_for_the_quantum():
+    driver = pair(tq=2)
+    assert driver.hints == [(1, p.IdleHint(0, 2_000, 8 * G + RESERVE + MARGIN))]
+
+
+def test_a_holder_whose_handoff_moves_nothing_releases_sooner_while_someone_waits():
+    driver = pair(sizes=(6 * G, 6 * G))
+    assert driver.hints == [(1, p.IdleHint(0, CONTENDED_IDLE_RELEASE_MS, 0))]
+    driver.advance_to_deadline()
+    driver.release(1)
+    assert driver.hints == [(1, p.IdleHint(0, CONTENDED_IDLE_RELEASE_MS, 0))]  # 2: nobody waits
+
+
+def test_a_last_holder_that_left_or_fits_adds_no_hint():
+    driver = pair(tq=10)
+    driver.advance_to_deadline()
+    driver.moved(1, 8 * G + RESERVE + MARGIN)
+    driver.release(1)
+    driver.hints.clear()
+    driver.disconnect(1)  # gone: nobody will ask for the device back
+    assert driver.hints[-1] == (2, p.IdleHint(0, 0, 0))
+
+
+def test_mode_off_puts_all_memory_back_and_every_next_grant_says_others_ran():
+    driver = pair(sizes=(16 * G, 16 * G))
+    driver.configure(mode=p.Mode.OFF)
+    assert driver.policy.residency.total(0) == 32 * G
+    driver.configure(mode=p.Mode.ON)
+    driver.take_sent()
+    driver.request(1)
+    # 32 GiB on a 24 GiB device: the idle client makes room before the grant.
+    assert driver.take_sent() == [(2, p.Evict(0, 0, 8 * G + RESERVE + MARGIN))]
+    driver.moved(2, 8 * G + RESERVE + MARGIN)
+    assert driver.take_sent(1)[0].flags & p.GRANT_OTHERS_RAN
+
+
+def evicted(driver: Driver, cid: int) -> list[int]:
+    """Bytes each EVICT since the last look asked of `cid` (its other messages are dropped)."""
+    return [m.bytes for m in driver.take_sent(cid) if isinstance(m, p.Evict)]
+
+
+@pytest.mark.parametrize("mode", [p.Mode.ON, p.Mode.AUTO])
+def test_a_holder_that_grows_has_clients_not_holding_make_the_room(mode):
+    """Client 2 ran and let go with 16 GiB there; client 1 was granted with nothing allocated,
+    then allocates 16 GiB: 8.5 GiB too many for 24 GiB, as a full card's driver would find."""
+    driver = Driver(tq=10, mode=mode, limit=CAPACITY)
+    for cid in (1, 2):
+        driver.register(cid)
+    driver.mem(2, 16 * G, total=80 * G)
+    driver.request(2)
+    driver.release(2, reason=p.ReleaseReason.IDLE)
+    driver.request(1)
+    driver.take_sent()
+    driver.mem(1, 4 * G)  # still fits beside client 2's memory
+    assert evicted(driver, 2) == []
+    driver.mem(1, 16 * G)
+    assert evicted(driver, 2) == [8 * G + RESERVE + MARGIN]
+    driver.mem(1, 17 * G)  # no second ask while the first is unanswered
+    assert evicted(driver, 2) == []
+    driver.moved(2, 8 * G + RESERVE + MARGIN, device=0)
+    assert driver.policy.residency.of(0, 2) == 8 * G - RESERVE - MARGIN
+    assert driver.holders() == [1]
+
