@@ -117,11 +117,38 @@ def config_lines(status: dict) -> Text | None:
         lines.append(Text(words, style="dim"))
         if config.get("problem"):
             lines.append(Text(f"Config not reloaded: {config['problem']}", style="yellow"))
+    mps = mps_line(status)
+    if mps is not None:
+        lines.append(mps)
     kept = status.get("runtime_settings")
     if isinstance(kept, dict) and kept.get("persistent") is False and kept.get("problem"):
         lines.append(Text("Settings changed with gemsharectl last only until the scheduler "
                           f"stops: {kept['problem']}", style="yellow"))
     return Text("\n").join(lines) if lines else None
+
+
+def mps_line(status: dict) -> Text | None:
+    """Where the MPS control daemon stands, when the scheduler runs one."""
+    mps = status.get("mps")
+    if not isinstance(mps, dict) or not mps.get("enabled"):
+        return None
+    if not mps.get("running"):
+        return Text(f"MPS: not running ({mps.get('problem') or 'no answer'}): programs start "
+                    "as plain contexts", style="yellow")
+    clients, user = mps.get("clients", 0), mps.get("user")
+    whose = f", serving uid {user}" if user is not None else ""
+    restarts = f", started again {mps['restarts']} times" if mps.get("restarts") else ""
+    adopted = " (adopted)" if mps.get("adopted") else ""
+    return Text(f"MPS: control daemon at {mps.get('pipe_directory')}{adopted}: {clients} "
+                f"client{'' if clients == 1 else 's'} through it{whose}{restarts}", style="dim")
+
+
+def through_mps(client: dict) -> str:
+    """Whether the client goes through MPS: "yes", "yes 30%" (its SM share) or "no"."""
+    if client.get("mps") is True:
+        share = client.get("sm_share")
+        return f"yes {share}%" if isinstance(share, int) else "yes"
+    return "no" if client.get("mps_why") else MISSING
 
 
 def _holder_label(device: dict, client_id, clients_by_id: dict) -> str:
@@ -300,6 +327,7 @@ CLIENT_COLUMNS = (
     ("Waited", True, lambda c: human_duration(c.get("wait_time_s"))),
     ("Allocated", True, lambda c: human_bytes(c.get("allocated_bytes"))),
     ("Weight", True, lambda c: _number(c.get("weight"))),
+    ("MPS", False, through_mps),
     ("Limits", False, limits),
     ("Terms from", False, terms_from),
     ("Usage", True, usage),
@@ -312,7 +340,8 @@ DROPPABLE_COLUMNS = ("Connected since", "UID", "Revoked", "Waits", "Pod", "Terms
 # Columns left out when no client has anything to show in them.
 SPARSE_COLUMNS = {"Pod": lambda c: c.get("pod"), "Gang": lambda c: c.get("gang"), "Limits": lambda c: limits(c) != MISSING,
                   "Terms from": lambda c: terms_from(c) != MISSING,
-                  "Weight": lambda c: "weight" in c, "Usage": lambda c: "usage_s" in c}
+                  "Weight": lambda c: "weight" in c, "Usage": lambda c: "usage_s" in c,
+                  "MPS": lambda c: through_mps(c) != MISSING}
 
 
 def clients_table(status: dict, omit=()) -> Table:
@@ -379,6 +408,9 @@ def status_view(console: Console, status: dict, socket: str) -> Group:
     return Group(*parts)
 
 
+START_TERMS = ("sm_share", "mps")
+
+
 def terms_view(client: dict) -> Text:
     """One client's terms and where each comes from, for `gemsharectl client PID`."""
     sources = client.get("terms_from") if isinstance(client.get("terms_from"), dict) else {}
@@ -391,7 +423,13 @@ def terms_view(client: dict) -> Text:
                         ("gpu_limit", f"{gpu:.0%} of the GPU's time"
                          if isinstance(gpu, (int, float)) else "none"),
                         ("memory_limit", human_bytes(memory) if isinstance(memory, int)
-                         else "none")):
+                         else "none"),
+                        ("sm_share", f"{client.get('sm_share')}% of the SMs"
+                         if isinstance(client.get("sm_share"), int) else "all"),
+                        ("mps", "yes" if client.get("mps") else
+                         f"no ({client['mps_why']})" if client.get("mps_why") else "not run")):
+        if name in START_TERMS and name not in client:
+            continue  # a scheduler without MPS terms
         text.append(f"\n  {name}: {shown}")
         text.append(f" ({sources.get(name, 'default')})", style="dim")
     temporary = overrides_note([client])

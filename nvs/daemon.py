@@ -75,7 +75,8 @@ async def run(settings: Settings, configuration: Configuration,
                     await nursery.start(server.serve)
                     if metrics_socket is not None:
                         nursery.start_soon(serve_metrics, metrics_socket,
-                                           registry_for(server.policy, trio.current_time))
+                                           registry_for(server.policy, trio.current_time,
+                                                        server.mps_status))
                     _announce(settings, configuration.started, listening)
                     interval = sdnotify.watchdog_interval()
                     if interval is not None:
@@ -96,11 +97,12 @@ def _announce(settings: Settings, start: dict, listening: Listening) -> None:
                 else f"at most {start['capacity_mib']} MiB")
     log.info("listening on %s%s: tq %d s, anti-thrash %s, min slice %d ms, grace %d ms, "
              "context reserve %d MiB, capacity %s, max %d clients (%d per user), %d control "
-             "connections, control group %s",
+             "connections, control group %s, MPS %s",
              listening.path, " (socket from systemd)" if listening.inherited else "",
              start["tq"], start["anti_thrash"].label, start["min_slice_ms"], start["grace_ms"],
              start["context_reserve_mib"], capacity, settings.max_clients,
-             settings.clients_per_user(), settings.max_control, settings.control_group)
+             settings.clients_per_user(), settings.max_control, settings.control_group,
+             "on" if start["mps"] else "off")
     _notify("READY=1\nSTATUS=listening on " + str(listening.path))
 
 

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 MAGIC = 0x52485347  # b"GSHR" read as a little-endian u32
-VERSION = 6  # 2: DEVICE_UUID; 3: EVICT, MOVED, IDLE_HINT, DROP_LOCK's byte count;
-#               4: REGISTER's label, LIMITS; 5: GANG; 6: PING, PONG
+VERSION = 7  # 2: DEVICE_UUID; 3: EVICT, MOVED, IDLE_HINT, DROP_LOCK's byte count;
+#               4: REGISTER's label, LIMITS; 5: GANG; 6: PING, PONG; 7: MPS, REG_NO_MPS
 HEADER = struct.Struct("<IHHII")  # magic, version, type, length, seq
 HEADER_SIZE = HEADER.size
 MAX_PAYLOAD = 1 << 20
@@ -45,6 +45,7 @@ class MsgType(enum.IntEnum):
     GANG = 18
     PING = 19
     PONG = 20
+    MPS = 21
 
 
 class Mode(enum.IntEnum):
@@ -78,6 +79,8 @@ class ErrorCode(enum.IntEnum):
 
 
 REG_UNIFIED_MEMORY = 1 << 0
+# The program's owner keeps it out of MPS (GEMSHARE_MPS=0): it runs as a context of its own.
+REG_NO_MPS = 1 << 1
 # REQUEST_LOCK's flags: the work waiting for this device keeps the client's devices of lower
 # index (their gates entered) until it is granted; the scheduler keeps those locks meanwhile.
 REQUEST_KEEPING = 1 << 0
@@ -242,6 +245,18 @@ class Limits(Fixed):
 
 
 @dataclass(frozen=True)
+class Mps(Fixed):
+    """The client goes through the scheduler's NVIDIA MPS control daemon: before the driver
+    starts it sets CUDA_MPS_PIPE_DIRECTORY to `pipe_directory` and, when `active_thread_percentage`
+    is not 0, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE. Sent before REGISTERED, or not at all."""
+    TYPE = MsgType.MPS
+    LAYOUT = (("active_thread_percentage", "I"), ("reserved", "I"), ("pipe_directory", "256s"))
+    active_thread_percentage: int = 0  # 1 to 100; 0: as many as MPS gives
+    reserved: int = 0
+    pipe_directory: str = ""
+
+
+@dataclass(frozen=True)
 class Gang(Fixed):
     """The client is one process of a distributed job: its locks are granted and taken back
     with those of the job's other processes on this node. Sent after REGISTER, before the
@@ -383,7 +398,7 @@ class Error:
 MESSAGES = {cls.TYPE: cls for cls in (
     Register, Registered, RequestLock, LockGranted, DropLock, LockReleased, LockRevoked,
     SchedMode, MemReport, Control, ControlReply, Error, DeviceUuid, Evict, Moved, IdleHint,
-    Limits, Gang, Ping, Pong)}
+    Limits, Gang, Ping, Pong, Mps)}
 FIXED_MESSAGES = {t: cls for t, cls in MESSAGES.items() if issubclass(cls, Fixed)}
 
 

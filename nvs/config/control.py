@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass
 
 from .layers import LIVE
+from ..core.model.terms import START_TERMS
 from .parsing import SETTING_CHECKS, TERM_CHECKS
 from .settings import WholeNumber, shortened, shown
 
@@ -18,6 +19,8 @@ CHANGES = ("set", "client", "reload")
 SET_KEYS = LIVE
 # Limits a client may be given "no limit" (null) for, over what a config rule says.
 LIFTABLE = ("gpu_limit", "memory_limit")
+# Terms gemsharectl may change on a running client: those taken at start stand until it exits.
+CLIENT_TERM_CHECKS = {key: check for key, check in TERM_CHECKS.items() if key not in START_TERMS}
 PID = WholeNumber("pid", 1, 1 << 22)  # the kernel's largest pid_max
 # When the sender stops waiting for the reply, in DEADLINE_CLOCK milliseconds: a request still
 # unapplied then is dropped, so that a change reported as failed never happens later. The
@@ -125,16 +128,21 @@ def parse_set(body: dict) -> SetRequest:
 
 def parse_client(body: dict) -> ClientRequest:
     """The terms a `client` request gives one client (by pid), or Refused."""
-    _only(body, "client", ("pid", *TERM_CHECKS, "reset"))
+    started = [key for key in START_TERMS if key in body]
+    if started:
+        raise Refused("invalid", f"{', '.join(started)} is taken when a program starts; give it "
+                                 "in a config rule for the program's next start; nothing was "
+                                 "changed")
+    _only(body, "client", ("pid", *CLIENT_TERM_CHECKS, "reset"))
     pid = _checked(body, {"pid": PID.check}).get("pid")
     if pid is None:
         raise Refused("invalid", "client needs the pid of a connected client; nothing was "
                                  "changed")
     reset = _flag(body, "reset")
-    values = _checked(body, TERM_CHECKS, LIFTABLE)
+    values = _checked(body, CLIENT_TERM_CHECKS, LIFTABLE)
     if not values and not reset:
-        raise Refused("invalid", f"client needs {', '.join(TERM_CHECKS)} or reset; nothing was "
-                                 "changed")
+        raise Refused("invalid", f"client needs {', '.join(CLIENT_TERM_CHECKS)} or reset; "
+                                 "nothing was changed")
     return ClientRequest(pid, values, reset)
 
 

@@ -17,7 +17,7 @@ from .settings import Settings
 LIVE = ("tq", "anti_thrash", "min_slice_ms")
 # Settings read when the scheduler starts: a reload that changes them says they wait for a
 # restart.
-AT_START = ("grace_ms", "capacity_mib", "context_reserve_mib")
+AT_START = ("grace_ms", "capacity_mib", "context_reserve_mib", "mps", "mps_pipe_directory")
 DEFAULT, COMMAND_LINE, GEMSHARECTL = "default", "command line", "gemsharectl"
 
 
@@ -27,7 +27,8 @@ def command_line_layer(settings: Settings) -> dict[str, tuple[object, str]]:
     values = {"tq": settings.tq, "anti_thrash": settings.mode,
               "min_slice_ms": settings.min_slice_ms, "grace_ms": settings.grace_ms,
               "capacity_mib": settings.capacity_mib,
-              "context_reserve_mib": settings.context_reserve_mib}
+              "context_reserve_mib": settings.context_reserve_mib, "mps": settings.mps,
+              "mps_pipe_directory": settings.mps_pipe_directory}
     return {name: (value, COMMAND_LINE if name in settings.given else DEFAULT)
             for name, value in values.items()}
 

@@ -33,10 +33,13 @@ from .settings import (
     GRACE_MS,
     MEMORY_LIMIT,
     MIN_SLICE_MS,
+    SM_SHARE,
     TQ,
     WEIGHT,
     WholeNumber,
+    check_flag,
     check_mode,
+    check_pipe_directory,
     shown,
 )
 
@@ -49,10 +52,12 @@ else:  # the same parser, before it joined the standard library
 SETTING_CHECKS = {
     "tq": TQ.check, "anti_thrash": check_mode, "min_slice_ms": MIN_SLICE_MS.check,
     "grace_ms": GRACE_MS.check, "capacity_mib": CAPACITY_MIB.check,
-    "context_reserve_mib": CONTEXT_RESERVE_MIB.check,
+    "context_reserve_mib": CONTEXT_RESERVE_MIB.check, "mps": check_flag("mps"),
+    "mps_pipe_directory": check_pipe_directory,
 }
 TERM_CHECKS = {"weight": WEIGHT.check, "gpu_limit": GPU_LIMIT.check,
-               "memory_limit": MEMORY_LIMIT.check}
+               "memory_limit": MEMORY_LIMIT.check, "sm_share": SM_SHARE.check,
+               "mps": check_flag("mps")}
 RULE_KEYS = ("match", *TERM_CHECKS)
 ID_KEYS = ("uid", "gid")
 NAME_KEYS = ("user", "group")  # must name an account that exists

@@ -167,6 +167,30 @@ GPU_LIMIT = PositiveNumber("gpu_limit", 1)
 MEMORY_LIMIT = Size("memory_limit", MEMORY_LIMIT_MIN, MEMORY_LIMIT_MAX)
 
 
+SM_SHARE = WholeNumber("sm_share", 1, 100, "percent")
+# The MPS control daemon's pipe directory travels in a fixed 256-byte field (protocol.py MPS).
+MPS_PIPE_DIRECTORY_MAX = 255
+
+
+def check_pipe_directory(value) -> str:
+    """An MPS pipe directory as a config file or the command line names it: an absolute path
+    that fits the MPS frame."""
+    if not isinstance(value, str) or not value.startswith("/") or \
+            len(value.encode("utf-8", errors="replace")) > MPS_PIPE_DIRECTORY_MAX or "\0" in value:
+        raise ValueError(f"mps_pipe_directory must be an absolute path of at most "
+                         f"{MPS_PIPE_DIRECTORY_MAX} bytes, not {shown(value)}")
+    return value
+
+
+def check_flag(name: str):
+    """The check of a term that is true or false: TOML's booleans alone, not "yes" or 1."""
+    def check(value) -> bool:
+        if not isinstance(value, bool):
+            raise ValueError(f"{name} must be true or false, not {shown(value)}")
+        return value
+    return check
+
+
 def check_mode(value) -> Mode:
     """An anti-thrash mode given by its label: on, off or auto."""
     if not isinstance(value, str) or value not in MODE_LABELS:
@@ -191,6 +215,9 @@ class Settings:
     context_reserve_mib: int = DEFAULT_CONTEXT_RESERVE_MIB
     capacity_mib: int | None = None  # auto's ceiling on each device's capacity; None: none
     min_slice_ms: int = DEFAULT_MIN_SLICE_MS
+    mps: bool = False  # run programs that may share a GPU through NVIDIA MPS
+    # An MPS control daemon already running to adopt, by its pipe directory; None: our own.
+    mps_pipe_directory: str | None = None
     # The settings above that the command line named, as the config file names them: the rest
     # are defaults (status says which).
     given: frozenset[str] = frozenset()

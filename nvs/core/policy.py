@@ -108,6 +108,7 @@ from .rules.cost import GB, LINK_CEILING_BPS, Link
 from .rules.credit import MoveCredit
 from .rules.gang_rules import GangRules
 from .rules.gangs import DEFAULT_GANG_TIMEOUT_S, Gangs
+from .rules.mps_rules import MpsRules, mps_words
 from .rules.residency import Residency
 from .rules.room_rules import RoomRules
 from .rules.share_rules import ShareRules
@@ -128,17 +129,19 @@ def _terms_words(terms: Terms) -> str:
     """The terms that differ from the defaults, for a log line."""
     words = [f"weight {terms.weight:g}" if terms.weight != 1 else "",
              f"gpu limit {terms.gpu_limit:g}" if terms.gpu_limit is not None else "",
-             f"memory limit {mib(terms.memory_limit)}" if terms.memory_limit is not None else ""]
+             f"memory limit {mib(terms.memory_limit)}" if terms.memory_limit is not None else "",
+             f"sm share {terms.sm_share}%" if terms.sm_share is not None else "",
+             "mps false" if not terms.mps else ""]
     return "".join(f", {word}" for word in words if word)
 
 
-class Policy(GangRules, ShareRules, RoomRules):
+class Policy(GangRules, ShareRules, RoomRules, MpsRules):
     def __init__(self, tq: int, mode: p.Mode, grace_s: float, max_clients: int,
                  reserve_bytes: int = 512 << 20, nvml_capacity: dict[int, int] | None = None,
                  capacity_limit: int | None = None, nvml_uuids: dict[str, int] | None = None,
                  rules: Callable[[Identity], Terms] = no_rules,
                  min_slice_ms: int = DEFAULT_MIN_SLICE_MS,
-                 gang_timeout_s: float = DEFAULT_GANG_TIMEOUT_S):
+                 gang_timeout_s: float = DEFAULT_GANG_TIMEOUT_S, mps: bool = False):
         self.tq = tq
         self.min_slice_ms = min_slice_ms
         self.rules = rules
@@ -164,6 +167,8 @@ class Policy(GangRules, ShareRules, RoomRules):
         # client is the one most likely to ask next, so what handing the device to it would
         # cost is the switch cost; and status says why it ended.
         self.last_end: dict[int, tuple[int, str]] = {}
+        self.mps_enabled = mps  # the scheduler runs MPS (--mps)
+        self.mps_pipe: str | None = None  # the MPS control daemon's pipe directory, while it runs
 
     # ----- events -------------------------------------------------------------------------
 
@@ -189,9 +194,12 @@ class Policy(GangRules, ShareRules, RoomRules):
         label = f", label {client.identity.label}" if client.identity.label else ""
         limits = [Send(cid, p.Limits(client.terms.memory_limit))] \
             if client.terms.memory_limit is not None else []
-        return limits + [Send(cid, p.Registered(cid, self.mode, self.tq)),
-                         Log(f"register {client}: uid {uid}, device {client.numbering.device}"
-                             f"{pod}{label}{_terms_words(client.terms)}")]
+        mps = self._through_mps(client)
+        return limits + mps + [Send(cid, p.Registered(cid, self.mode, self.tq)),
+                               Log(f"register {client}: uid {uid}, device "
+                                   f"{client.numbering.device}{pod}{label}"
+                                   f"{_terms_words(client.terms)}"
+                                   f"{mps_words(client)}")]
 
     def set_rules(self, rules: Callable[[Identity], Terms], now: float) -> list:
         """New configuration rules: every client's terms are worked out again, with its
@@ -567,7 +575,8 @@ class Policy(GangRules, ShareRules, RoomRules):
             usage=dict(sorted(self.usage.of_client(cid, now).items())),
             gang=gang.name if (gang := self.gangs.of_client.get(cid)) else "",
             holding=sorted(index for index, dev in self.devices.items() if cid in dev.holders),
-            waiting=sorted(index for index, dev in self.devices.items() if cid in dev.waiters))
+            waiting=sorted(index for index, dev in self.devices.items() if cid in dev.waiters),
+            mps=client.mps, mps_why=client.mps_why)
 
     def memory_of(self, cid: int, device: int) -> int:
         return self.clients[cid].allocated.get(device, 0)

@@ -57,6 +57,8 @@ class ClientSnapshot:
     gang: str  # the name of the job it belongs to, "" for none
     holding: list[int]  # the devices whose lock it holds
     waiting: list[int]  # and those it waits for
+    mps: bool  # it goes through the MPS server
+    mps_why: str  # why not, when the scheduler runs MPS and it does not
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from ..core.rules.gangs import BROKEN, COMPLETE, FORMING
 from ..core.snapshot import ClientSnapshot
 from ..core.tallies import TO_DEVICE, TO_HOST, WaitHistogram
 from ..version import version
+from .mps_metrics import MpsCollector
 
 # Every way a hold ends, as status names it; each device has a series for each from the start,
 # so that rates over them need no series to appear first.
@@ -127,9 +128,12 @@ def _bound(seconds: float) -> str:
     return "+Inf" if seconds == float("inf") else repr(seconds)
 
 
-def registry_for(policy: Policy, clock: Callable[[], float]) -> CollectorRegistry:
+def registry_for(policy: Policy, clock: Callable[[], float],
+                 mps_status: Callable[[], dict] | None = None) -> CollectorRegistry:
     """A registry of the scheduler's metrics alone (no process or platform collectors: the
-    node exporter reports those)."""
+    node exporter reports those); `mps_status` gives the MPS control daemon's, when it runs."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(SchedulerCollector(policy, clock))
+    if mps_status is not None:
+        registry.register(MpsCollector(mps_status))
     return registry

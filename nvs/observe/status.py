@@ -96,6 +96,10 @@ def _client_entry(client: ClientSnapshot) -> dict:
         "weight": client.terms.weight,
         "gpu_limit": client.terms.gpu_limit,
         "memory_limit": client.terms.memory_limit,
+        "sm_share": client.terms.sm_share,
+        # Through the scheduler's MPS server; when not, why (null when it runs no MPS).
+        "mps": client.mps,
+        "mps_why": client.mps_why or None,
         "terms_from": {name: client.terms.source(name) for name in TERM_NAMES},
         # What gemsharectl gave it, and that it is not kept: null when nothing was given.
         "overrides": {"values": client.overrides, "lasts": OVERRIDES_LAST}

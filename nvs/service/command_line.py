@@ -32,6 +32,7 @@ from ..config.settings import (
     Settings,
     WholeNumber,
     check_mode,
+    check_pipe_directory,
     debug_from_environment,
 )
 from ..observe.metrics_http import parse_address
@@ -45,7 +46,8 @@ PROG = "gemshare-scheduler"
 # None unless given, so that Settings' defaults apply and status can say which were given.
 LAYERED = {"tq": "tq", "anti_thrash": "mode", "min_slice_ms": "min_slice_ms",
            "grace_ms": "grace_ms", "context_reserve_mib": "context_reserve_mib",
-           "capacity_mib": "capacity_mib"}
+           "capacity_mib": "capacity_mib", "mps": "mps",
+           "mps_pipe_directory": "mps_pipe_directory"}
 
 
 def _checked(number: WholeNumber, what: str):
@@ -82,6 +84,16 @@ def _group(text: str) -> str:
     if not text.strip():
         raise typer.BadParameter("--control-group must name a group")
     return text
+
+
+def _pipe_directory(text: Optional[str]) -> Optional[str]:
+    if text is None:
+        return None
+    try:
+        return check_pipe_directory(text)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc).replace("mps_pipe_directory", "--mps-pipe-directory")) \
+            from None
 
 
 def _metrics_address(text: Optional[str]) -> Optional[tuple[str, int]]:
@@ -165,6 +177,15 @@ def scheduler(
         callback=_group,
         help="group whose members may change settings besides root (default "
              f"{DEFAULT_CONTROL_GROUP})"),
+    mps: bool = typer.Option(
+        False, "--mps", show_default=False,
+        help="run programs that may hold a GPU together (auto when they fit, and off) through "
+             "NVIDIA MPS, so that their kernels run at once: starts nvidia-cuda-mps-control "
+             "from PATH with pipe and log directories beside the socket (default: off)"),
+    mps_pipe_directory: Optional[str] = typer.Option(
+        None, "--mps-pipe-directory", metavar="DIR", callback=_pipe_directory,
+        help="with --mps, adopt the MPS control daemon already running with this pipe "
+             "directory instead of starting one (implies --mps)"),
     metrics: Optional[str] = typer.Option(
         None, "--metrics", metavar="ADDR:PORT", callback=_metrics_address,
         help="serve Prometheus metrics over HTTP at http://ADDR:PORT/metrics, e.g. "
@@ -176,7 +197,8 @@ def scheduler(
 ) -> None:
     values = {"tq": tq, "min_slice_ms": min_slice_ms, "grace_ms": grace_ms,
               "context_reserve_mib": context_reserve_mib, "capacity_mib": capacity_mib,
-              "anti_thrash": anti_thrash}
+              "anti_thrash": anti_thrash, "mps_pipe_directory": mps_pipe_directory,
+              "mps": True if mps or mps_pipe_directory is not None else None}
     given = frozenset(name for name, value in values.items() if value is not None)
     # Handed back through ctx.obj, a list: a standalone run drops what the command returns.
     ctx.obj.append(Settings(

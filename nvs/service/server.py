@@ -38,6 +38,7 @@ from ..wire.conversation import CLIENT, CONTROL, next_kind
 from ..wire.peer import Credentials, peer_credentials
 from . import fair_slots
 from .gpus import Gpus
+from .mps import MpsControl
 from .permissions import may_control
 
 log = logging.getLogger("gemshare.scheduler")
@@ -122,7 +123,10 @@ class Server:
                              nvml_uuids=gpus.indices_by_uuid() if gpus is not None else None,
                              capacity_limit=None if start["capacity_mib"] is None
                              else start["capacity_mib"] << 20,
-                             rules=self.configuration.rules, min_slice_ms=start["min_slice_ms"])
+                             rules=self.configuration.rules, min_slice_ms=start["min_slice_ms"],
+                             mps=start["mps"])
+        self.mps = MpsControl.for_scheduler(settings.socket, start["mps_pipe_directory"]) \
+            if start["mps"] else None
         self._reloading = trio.Lock()  # one reload at a time, in the order asked
         self._saving = trio.Lock()  # and one write of the kept settings
         self._listener = trio.socket.from_stdlib_socket(listener)
@@ -137,6 +141,9 @@ class Server:
         """Serve until cancelled; `started` once accepting."""
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._timer)
+            if self.mps is not None:  # up before the first client, so that it may go through
+                await nursery.start(self.mps.watch,
+                                    lambda pipe: self._apply(self.policy.set_mps(pipe)))
             if self.settings.config is not None:
                 nursery.start_soon(self._watch_config)
             task_status.started(self)
@@ -417,11 +424,19 @@ class Server:
             gpus = await trio.to_thread.run_sync(self.gpus.describe)
         extra = {"pid": os.getpid(), "uptime_s": round(time.time() - self._started, 3),
                  "control_group": self.settings.control_group,
-                 "connections": len(self.conns), **self.configuration.status()}
+                 "connections": len(self.conns), **self.configuration.status(),
+                 "mps": self.mps_status()}
         return fit_status(build_status(self.policy, trio.current_time(), time.time(),
                                        grace_ms=self.configuration.started["grace_ms"], gpus=gpus,
                                        extra=extra),
                           STATUS_ROOM)
+
+    def mps_status(self) -> dict:
+        if self.mps is None:
+            return {"enabled": False}
+        user = self.policy.mps_user()
+        return {**self.mps.status(), "user": user,
+                "clients": sum(client.mps for client in self.policy.clients.values())}
 
     # ----- carrying out the policy's actions --------------------------------------------
 

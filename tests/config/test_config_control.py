@@ -116,7 +116,9 @@ memory_limit = "4GiB"
                      "gpu_limit": None, "memory_limit": 8 << 30}
     entry = await client_entry(control, registered.client_id)
     assert (entry["weight"], entry["gpu_limit"], entry["memory_limit"]) == (2.5, None, 8 << 30)
-    assert set(entry["terms_from"].values()) == {"gemsharectl"}
+    assert entry["terms_from"] == {"weight": "gemsharectl", "gpu_limit": "gemsharectl",
+                                   "memory_limit": "gemsharectl", "sm_share": "default",
+                                   "mps": "default"}
     assert await client.recv() == p.Limits(8 << 30)
     await control.control({"op": "client", "pid": os.getpid(), "reset": True})
     assert await client.recv() == p.Limits(4 << 30)

@@ -65,9 +65,22 @@ def test_every_setting_the_command_line_has_may_be_given():
         capacity_mib = 4096
         context_reserve_mib = 0
         anti_thrash = "auto"
+        mps = true
+        mps_pipe_directory = "/run/nvidia-mps"
     """)
     assert config.settings == {"grace_ms": 5000, "capacity_mib": 4096, "context_reserve_mib": 0,
-                               "anti_thrash": Mode.AUTO}
+                               "anti_thrash": Mode.AUTO, "mps": True,
+                               "mps_pipe_directory": "/run/nvidia-mps"}
+
+
+def test_a_rule_gives_the_mps_terms():
+    (rule,) = parsed("""\
+        [[rule]]
+        match = { label = "inference" }
+        sm_share = 30
+        mps = true
+    """).rules
+    assert dict(rule.values) == {"sm_share": 30, "mps": True}
 
 
 def test_a_match_may_be_its_own_table_and_take_every_key():
@@ -108,6 +121,17 @@ def test_a_match_may_be_its_own_table_and_take_every_key():
     (EXAMPLE.replace("16GiB", "16 gigs"), 11, "rule 2 memory_limit",
      "memory_limit must be a size such as 16GiB or 512MiB"),
     (EXAMPLE.replace("\"16GiB\"", "0"), 11, "rule 2 memory_limit", "not 0"),
+    (EXAMPLE.replace("weight = 2", "sm_share = 0"), 7, "rule 1 sm_share",
+     "sm_share must be a whole number of percent from 1 to 100, not 0"),
+    (EXAMPLE.replace("weight = 2", "sm_share = 101"), 7, "rule 1 sm_share", "not 101"),
+    (EXAMPLE.replace("weight = 2", "sm_share = \"half\""), 7, "rule 1 sm_share", "not 'half'"),
+    (EXAMPLE.replace("weight = 2", "sm_share = 50.5"), 7, "rule 1 sm_share", "not 50.5"),
+    (EXAMPLE.replace("weight = 2", "mps = \"yes\""), 7, "rule 1 mps",
+     "mps must be true or false, not 'yes'"),
+    (EXAMPLE.replace("weight = 2", "mps = 0"), 7, "rule 1 mps", "not 0"),
+    ("mps = \"on\"\n", 1, "mps", "mps must be true or false, not 'on'"),
+    ("mps_pipe_directory = \"run/mps\"\n", 1, "mps_pipe_directory",
+     "mps_pipe_directory must be an absolute path"),
     (EXAMPLE.replace("gpu_limit", "gpu_limt"), 12, "rule 2 gpu_limt",
      "unknown key 'gpu_limt' (did you mean 'gpu_limit'?); a rule takes match, weight"),
     # matches that match nothing, or cannot be read

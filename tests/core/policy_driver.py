@@ -42,8 +42,10 @@ class Driver:
         return actions
 
     def register(self, cid: int, name: str = "proc", device: int = 0, pid: int | None = None,
-                 uid: int = 1000, wall: float = 1_700_000_000.0, label: str = "") -> list:
-        message = p.Register(device, 0, name, "ns" if name else "", "pod" if name else "", label)
+                 uid: int = 1000, wall: float = 1_700_000_000.0, label: str = "",
+                 flags: int = 0) -> list:
+        message = p.Register(device, flags, name, "ns" if name else "", "pod" if name else "",
+                             label)
         return self._take(self.policy.register(cid, pid or 4000 + cid, uid, uid, message,
                                                self.now, wall))
 

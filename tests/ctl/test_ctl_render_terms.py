@@ -105,3 +105,15 @@ def test_terms_from_gemsharectl_are_said_to_last_only_until_a_disconnect_or_rest
     assert "last until" not in render.terms_view(plain).plain
     assert f"Terms from gemsharectl last {lasts}." in draw({**BASE, "clients": [plain, given]})
     assert "last until" not in draw({**BASE, "clients": [plain]})
+
+
+def test_the_mps_terms_say_where_the_program_runs_and_why():
+    text = render.terms_view({"id": 3, "pid": 42, "name": "nb", "weight": 1, "gpu_limit": None,
+                              "memory_limit": None, "sm_share": 30, "mps": True,
+                              "terms_from": {"sm_share": f"config rule 1 ({CONFIG}:3)"}}).plain
+    assert text.splitlines()[-2:] == [
+        f"  sm_share: 30% of the SMs (config rule 1 ({CONFIG}:3))", "  mps: yes (default)"]
+    kept_out = render.terms_view({"id": 4, "pid": 43, "name": "train", "sm_share": None,
+                                  "mps": False, "mps_why": "its owner set GEMSHARE_MPS=0",
+                                  "terms_from": {}}).plain
+    assert kept_out.splitlines()[-1] == "  mps: no (its owner set GEMSHARE_MPS=0) (default)"

@@ -40,6 +40,8 @@ class Client:
     identity: Identity | None = None  # what configuration rules match on
     terms: Terms = field(default_factory=Terms)  # its share and limits, overrides included
     overrides: dict = field(default_factory=dict)  # term -> value set by gemsharectl
+    mps: bool = False  # it was told to go through the scheduler's MPS server
+    mps_why: str = ""  # and if not, why (mps_rules.py), once the scheduler runs MPS
 
     def __str__(self) -> str:
         who = self.registration

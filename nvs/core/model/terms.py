@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-TERM_NAMES = ("weight", "gpu_limit", "memory_limit")
+TERM_NAMES = ("weight", "gpu_limit", "memory_limit", "sm_share", "mps")
+# Terms a program takes when it starts, in the driver's environment: a running program keeps them.
+START_TERMS = ("sm_share", "mps")
 DEFAULT_SOURCE = "default"
 OVERRIDE_SOURCE = "gemsharectl"
 # Terms given with `gemsharectl client PID` belong to that connection: unlike settings, they are
@@ -35,10 +37,14 @@ class Terms:
     """A client's share and limits. `weight` is its relative share of lock time under
     contention; `gpu_limit` the fraction of the usage window it may hold a lock even when
     nobody waits (None: as much as it wants); `memory_limit` the bytes it may allocate on each
-    device (None: no limit). `sources` says where each value came from, for status."""
+    device (None: no limit). Through MPS (`mps`: whether it may go through it at all),
+    `sm_share` is the most of the GPU's multiprocessors it may use, in percent (None: all).
+    `sources` says where each value came from, for status."""
     weight: float = 1.0
     gpu_limit: float | None = None
     memory_limit: int | None = None
+    sm_share: int | None = None
+    mps: bool = True
     sources: tuple[tuple[str, str], ...] = field(
         default=tuple((name, DEFAULT_SOURCE) for name in TERM_NAMES))
 
