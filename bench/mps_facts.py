@@ -27,9 +27,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from mps_daemon import CONTROL, Daemon
+
 HERE = Path(__file__).resolve().parent / "gpu"
 NOBODY = 65534
-CONTROL = "nvidia-cuda-mps-control"
 
 
 def build(workdir: Path) -> Path:
@@ -37,39 +38,6 @@ def build(workdir: Path) -> Path:
     subprocess.run(["nvcc", "-O2", "-o", str(probe), str(HERE / "mps_probe.cu")], check=True)
     probe.chmod(0o755)
     return probe
-
-
-class Daemon:
-    """An MPS control daemon of our own, in `root`."""
-
-    def __init__(self, root: Path):
-        self.pipe, self.log = root / "pipe", root / "log"
-        for path in (self.pipe, self.log):
-            path.mkdir(mode=0o755)
-            path.chmod(0o755)
-        self.env = {**os.environ, "CUDA_MPS_PIPE_DIRECTORY": str(self.pipe),
-                    "CUDA_MPS_LOG_DIRECTORY": str(self.log)}
-
-    def start(self) -> None:
-        subprocess.run([CONTROL, "-d"], env=self.env, check=True, timeout=30)
-
-    def ask(self, command: str) -> str:
-        done = subprocess.run([CONTROL], input=command + "\n", env=self.env, text=True,
-                              capture_output=True, timeout=30)
-        return done.stdout.strip()
-
-    def clients(self) -> list[int]:
-        pids = []
-        for server in self.ask("get_server_list").split():
-            pids += [int(pid) for pid in self.ask(f"get_client_list {server}").split()
-                     if pid.isdigit()]
-        return pids
-
-    def quit(self) -> None:
-        try:
-            self.ask("quit")
-        except (OSError, subprocess.SubprocessError):
-            pass
 
 
 def probe_cmd(probe: Path, daemon: Daemon | None, *args) -> list[str]:

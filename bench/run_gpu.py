@@ -3,10 +3,11 @@
 Environment: BENCH_JSON=path (write the results there), BENCH_PYTHON (the Python with PyTorch
 for the workloads; default: this one), BENCH_ROUNDS (A/B rounds, default 7), SWAP_GIB (default 4;
 keep it well under 8 and under the card's free memory), BENCH_ONLY (a comma-separated subset of
-launch_rate, train_steps, swapin, interactive, two_jobs_s, oversub, beside_trainer, multi_gpu;
-default all); OVERSUB_GIB, OVERSUB_PASSES and OVERSUB_CAPACITY_MIB for the part oversub
+launch_rate, train_steps, swapin, interactive, two_jobs_s, oversub, beside_trainer, multi_gpu,
+mps; default all); OVERSUB_GIB, OVERSUB_PASSES and OVERSUB_CAPACITY_MIB for the part oversub
 (bench/oversub.py); BESIDE_* for the part beside_trainer (bench/beside_trainer.py);
-MULTI_GPU_* for the part multi_gpu (bench/multi_gpu.py, which needs two GPUs).
+MULTI_GPU_* for the part multi_gpu (bench/multi_gpu.py, which needs two GPUs); MPS_* for the part
+mps (bench/mps.py, which needs nvidia-cuda-mps-control on PATH).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import beside_trainer  # noqa: E402
+import mps  # noqa: E402
 import multi_gpu  # noqa: E402
 import oversub  # noqa: E402
 from ab import interleave, run_json  # noqa: E402
@@ -121,7 +123,7 @@ def sharing(library: Path, directory: Path, tq: int, anti_thrash: str = "on"):
 
 # What BENCH_ONLY may name (comma-separated); all of them by default.
 PARTS = ("launch_rate", "train_steps", "swapin", "interactive", "two_jobs_s", "oversub",
-         "beside_trainer", "multi_gpu")
+         "beside_trainer", "multi_gpu", "mps")
 
 
 def chosen_parts() -> set[str]:
@@ -196,6 +198,8 @@ def main() -> int:
                 PYTHON, library, directory / "beside_trainer", beside)
         if "multi_gpu" in parts:
             results["multi_gpu"] = multi_gpu.measure(PYTHON, library, directory / "multi_gpu")
+        if "mps" in parts:
+            results["mps"] = mps.measure(PYTHON, library, directory / "mps")
     if os.environ.get("BENCH_JSON"):
         Path(os.environ["BENCH_JSON"]).write_text(json.dumps(results, indent=2))
     print_table(results)
@@ -232,6 +236,8 @@ def print_table(results: dict) -> None:
         print_beside(results["beside_trainer"])
     if "multi_gpu" in results:
         multi_gpu.print_multi_gpu(results["multi_gpu"])
+    if "mps" in results:
+        print(json.dumps(results["mps"], indent=1))
 
 
 def print_swap(swap: dict) -> None:
