@@ -34,7 +34,7 @@ from ..config.settings import (
     check_mode,
     debug_from_environment,
 )
-from ..observe.metrics_http import parse_address
+from ..observe.tcp_address import parse_address
 from ..protocol import Mode
 from ..version import version
 from ..wire.connection import DEFAULT_SOCKET, socket_path
