@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import threading
 import time
 
@@ -34,6 +35,10 @@ from .server import PluginServer, ServeError, identity
 from .service import DevicePluginService
 
 log = logging.getLogger("gemshare-device-plugin")
+
+# NVIDIA's device plugin serves nvidia.com/gpu on nvidia-gpu.sock (and MIG resources on
+# nvidia-mig-*.sock) in the same directory.
+NVIDIA_PLUGIN_SOCKETS = re.compile(r"nvidia-.*\.sock")
 
 
 def endpoint_name(resource_name: str) -> str:
@@ -70,6 +75,7 @@ class Plugin:
         self._refused_by = None  # identity of the kubelet.sock that refused us for good
         self._refusal = ""
         self.last_round = time.monotonic()  # when the loop last went round
+        self._nvidia_said: set[str] = set()
 
     def readiness(self) -> str | None:
         """None while serving and registered with the kubelet there now, else why not."""
@@ -176,3 +182,17 @@ class Plugin:
         self._backoff = 0.0
         self.registrations += 1
         log.info("registered %s with the kubelet on %s", self.resource_name, self.kubelet_socket)
+        self._warn_of_nvidia_plugin()
+
+    def _warn_of_nvidia_plugin(self) -> None:
+        """Said once per socket: the kubelet may give a pod one of these GPUs whole through
+        NVIDIA's plugin while it gives other pods slots of it through ours."""
+        try:
+            names = set(filter(NVIDIA_PLUGIN_SOCKETS.fullmatch, os.listdir(self.socket_dir)))
+        except OSError:
+            return
+        for name in sorted(names - self._nvidia_said):
+            log.warning("NVIDIA's device plugin serves on this node too (%s): a GPU it hands "
+                        "out whole may also have %s slots handed out; run the two on separate "
+                        "nodes (README: Deploying on Kubernetes)", name, self.resource_name)
+        self._nvidia_said |= names

@@ -306,3 +306,38 @@ def test_a_missing_socket_directory_is_waited_for(kubelet_dir, plugin_factory, c
         assert running.plugin.registrations == 1
     finally:
         kubelet.stop(remove_sockets=False)
+
+
+def test_nvidia_device_plugin_beside_it_is_warned_of_once(kubelets, kubelet_dir, plugin_factory,
+                                                          caplog):
+    caplog.set_level("INFO", logger="gemshare-device-plugin")
+    (kubelet_dir / "nvidia-gpu.sock").touch()  # as NVIDIA's plugin leaves it
+    kubelet = kubelets()
+    running = plugin_factory(kubelet_dir, slots=SLOTS)
+    kubelet.wait_for_stream()
+    # Registering again (our socket removed, as by a kubelet restart) says nothing new.
+    os.unlink(kubelet_dir / "gemshare.io-gpu.sock")
+    kubelet.wait_for_stream(2)
+    wait_for_registrations(running, 2)
+    assert caplog.text.count("NVIDIA's device plugin serves on this node too "
+                             "(nvidia-gpu.sock)") == 1
+
+
+def test_no_warning_without_nvidias_plugin(kubelets, kubelet_dir, plugin_factory, caplog):
+    caplog.set_level("INFO", logger="gemshare-device-plugin")
+    kubelet = kubelets()
+    running = plugin_factory(kubelet_dir, slots=SLOTS)
+    kubelet.wait_for_stream()
+    wait_for_registrations(running, 1)
+    assert "registered gemshare.io/gpu" in caplog.text
+    assert "NVIDIA's device plugin" not in caplog.text
+
+
+def wait_for_registrations(running, count: int) -> None:
+    """Until the plugin has registered `count` times, then stop it: whatever it does after a
+    registration is done by then."""
+    deadline = time.monotonic() + 10
+    while running.plugin.registrations < count:
+        assert time.monotonic() < deadline, running.plugin.registrations
+        time.sleep(0.02)
+    running.stop()
