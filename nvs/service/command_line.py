@@ -33,6 +33,7 @@ from ..config.settings import (
     WholeNumber,
     check_mode,
     debug_from_environment,
+    modes_starting,
 )
 from ..observe.tcp_address import parse_address
 from ..protocol import Mode
@@ -71,11 +72,6 @@ def _mode(text: Optional[str]) -> Optional[Mode]:
         return check_mode(text)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
-
-
-def _modes(incomplete: str) -> list[str]:
-    """What shell completion offers for --anti-thrash."""
-    return [label for label in MODE_LABELS if label.startswith(incomplete)]
 
 
 def _group(text: str) -> str:
@@ -130,7 +126,7 @@ def scheduler(
         help=f"time quantum in whole seconds, 1-86400 (default {DEFAULT_TQ})"),
     anti_thrash: Optional[str] = typer.Option(
         None, "--anti-thrash", metavar="|".join(MODE_LABELS), callback=_mode,
-        autocompletion=_modes,
+        autocompletion=modes_starting,
         help="on: one lock holder per GPU; off: no lock, everyone runs freely; auto: programs "
              "whose memory fits on the GPU together hold it together, the rest take turns as "
              "with on (default on)"),
