@@ -73,3 +73,15 @@ def test_every_config_example_is_accepted_on_any_host(document, tmp_path):
         config_file.read(path)  # raises, listing every problem, if the scheduler would refuse
         rules = re.sub(r"#.*", "", text)
         assert not re.search(r"\b(user|group)\s*=", rules), "a name not every host has"
+
+
+def test_the_comparisons_figures_are_the_benchmarks():
+    """Every number docs/comparison.md gives in its figures is one docs/benchmarks.md reports."""
+    comparison = (REPO / "docs/comparison.md").read_text()
+    benchmarks = (REPO / "docs/benchmarks.md").read_text()
+    figures = comparison.split("## In figures", 1)[1]
+    numbers = set(re.findall(r"(?<![\w.])\d+\.\d+|\d+(?=%)", figures))
+    assert len(numbers) >= 20
+    missing = sorted(n for n in numbers
+                     if not re.search(rf"(?<![\d.]){re.escape(n)}(?![\d])", benchmarks))
+    assert missing == [], f"figures not in docs/benchmarks.md: {missing}"
