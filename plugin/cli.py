@@ -1,7 +1,7 @@
 """`gemshare-device-plugin`: the command line, logging and signals around lifecycle.Plugin.
 
-On Typer, as the scheduler's: the same plain help and errors (they end up in a pod's log, where a
-box would wrap a message across lines), exit status 2 for a bad command line, and completion.
+On Typer, as the scheduler's (typer_command.py): the same plain help and errors, exit status 2
+for a bad command line, and completion.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from typing import Optional, Sequence
 
 import typer
-import typer.main
 
-from gemshare_nvs.observe.tcp_address import AddressError, bind, parse_address
-from gemshare_nvs.version import version
+from gemshare_nvs.config.settings import debug_from_environment
+from gemshare_nvs.observe.tcp_address import AddressError, bind
+from gemshare_nvs.service import typer_command
 from gemshare_nvs.wire.connection import DEFAULT_SOCKET, socket_path
 
 from . import resource_names
@@ -72,27 +72,7 @@ def _absolute_path(text: Optional[str]) -> Optional[str]:
     return None if text is None else os.path.normpath(text)
 
 
-def _health_address(text: Optional[str]) -> Optional[tuple[str, int]]:
-    if text is None:
-        return None
-    try:
-        return parse_address(text)
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from None
-
-
-def _show_version(wanted: bool) -> None:
-    if wanted:
-        typer.echo(f"{PROG} {version()}")
-        raise typer.Exit()
-
-
-app = typer.Typer(
-    name=PROG,
-    rich_markup_mode=None,
-    pretty_exceptions_enable=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
+app = typer_command.plain_app(PROG)
 
 
 @app.command(help="Kubernetes device plugin: advertises N gemshare slots per GPU to the kubelet "
@@ -124,13 +104,11 @@ def plugin(
         help=f"libnvs.so on the host, mounted into containers at {CONTAINER_LIBRARY} (default "
              f"{DEFAULT_LIBRARY})"),
     health: Optional[str] = typer.Option(
-        None, "--health", metavar="ADDR:PORT", callback=_health_address,
+        None, "--health", metavar="ADDR:PORT", callback=typer_command.tcp_address,
         help="answer Kubernetes probes over HTTP: /healthz while the plugin's loop runs, "
              "/readyz while it is registered with the kubelet (default: off)"),
-    debug: bool = typer.Option(False, "--debug", help="log more (also GEMSHARE_DEBUG=1)"),
-    show_version: bool = typer.Option(
-        False, "--version", callback=_show_version, is_eager=True,
-        help="print the version and exit"),
+    debug: bool = typer_command.debug_flag(),
+    show_version: bool = typer_command.version_flag(PROG),
 ) -> None:
     scheduler = scheduler_socket or str(socket_path())
     if not scheduler.startswith("/"):
@@ -140,37 +118,22 @@ def plugin(
                            resource_name=resource_name,
                            scheduler_socket=os.path.normpath(scheduler), library=library,
                            health=health,
-                           debug=debug or os.environ.get("GEMSHARE_DEBUG") == "1"))
+                           debug=debug or debug_from_environment()))
 
 
 def option_names() -> set[str]:
     """Every long option the plugin takes, --help aside."""
-    return {name for param in typer.main.get_command(app).params for name in param.opts
-            if name.startswith("--")}
+    return typer_command.option_names(app)
 
 
 def parse(argv: Sequence[str]) -> Options:
-    """The options a command line gives, for checking one; a bad one raises Typer's usage
-    error, whose message names the option and the value."""
-    parsed: list[Options] = []
-    typer.main.get_command(app).main(args=list(argv), prog_name=PROG, standalone_mode=False,
-                                     obj=parsed)
-    if not parsed:
-        raise ValueError(f"{' '.join(argv)!r} prints something and exits: it starts no plugin")
-    return parsed[0]
+    """The options a command line gives, for checking one (typer_command.parse)."""
+    return typer_command.parse(app, PROG, argv)
 
 
 def read(argv: Optional[Sequence[str]] = None) -> Options:
-    """The options this process's command line gives, else the process ends here: Typer answers
-    --help, --version and completion itself (status 0), a bad command line with status 2."""
-    parsed: list[Options] = []
-    try:
-        typer.main.get_command(app).main(args=argv, prog_name=PROG, obj=parsed)
-    except SystemExit as end:
-        if end.code in (0, None) and parsed:
-            return parsed[0]
-        raise
-    raise AssertionError("Typer's standalone run returned instead of exiting")
+    """The options this process's command line gives, else the process ends here."""
+    return typer_command.read(app, PROG, argv)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -71,16 +71,13 @@ def test_a_relative_gemshare_socket_is_refused():
     assert result.returncode == 2 and "--scheduler-socket" in result.stderr
 
 
-def test_the_command_waits_for_the_kubelet_serves_it_and_stops_on_sigterm(short_tmp_dirs):
-    directory, logs = short_tmp_dirs(), short_tmp_dirs()
-    log_path = logs / "plugin.log"
-    with open(log_path, "wb") as log_file:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "gemshare_plugin", "--kubelet-socket-dir", str(directory),
-             "--slots", "2", "--resource-name", "example.com/shared-gpu",
-             "--library", "/opt/gs/libnvs.so"],
-            stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=REPO,
-            env=plugin_environment(GEMSHARE_SOCKET="/run/gs-test/sched.sock"))
+def test_the_command_waits_for_the_kubelet_serves_it_and_stops_on_sigterm(short_tmp_dirs,
+                                                                          plugin_process):
+    directory = short_tmp_dirs()
+    process, log_path = plugin_process(
+        "--kubelet-socket-dir", str(directory), "--slots", "2", "--resource-name",
+        "example.com/shared-gpu", "--library", "/opt/gs/libnvs.so",
+        GEMSHARE_SOCKET="/run/gs-test/sched.sock")
     kubelet = FakeKubelet(str(directory))
     try:
         wait_for_text(log_path, "waiting for the kubelet's socket", process)
@@ -97,7 +94,4 @@ def test_the_command_waits_for_the_kubelet_serves_it_and_stops_on_sigterm(short_
         assert not os.path.exists(directory / "example.com-shared-gpu.sock")
         assert "registered example.com/shared-gpu" in log_path.read_text()
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
         kubelet.stop(remove_sockets=False)

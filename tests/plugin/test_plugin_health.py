@@ -5,15 +5,13 @@ from __future__ import annotations
 import re
 import signal
 import socket
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
 
 import pytest
 from fake_kubelet import FakeKubelet
-from plugin_helpers import HOST_PATHS, REPO, plugin_environment, wait_for_text
+from plugin_helpers import HOST_PATHS, wait_for_text
 
 from gemshare_plugin.gpu_health import GpuHealth
 from gemshare_plugin.health import HealthServer
@@ -30,9 +28,10 @@ def probe(url: str) -> tuple[int, str]:
         return error.code, error.read().decode()
 
 
-def probe_until(url: str, code: int) -> str:
+def probe_until(url: str, code: int, text: str | None = None) -> str:
+    """The answer's text once the probe answers `code` (and `text`, when given)."""
     deadline = time.monotonic() + WAIT_S
-    while (answer := probe(url))[0] != code:
+    while (answer := probe(url))[0] != code or text not in (None, answer[1]):
         assert time.monotonic() < deadline, answer
         time.sleep(0.05)
     return answer[1]
@@ -58,8 +57,8 @@ def test_readiness_follows_the_registration_and_liveness_the_loop(
         kubelet_dir, plugin_factory, serve_probes):
     running = plugin_factory(kubelet_dir, slots=2)
     base = serve_probes(running.plugin)
-    assert probe_until(f"{base}/readyz", 503) == \
-        f"not ready: no kubelet socket at {kubelet_dir}/kubelet.sock\n"
+    probe_until(f"{base}/readyz", 503,
+                f"not ready: no kubelet socket at {kubelet_dir}/kubelet.sock\n")
     assert probe(f"{base}/healthz") == (200, "ok\n")
     kubelet = FakeKubelet(str(kubelet_dir)).start()
     try:
@@ -85,24 +84,13 @@ def test_liveness_fails_once_the_loop_stops_going_round(kubelet_dir, fake_nvml, 
     assert code == 503 and text.startswith("not ready: not serving on ")
 
 
-def test_the_command_serves_the_probes_it_was_asked_for(short_tmp_dirs):
-    directory, logs = short_tmp_dirs(), short_tmp_dirs()
-    log_path = logs / "plugin.log"
-    with open(log_path, "wb") as log_file:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "gemshare_plugin", "--kubelet-socket-dir", str(directory),
-             "--health", "127.0.0.1:0"],
-            stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=REPO,
-            env=plugin_environment())
-    try:
-        wait_for_text(log_path, "answering probes on", process)
-        base = re.search(r"answering probes on (http://127\.0\.0\.1:\d+)/healthz",
-                         log_path.read_text())[1]
-        assert probe(f"{base}/healthz") == (200, "ok\n")
-        assert probe_until(f"{base}/readyz", 503).startswith("not ready: ")
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(WAIT_S) == 0
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+def test_the_command_serves_the_probes_it_was_asked_for(short_tmp_dirs, plugin_process):
+    process, log_path = plugin_process("--kubelet-socket-dir", str(short_tmp_dirs()),
+                                       "--health", "127.0.0.1:0")
+    wait_for_text(log_path, "answering probes on", process)
+    base = re.search(r"answering probes on (http://127\.0\.0\.1:\d+)/healthz",
+                     log_path.read_text())[1]
+    assert probe(f"{base}/healthz") == (200, "ok\n")
+    assert probe_until(f"{base}/readyz", 503).startswith("not ready: ")
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(WAIT_S) == 0
