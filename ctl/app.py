@@ -49,7 +49,7 @@ from .top_view import top_view
 
 DEFAULT_TIMEOUT_S = 5.0
 TIMEOUT_MIN_S, TIMEOUT_MAX_S = 0.1, 3600.0
-INTERVAL_MIN_S, INTERVAL_MAX_S = 0.1, 60.0
+DEFAULT_INTERVAL_S, INTERVAL_MIN_S, INTERVAL_MAX_S = 1.0, 0.1, 60.0
 CHECK_FAILED = 1  # config check's status for a file with problems, as test(1) or grep would
 PID = WholeNumber("pid", 1, 1 << 22)  # Linux's largest pid_max
 SOCKET_HELP = f"Scheduler socket. Default: $GEMSHARE_SOCKET, else {DEFAULT_SOCKET}."
@@ -238,13 +238,13 @@ def top(
         None, "--interval", metavar="SECONDS",
         callback=options.seconds("interval", INTERVAL_MIN_S, INTERVAL_MAX_S, "--interval 2"),
         help=f"Seconds between polls of the scheduler, {INTERVAL_MIN_S:g} to "
-             f"{INTERVAL_MAX_S:g}. Default: 1."),
+             f"{INTERVAL_MAX_S:g}. Default: {DEFAULT_INTERVAL_S:g}."),
     socket: SocketAfter = None,
     timeout: TimeoutAfter = None,
 ) -> None:
     """A live view: each device's holder, queue and last drop; each client's share of GPU time over the last minute, memory, state and weight. q or Ctrl-C quits. Into a pipe or a file it writes a plain frame every interval instead, until Ctrl-C or the reader goes away."""
     target = _target(ctx, socket, timeout)
-    interval = 1.0 if interval is None else interval
+    interval = DEFAULT_INTERVAL_S if interval is None else interval
     live = not once and sys.stdout.isatty()
 
     def poll() -> dict:
