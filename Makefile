@@ -12,16 +12,20 @@ SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
 DOCDIR ?= $(PREFIX)/share/doc/gemshare
 BUILD ?= build
 VENV ?= .venv
-PYTHON ?= python3
 CC ?= cc
 # The interpreter the installed commands run on, looked up on the target when they start: by
 # default the first python3 on PATH (`/usr/bin/env python3`); an absolute path pins one
 # (INSTALL_PYTHON=/usr/bin/python3.11). Either way it must be the same Python version (3.X) as
-# $(VENV)'s, for which the package folder is filled (some dependencies are compiled for it); the
-# launchers say so if it is not.
+# $(VENV)'s, for which the package folder is filled (some dependencies are compiled for it):
+# make install refuses a pinned one of another version, and the launchers one found on PATH,
+# each saying to install with a virtualenv of that Python (PYTHON= and VENV=).
 INSTALL_PYTHON ?= /usr/bin/env python3
 # A shebang passes one argument: `env` needs -S to split "python3 -IS".
-LAUNCHER_INTERPRETER = $(if $(filter %/env,$(firstword $(INSTALL_PYTHON))),$(firstword $(INSTALL_PYTHON)) -S $(wordlist 2,$(words $(INSTALL_PYTHON)),$(INSTALL_PYTHON)),$(INSTALL_PYTHON))
+INSTALL_BY_ENV = $(filter %/env,$(firstword $(INSTALL_PYTHON)))
+LAUNCHER_INTERPRETER = $(if $(INSTALL_BY_ENV),$(firstword $(INSTALL_PYTHON)) -S $(wordlist 2,$(words $(INSTALL_PYTHON)),$(INSTALL_PYTHON)),$(INSTALL_PYTHON))
+# The Python that makes $(VENV): a pinned INSTALL_PYTHON's, so that the two agree by default.
+PYTHON ?= $(if $(INSTALL_BY_ENV),python3,$(firstword $(INSTALL_PYTHON)))
+PYTHON_VERSION = import sys; print("%d.%d" % sys.version_info[:2])
 SCHEDULER_ARGS ?=
 # make scheduler keeps the settings changed with gemsharectl in the build tree rather than
 # /var/lib/gemshare; it reads the scheduler's default config file unless SCHEDULER_CONFIG names
@@ -33,6 +37,8 @@ PROGRAMS := gemshare-scheduler gemsharectl gemshare-device-plugin
 # nvidia-ml-py's sample program would be importable as a module named `example`.
 STRAY := example.py
 UNITS := gemshare-scheduler.service gemshare-scheduler.socket
+# The README and every page it links, at the same relative paths, so the links work installed.
+DOCS := README.md LICENSE CHANGELOG.md $(wildcard docs/*.md) libnvs/README.md bench/README.md
 
 .PHONY: all lib fakecuda venv test scheduler install uninstall clean
 all: lib
@@ -73,6 +79,18 @@ scheduler: lib venv
 # directory; -S: no site-packages) on that folder. pip builds a local project in place, so it
 # gets a copy under $(BUILD) to keep build files out of the source tree.
 install: lib venv
+	@built=$$($(VENV)/bin/python -c '$(PYTHON_VERSION)'); \
+	if [ -z "$(INSTALL_BY_ENV)" ]; then \
+	  pinned=$$($(INSTALL_PYTHON) -c '$(PYTHON_VERSION)') || exit 1; \
+	  if [ "$$pinned" != "$$built" ]; then \
+	    echo "make install: INSTALL_PYTHON=$(INSTALL_PYTHON) is Python $$pinned, but the package" \
+	         "folder is filled from $(VENV), a Python $$built virtualenv (some dependencies are" \
+	         "compiled for one version); use a virtualenv of that Python:" \
+	         "make install INSTALL_PYTHON=$(INSTALL_PYTHON) PYTHON=$(INSTALL_PYTHON)" \
+	         "VENV=.venv-$$pinned" >&2; \
+	    exit 1; \
+	  fi; \
+	fi
 	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(SYSTEMDUNITDIR) $(DESTDIR)$(DOCDIR)
 	install -m 0755 $(BUILD)/libnvs.so $(DESTDIR)$(LIBDIR)/libnvs.so
 	rm -rf $(DESTDIR)$(PKGDIR)/python $(BUILD)/python-src
@@ -84,15 +102,17 @@ install: lib venv
 	@# Bytecode made here names the final paths (-d), not the staging ones, in tracebacks.
 	$(VENV)/bin/python -m compileall -q -d $(PKGDIR)/python $(DESTDIR)$(PKGDIR)/python
 	@built=$$($(VENV)/bin/python -c 'import sys; print("%d, %d" % sys.version_info[:2])'); \
-	dotted=$$($(VENV)/bin/python -c 'import sys; print("%d.%d" % sys.version_info[:2])'); \
+	dotted=$$($(VENV)/bin/python -c '$(PYTHON_VERSION)'); \
 	for name in $(PROGRAMS); do \
 	  printf '%s\n' '#!$(LAUNCHER_INTERPRETER) -IS' \
 	    "# $$name, installed by gemshare's make install; runs from $(PKGDIR)/python." \
 	    'import sys' \
 	    "if sys.version_info[:2] != ($$built):" \
-	    "    sys.exit(f\"$$name: installed for Python $$dotted, but {sys.executable} \"" \
-	    "             f\"is {sys.version.split()[0]}; run make install again with \"" \
-	    "             f\"INSTALL_PYTHON=/path/to/python3\")" \
+	    "    here = '%d.%d' % sys.version_info[:2]" \
+	    "    sys.exit(f\"$$name: installed for Python $$dotted, but {sys.executable} is \"" \
+	    "             f\"{here}; install it for that Python with a virtualenv of it: make \"" \
+	    "             f\"install INSTALL_PYTHON={sys.executable} PYTHON={sys.executable} \"" \
+	    "             f\"VENV=.venv-{here}\")" \
 	    'sys.path.insert(0, "$(PKGDIR)/python")' \
 	    'from importlib.metadata import entry_points' \
 	    "(entry,) = entry_points(group=\"console_scripts\", name=\"$$name\")" \
@@ -105,9 +125,7 @@ install: lib venv
 	    systemd/$$unit > $(DESTDIR)$(SYSTEMDUNITDIR)/$$unit && \
 	  chmod 0644 $(DESTDIR)$(SYSTEMDUNITDIR)/$$unit && echo "installed $(DESTDIR)$(SYSTEMDUNITDIR)/$$unit"; \
 	done
-	install -m 0644 README.md $(DESTDIR)$(DOCDIR)/README.md
-	install -m 0644 docs/protocol.md $(DESTDIR)$(DOCDIR)/protocol.md
-	install -m 0644 docs/config.md $(DESTDIR)$(DOCDIR)/config.md
+	@for doc in $(DOCS); do install -D -m 0644 $$doc $(DESTDIR)$(DOCDIR)/$$doc; done
 	sed -e 's|^ExecStart=/usr/local/bin/gemshare-scheduler|ExecStart=$(BINDIR)/gemshare-scheduler|' \
 	    systemd/gemshare-scheduler.service.d/metrics.conf.example > $(DESTDIR)$(DOCDIR)/metrics.conf.example
 

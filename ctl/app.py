@@ -13,7 +13,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
@@ -34,6 +34,8 @@ from gemshare_nvs.config.settings import (
     TQ_MAX,
     TQ_MIN,
     WEIGHT,
+    WholeNumber,
+    modes_starting,
 )
 from gemshare_nvs.config.shadows import shadows
 from gemshare_nvs.version import version
@@ -46,7 +48,14 @@ from .shares_window import ShareWindow
 from .top_view import top_view
 
 DEFAULT_TIMEOUT_S = 5.0
+TIMEOUT_MIN_S, TIMEOUT_MAX_S = 0.1, 3600.0
+DEFAULT_INTERVAL_S, INTERVAL_MIN_S, INTERVAL_MAX_S = 1.0, 0.1, 60.0
 CHECK_FAILED = 1  # config check's status for a file with problems, as test(1) or grep would
+PID = WholeNumber("pid", 1, 1 << 22)  # Linux's largest pid_max
+SOCKET_HELP = f"Scheduler socket. Default: $GEMSHARE_SOCKET, else {DEFAULT_SOCKET}."
+TIMEOUT_HELP = (f"How long to wait for the scheduler's answer, {TIMEOUT_MIN_S:g} to "
+                f"{TIMEOUT_MAX_S:g} seconds. Default: {DEFAULT_TIMEOUT_S:g}.")
+TIMEOUT = options.seconds("timeout", TIMEOUT_MIN_S, TIMEOUT_MAX_S, "--timeout 10")
 
 EPILOG = f"""\
 [bold]Examples[/bold]
@@ -98,6 +107,20 @@ class Target:
         self.timeout = timeout
 
 
+# The options every command that talks to the scheduler takes after its name as well
+# (`gemsharectl status --socket PATH`); given there, they win over the same given before it.
+SocketAfter = Annotated[Optional[Path], typer.Option("--socket", metavar="PATH",
+                                                     help=SOCKET_HELP)]
+TimeoutAfter = Annotated[Optional[str], typer.Option("--timeout", metavar="SECONDS",
+                                                     callback=TIMEOUT, help=TIMEOUT_HELP)]
+
+
+def _target(ctx: typer.Context, socket: Optional[Path], timeout: Optional[float]) -> Target:
+    before: Target = ctx.obj
+    return Target(before.socket if socket is None else socket_path(socket),
+                  before.timeout if timeout is None else timeout)
+
+
 def _stdout() -> Console:
     # Piped output gets a wide console: grep and logs see whole rows, not wrapped cells.
     wide = not sys.stdout.isatty() and "COLUMNS" not in os.environ
@@ -126,6 +149,7 @@ def top_level(
              f"device's lock this long while others wait. Takes effect at once."),
     anti_thrash: Optional[str] = typer.Option(
         None, "--anti-thrash", metavar="|".join(MODE_LABELS), callback=options.mode,
+        autocompletion=modes_starting,
         help="Set the anti-thrash mode: 'on' gives each device to one program at a time "
              "(first come, first served); 'off' lets every program submit freely; 'auto' lets "
              "programs whose memory fits on the device together run together, and the rest "
@@ -141,16 +165,16 @@ def top_level(
              "file: the config file's values (else the command line's) apply again. With "
              "--set-tq and the like, those are set afterwards."),
     socket: Optional[Path] = typer.Option(
-        None, "--socket", metavar="PATH", envvar="GEMSHARE_SOCKET", show_envvar=True,
-        help=f"Scheduler socket. Default: {DEFAULT_SOCKET}."),
-    timeout: float = typer.Option(
-        DEFAULT_TIMEOUT_S, "--timeout", metavar="SECONDS", min=0.1, max=3600.0,
-        help="How long to wait for the scheduler's answer."),
+        None, "--socket", metavar="PATH", envvar="GEMSHARE_SOCKET", show_envvar=False,
+        help=SOCKET_HELP + " Also taken after a command."),
+    timeout: Optional[str] = typer.Option(
+        None, "--timeout", metavar="SECONDS", callback=TIMEOUT,
+        help=TIMEOUT_HELP + " Also taken after a command."),
     version: bool = typer.Option(
         False, "--version", callback=_show_version, is_eager=True,
         help="Print gemsharectl's version and exit."),
 ) -> None:
-    ctx.obj = Target(socket_path(socket), timeout)
+    ctx.obj = Target(socket_path(socket), DEFAULT_TIMEOUT_S if timeout is None else timeout)
     if set_tq is None and anti_thrash is None and set_min_slice_ms is None \
             and not reset_settings:
         if ctx.invoked_subcommand is None:
@@ -158,7 +182,7 @@ def top_level(
                      "'status'.")
         return
     try:
-        reply = client.change_settings(ctx.obj.socket, timeout, tq=set_tq,
+        reply = client.change_settings(ctx.obj.socket, ctx.obj.timeout, tq=set_tq,
                                        anti_thrash=anti_thrash, min_slice_ms=set_min_slice_ms,
                                        clear=reset_settings)
     except CtlError as error:
@@ -183,6 +207,8 @@ def status(
     as_json: bool = typer.Option(
         False, "--json", help="Print the scheduler's status object as one JSON object instead "
                               "of tables (tq, anti_thrash, grace_ms, devices, clients)."),
+    socket: SocketAfter = None,
+    timeout: TimeoutAfter = None,
 ) -> None:
     """Show the time quantum, mode, each device's holders and waiters, and every client.
 
@@ -190,7 +216,7 @@ def status(
 
     Client columns: id, pid, uid, process name, device, state (holding / waiting / idle), time spent holding, number of waits and time spent waiting, bytes allocated, when it connected, and how many times its lock was revoked. Anyone may read the status.
     """
-    target: Target = ctx.obj
+    target = _target(ctx, socket, timeout)
     try:
         state = client.read_status(target.socket, target.timeout)
     except CtlError as error:
@@ -208,31 +234,38 @@ def top(
     once: bool = typer.Option(
         False, "--once", help="Print one frame to stdout and exit, for scripts: two polls "
                               "--interval apart, so the shares are measured."),
-    interval: float = typer.Option(
-        1.0, "--interval", metavar="SECONDS", min=0.1, max=60.0,
-        help="Seconds between polls of the scheduler."),
+    interval: Optional[str] = typer.Option(
+        None, "--interval", metavar="SECONDS",
+        callback=options.seconds("interval", INTERVAL_MIN_S, INTERVAL_MAX_S, "--interval 2"),
+        help=f"Seconds between polls of the scheduler, {INTERVAL_MIN_S:g} to "
+             f"{INTERVAL_MAX_S:g}. Default: {DEFAULT_INTERVAL_S:g}."),
+    socket: SocketAfter = None,
+    timeout: TimeoutAfter = None,
 ) -> None:
-    """A live view: each device's holder, queue and last drop; each client's share of GPU time over the last minute, memory, state and weight. q or Ctrl-C quits."""
-    target: Target = ctx.obj
-    socket = str(target.socket)
+    """A live view: each device's holder, queue and last drop; each client's share of GPU time over the last minute, memory, state and weight. q or Ctrl-C quits. Into a pipe or a file it writes a plain frame every interval instead, until Ctrl-C or the reader goes away."""
+    target = _target(ctx, socket, timeout)
+    interval = DEFAULT_INTERVAL_S if interval is None else interval
+    live = not once and sys.stdout.isatty()
 
     def poll() -> dict:
         return client.read_status(target.socket, target.timeout)
 
     def frame(status: dict, window) -> object:
-        return top_view(status, window.shares(), socket, span_s=window.span_s(), live=not once)
+        return top_view(status, window.shares(), str(target.socket), span_s=window.span_s(),
+                        live=live)
 
     window = ShareWindow()
     try:
         if once:
             status = top_loop.once(poll, time.sleep, time.monotonic, interval, window)
-            console = _stdout()
-            console.print(frame(status, window))
-            return
-        _top_live(poll, frame, window, interval)
+            _stdout().print(frame(status, window))
+        elif live:
+            _top_live(poll, frame, window, interval)
+        else:
+            _top_stream(poll, frame, window, interval)
     except CtlError as error:
         _fail(error)
-    except KeyboardInterrupt:  # Ctrl-C is how a live view is often left: not a failure
+    except (KeyboardInterrupt, ReaderGone):  # how a view is often left: not a failure
         pass
 
 
@@ -247,10 +280,39 @@ def _top_live(poll, frame, window, interval: float) -> None:
         top_loop.run(poll, show, keys or top_loop.NoKeys(), time.monotonic, interval, window)
 
 
+class ReaderGone(Exception):
+    """Whatever read `top`'s frames closed the pipe (`gemsharectl top | head`): it has what it
+    wanted."""
+
+
+def _reader_gone() -> None:
+    # Python would otherwise complain when it flushes stdout at exit.
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    raise ReaderGone
+
+
+def _top_stream(poll, frame, window, interval: float) -> None:
+    """Frames one after the other, each as `--once` prints it and a blank line after, flushed as
+    it is written: for `gemsharectl top | tee log` or a file. Keys are not read (the terminal,
+    if any, belongs to whatever reads the pipe)."""
+    console = _stdout()
+    console.on_broken_pipe = _reader_gone  # rich's own would exit with status 1
+
+    def show(status: dict, shares_window) -> None:
+        console.print(frame(status, shares_window))
+        console.print()
+        try:
+            console.file.flush()
+        except BrokenPipeError:
+            _reader_gone()
+
+    top_loop.run(poll, show, top_loop.NoKeys(), time.monotonic, interval, window)
+
+
 @app.command("client")
 def client_terms(
     ctx: typer.Context,
-    pid: int = typer.Argument(..., min=1,
+    pid: str = typer.Argument(..., metavar="PID", callback=options.whole(PID, "client 4242"),
                               help="Process id of a program running under libnvs.so."),
     weight: Optional[str] = typer.Option(
         None, "--weight", metavar="W", callback=options.positive(WEIGHT, "--weight 2"),
@@ -259,19 +321,23 @@ def client_terms(
     gpu_limit: Optional[str] = typer.Option(
         None, "--gpu-limit", metavar="FRACTION|none",
         callback=options.positive(GPU_LIMIT, "--gpu-limit 0.5", liftable=True),
+        autocompletion=options.no_limit_completion,
         help="Most of the GPU's time it may hold, above 0 and at most 1, even when nobody "
              "waits; 'none' lifts a limit from the config file."),
     memory_limit: Optional[str] = typer.Option(
         None, "--memory-limit", metavar="SIZE|none",
         callback=options.size(MEMORY_LIMIT, "--memory-limit 8GiB"),
+        autocompletion=options.no_limit_completion,
         help="Most memory it may allocate on each GPU, e.g. 8GiB or 512MiB; 'none' lifts a "
              "limit from the config file."),
     reset: bool = typer.Option(
         False, "--reset", help="Drop what gemsharectl gave this client before (the config "
                                "file's terms apply again); options given too apply after."),
+    socket: SocketAfter = None,
+    timeout: TimeoutAfter = None,
 ) -> None:
     """Give one program a weight and limits of its own, over the config file's rules, for as long as it stays connected (root and the control group only). Without options, show its terms and where each comes from."""
-    target: Target = ctx.obj
+    target = _target(ctx, socket, timeout)
     values = {key: None if value == options.NO_LIMIT else value
               for key, value in (("weight", weight), ("gpu_limit", gpu_limit),
                                  ("memory_limit", memory_limit)) if value is not None}
@@ -316,9 +382,10 @@ def config_check(
 
 
 @config_app.command("reload")
-def config_reload(ctx: typer.Context) -> None:
+def config_reload(ctx: typer.Context, socket: SocketAfter = None,
+                  timeout: TimeoutAfter = None) -> None:
     """Have the scheduler read its config file again now, as SIGHUP does (it also reloads by itself when the file changes). A file with problems is refused as a whole and the configuration in force stays."""
-    target: Target = ctx.obj
+    target = _target(ctx, socket, timeout)
     try:
         reply = client.reload_config(target.socket, target.timeout)
     except CtlError as error:

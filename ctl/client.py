@@ -46,7 +46,7 @@ def _connect(path: Path, timeout: float) -> Connection:
         raise CtlError(str(exc), ExitCode.UNREACHABLE) from None
 
 
-def _refusal(path: Path, reply: dict) -> CtlError:
+def _refusal(path: Path, reply: dict, refused: str) -> CtlError:
     code = reply.get("code")
     text = reply.get("error") or "no reason given"
     if code == "expired":
@@ -57,13 +57,14 @@ def _refusal(path: Path, reply: dict) -> CtlError:
     if code == "permission":
         return CtlError(f"the scheduler on {path} refused: {text}", ExitCode.PERMISSION)
     if code == "invalid":
-        return CtlError(f"the scheduler on {path} refused the value: {text}", ExitCode.INVALID)
+        return CtlError(f"the scheduler on {path} {refused}: {text}", ExitCode.INVALID)
     return CtlError(f"the scheduler on {path} could not carry out the request "
                     f"({code or 'no code'}): {text}", ExitCode.UNREACHABLE)
 
 
-def request(path: Path, body: dict, timeout: float) -> dict:
-    """Send one control request; returns the reply if it says ok, else raises CtlError.
+def request(path: Path, body: dict, timeout: float, refused: str = "refused the value") -> dict:
+    """Send one control request; returns the reply if it says ok, else raises CtlError (whose
+    message says the scheduler `refused` when it found the request invalid).
 
     The request carries the moment this gives up waiting for the reply, so that a scheduler
     that reaches it later (stopped, overloaded) drops it instead of doing what was reported as
@@ -85,7 +86,7 @@ def request(path: Path, body: dict, timeout: float) -> dict:
             raise CtlError(f"lost the connection to the scheduler on {path}: "
                            f"{exc.strerror or exc}", ExitCode.UNREACHABLE) from None
     if reply.get("ok") is not True:
-        raise _refusal(path, reply)
+        raise _refusal(path, reply, refused)
     return reply
 
 
@@ -111,7 +112,7 @@ def change_client(path: Path, timeout: float, pid: int, values: dict, reset: boo
 
 
 def reload_config(path: Path, timeout: float) -> dict:
-    return request(path, {"op": "reload"}, timeout)
+    return request(path, {"op": "reload"}, timeout, refused="did not reload its config file")
 
 
 def read_status(path: Path, timeout: float) -> dict:

@@ -1,11 +1,14 @@
 """gemsharectl's option values, checked here with the scheduler's own checks (settings.py), so a
-bad value is refused before anything is sent, in the words the scheduler would use.
+bad value is refused before anything is sent, in the words the scheduler would use; gemsharectl's
+own numbers (a timeout, an interval, a pid) are refused in the same style.
 
-Each function makes a Typer callback: None passes through (the option was not given).
+Each function makes a Typer callback: None passes through (the option was not given). The
+completions offer the words an option takes besides numbers.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Callable, Optional
 
@@ -14,6 +17,10 @@ import typer
 from gemshare_nvs.config.settings import PositiveNumber, Size, WholeNumber, check_mode
 
 NO_LIMIT = "none"  # what lifts a limit a config rule gives
+
+
+def no_limit_completion(incomplete: str) -> list[str]:
+    return [NO_LIMIT] if NO_LIMIT.startswith(incomplete.lower()) else []
 
 
 def _refused(exc: ValueError, example: str):
@@ -30,6 +37,23 @@ def whole(number: WholeNumber, example: str) -> Callable[[Optional[str]], Option
             return number.check(int(text))
         except ValueError as exc:
             raise _refused(exc, example) from None
+    return parse
+
+
+def seconds(name: str, low: float, high: float,
+            example: str) -> Callable[[Optional[str]], Optional[float]]:
+    """A number of seconds from `low` to `high`, whole or not."""
+    def parse(text: Optional[str]) -> Optional[float]:
+        if text is None:
+            return None
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not low <= value <= high:  # NaN and infinities fail here too
+            raise _refused(ValueError(f"{name} must be a number of seconds from {low:g} to "
+                                      f"{high:g}, not {text!r}"), example) from None
+        return value
     return parse
 
 

@@ -3,16 +3,18 @@
 #   gemshare-scheduler [OPTIONS]      (the default)
 #   gemshare-device-plugin [OPTIONS]
 #   gemsharectl [OPTIONS]
-#   prepare-host HOST_ROOT            as root, with the host's directories mounted under HOST_ROOT:
-#       put libnvs.so at HOST_ROOT/usr/local/lib/gemshare/libnvs.so, where the device plugin
-#       mounts it into pods from, and give the scheduler's user its socket and state directories.
+# As root, with the host's directories mounted under HOST_ROOT:
+#   install-library HOST_ROOT         put libnvs.so at HOST_ROOT/usr/local/lib/gemshare/libnvs.so,
+#                                     where the device plugin mounts it into pods from
+#   prepare-scheduler HOST_ROOT       give the scheduler's user its socket and state directories
+#   prepare-host HOST_ROOT            both
 set -eu
 
-# Set from outside only to try prepare-host away from the image.
+# Set from outside only to try the node commands away from the image.
 LIBRARY=${LIBRARY:-/usr/local/lib/gemshare/libnvs.so}
 SCHEDULER_USER=${SCHEDULER_USER:-gemshare}
 
-prepare_host() {
+install_library() {
     root=$1
     mkdir -p "$root/usr/local/lib/gemshare"
     # Copied beside and renamed into place: programs running now keep the library they mapped,
@@ -20,6 +22,11 @@ prepare_host() {
     cp "$LIBRARY" "$root/usr/local/lib/gemshare/.libnvs.so.new"
     chmod 0755 "$root/usr/local/lib/gemshare/.libnvs.so.new"
     mv -f "$root/usr/local/lib/gemshare/.libnvs.so.new" "$root/usr/local/lib/gemshare/libnvs.so"
+    echo "gemshare: libnvs.so installed in $root/usr/local/lib/gemshare"
+}
+
+prepare_scheduler() {
+    root=$1
     # The scheduler refuses a socket directory another user could write to, and makes its socket
     # in it: owned by its user, mode 0755 (every pod's programs must reach the socket).
     for directory in "$root/var/run/gemshare" "$root/var/lib/gemshare"; do
@@ -27,8 +34,7 @@ prepare_host() {
         chown "$SCHEDULER_USER:" "$directory"  # and its login group
         chmod 0755 "$directory"
     done
-    echo "gemshare: libnvs.so installed in $root/usr/local/lib/gemshare; socket and state" \
-         "directories handed to $SCHEDULER_USER"
+    echo "gemshare: socket and state directories in $root handed to $SCHEDULER_USER"
 }
 
 command=${1:-gemshare-scheduler}
@@ -36,14 +42,19 @@ command=${1:-gemshare-scheduler}
 case "$command" in
     gemshare-scheduler|gemshare-device-plugin|gemsharectl)
         exec "/opt/gemshare/bin/$command" "$@" ;;
-    prepare-host)
+    install-library|prepare-scheduler|prepare-host)
         if [ $# -ne 1 ]; then
-            echo "gemshare: usage: prepare-host HOST_ROOT" >&2
+            echo "gemshare: usage: $command HOST_ROOT" >&2
             exit 2
         fi
-        prepare_host "$1" ;;
+        case "$command" in
+            install-library) install_library "$1" ;;
+            prepare-scheduler) prepare_scheduler "$1" ;;
+            prepare-host) install_library "$1" && prepare_scheduler "$1" ;;
+        esac ;;
     *)
         echo "gemshare: unknown command '$command': use gemshare-scheduler," \
-             "gemshare-device-plugin, gemsharectl or prepare-host HOST_ROOT" >&2
+             "gemshare-device-plugin, gemsharectl, install-library HOST_ROOT," \
+             "prepare-scheduler HOST_ROOT or prepare-host HOST_ROOT" >&2
         exit 2 ;;
 esac

@@ -17,8 +17,9 @@ from .config.configuration import Configuration
 from .config.parsing import ConfigError
 from .config.settings import Settings
 from .observe.metrics import registry_for
-from .observe.metrics_http import MetricsError, bind
+from .observe.metrics_http import bind_metrics
 from .observe.metrics_http import serve as serve_metrics
+from .observe.tcp_address import AddressError
 from .observe.summary import summary_line
 from .service import command_line, fd_limits, journal, sdnotify
 from .service.gpus import Gpus
@@ -171,8 +172,8 @@ def main(argv=None) -> int:
         return 2
     try:
         # Bound before anything else starts: a taken address stops the start, naming it.
-        metrics_socket = bind(*settings.metrics) if settings.metrics is not None else None
-    except MetricsError as exc:
+        metrics_socket = bind_metrics(*settings.metrics) if settings.metrics else None
+    except AddressError as exc:
         print(f"gemshare-scheduler: {exc}", file=sys.stderr)
         return 1
     try:

@@ -1,100 +1,156 @@
-"""`gemshare-device-plugin`: the command line, logging and signals around lifecycle.Plugin."""
+"""`gemshare-device-plugin`: the command line, logging and signals around lifecycle.Plugin.
+
+On Typer, as the scheduler's (typer_command.py): the same plain help and errors, exit status 2
+for a bad command line, and completion.
+"""
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
-import re
 import signal
 import sys
 import threading
+from dataclasses import dataclass
+from typing import Optional, Sequence
 
-from gemshare_nvs.version import version
+import typer
+
+from gemshare_nvs.config.settings import debug_from_environment
+from gemshare_nvs.observe.tcp_address import AddressError, bind
+from gemshare_nvs.service import typer_command
 from gemshare_nvs.wire.connection import DEFAULT_SOCKET, socket_path
 
+from . import resource_names
 from .allocation import CONTAINER_LIBRARY, Paths
+from .health import HealthServer
 from .lifecycle import Plugin
 
+PROG = "gemshare-device-plugin"
 DEFAULT_SOCKET_DIR = "/var/lib/kubelet/device-plugins"
-DEFAULT_LIBRARY = "/usr/local/lib/libnvs.so"
+# Where the image's init container puts the library on the node (deploy/); a node set up with
+# `make install` has it elsewhere, which --library names.
+DEFAULT_LIBRARY = "/usr/local/lib/gemshare/libnvs.so"
 DEFAULT_RESOURCE = "gemshare.io/gpu"
+DEFAULT_SLOTS = 10
 MAX_SLOTS = 1000
-# An extended resource name as the kubelet accepts it: a DNS subdomain, "/", a name.
-RESOURCE_NAME = re.compile(r"(?=.{1,253}/)[a-z0-9]([-a-z0-9.]*[a-z0-9])?"
-                           r"/[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
 
-log = logging.getLogger("gemshare-device-plugin")
+log = logging.getLogger(PROG)
 
 
-def slot_count(text: str) -> int:
+@dataclass(frozen=True)
+class Options:
+    kubelet_socket_dir: str
+    slots: int
+    resource_name: str
+    scheduler_socket: str
+    library: str
+    health: Optional[tuple[str, int]]
+    debug: bool
+
+
+def _slot_count(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
         value = 0
     if not 1 <= value <= MAX_SLOTS:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a whole number of slots from 1 to {MAX_SLOTS}")
+        raise typer.BadParameter(f"{text!r} is not a whole number of slots from 1 to {MAX_SLOTS}")
     return value
 
 
-def resource_name(text: str) -> str:
-    if not RESOURCE_NAME.fullmatch(text) or text.split("/")[0].endswith("kubernetes.io"):
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not an extended resource name such as {DEFAULT_RESOURCE} "
-            f"(a domain outside kubernetes.io, '/', a name)")
+def _resource_name(text: str) -> str:
+    refused = resource_names.refusal(text)
+    if refused is not None:
+        raise typer.BadParameter(refused)
     return text
 
 
-def absolute_path(text: str) -> str:
-    if not text.startswith("/"):
-        raise argparse.ArgumentTypeError(f"{text!r} is not an absolute path")
-    return os.path.normpath(text)
+def _absolute_path(text: Optional[str]) -> Optional[str]:
+    if text is not None and not text.startswith("/"):
+        raise typer.BadParameter(f"{text!r} is not an absolute path")
+    return None if text is None else os.path.normpath(text)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="gemshare-device-plugin",
-        description="Kubernetes device plugin: advertises N gemshare slots per GPU to the "
-                    "kubelet and gives each container that gets slots libnvs.so, the "
-                    "scheduler's socket and its GPUs.")
-    parser.add_argument("--kubelet-socket-dir", type=absolute_path, default=DEFAULT_SOCKET_DIR,
-                        metavar="DIR", help="the kubelet's device-plugin directory, which holds "
-                        f"kubelet.sock (default {DEFAULT_SOCKET_DIR})")
-    parser.add_argument("--slots", type=slot_count, default=10, metavar="N",
-                        help="slots advertised per GPU: how many containers may share one "
-                        "(default 10)")
-    parser.add_argument("--resource-name", type=resource_name, default=DEFAULT_RESOURCE,
-                        metavar="NAME", help=f"the resource pods ask for (default "
-                        f"{DEFAULT_RESOURCE})")
-    parser.add_argument("--scheduler-socket", type=absolute_path, default=None, metavar="PATH",
-                        help="the scheduler's socket on the host (default GEMSHARE_SOCKET, "
-                        f"else {DEFAULT_SOCKET})")
-    parser.add_argument("--library", type=absolute_path, default=DEFAULT_LIBRARY,
-                        metavar="PATH", help="libnvs.so on the host, mounted into containers "
-                        f"at {CONTAINER_LIBRARY} (default {DEFAULT_LIBRARY})")
-    parser.add_argument("--debug", action="store_true",
-                        default=os.environ.get("GEMSHARE_DEBUG") == "1",
-                        help="more log lines (also GEMSHARE_DEBUG=1)")
-    parser.add_argument("--version", action="version",
-                        version=f"gemshare-device-plugin {version()}")
-    return parser
+app = typer_command.plain_app(PROG)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    scheduler = args.scheduler_socket or str(socket_path())
+@app.command(help="Kubernetes device plugin: advertises N gemshare slots per GPU to the kubelet "
+                  "and gives each container that gets slots libnvs.so, the scheduler's socket "
+                  "and its GPUs.")
+def plugin(
+    ctx: typer.Context,
+    kubelet_socket_dir: str = typer.Option(
+        DEFAULT_SOCKET_DIR, "--kubelet-socket-dir", metavar="DIR", show_default=False,
+        callback=_absolute_path,
+        help=f"the kubelet's device-plugin directory, which holds kubelet.sock (default "
+             f"{DEFAULT_SOCKET_DIR})"),
+    slots: str = typer.Option(
+        str(DEFAULT_SLOTS), "--slots", metavar="N", show_default=False, callback=_slot_count,
+        help=f"slots advertised per GPU: how many containers may share one, 1-{MAX_SLOTS} "
+             f"(default {DEFAULT_SLOTS})"),
+    resource_name: str = typer.Option(
+        DEFAULT_RESOURCE, "--resource-name", metavar="NAME", show_default=False,
+        callback=_resource_name,
+        help=f"the extended resource pods ask for: DOMAIN/NAME, the domain outside "
+             f"kubernetes.io (default {DEFAULT_RESOURCE})"),
+    scheduler_socket: Optional[str] = typer.Option(
+        None, "--scheduler-socket", metavar="PATH", callback=_absolute_path,
+        help=f"the scheduler's socket on the host (default $GEMSHARE_SOCKET, else "
+             f"{DEFAULT_SOCKET})"),
+    library: str = typer.Option(
+        DEFAULT_LIBRARY, "--library", metavar="PATH", show_default=False,
+        callback=_absolute_path,
+        help=f"libnvs.so on the host, mounted into containers at {CONTAINER_LIBRARY} (default "
+             f"{DEFAULT_LIBRARY})"),
+    health: Optional[str] = typer.Option(
+        None, "--health", metavar="ADDR:PORT", callback=typer_command.tcp_address,
+        help="answer Kubernetes probes over HTTP: /healthz while the plugin's loop runs, "
+             "/readyz while it is registered with the kubelet (default: off)"),
+    debug: bool = typer_command.debug_flag(),
+    show_version: bool = typer_command.version_flag(PROG),
+) -> None:
+    scheduler = scheduler_socket or str(socket_path())
     if not scheduler.startswith("/"):
-        parser.error(f"GEMSHARE_SOCKET={scheduler!r} is not an absolute path; give "
-                     f"--scheduler-socket PATH")
-    logging.basicConfig(stream=sys.stderr, level=logging.DEBUG if args.debug else logging.INFO,
+        raise typer.BadParameter(f"GEMSHARE_SOCKET={scheduler!r} is not an absolute path; give "
+                                 "--scheduler-socket PATH", param_hint="'--scheduler-socket'")
+    ctx.obj.append(Options(kubelet_socket_dir=kubelet_socket_dir, slots=slots,
+                           resource_name=resource_name,
+                           scheduler_socket=os.path.normpath(scheduler), library=library,
+                           health=health,
+                           debug=debug or debug_from_environment()))
+
+
+def option_names() -> set[str]:
+    """Every long option the plugin takes, --help aside."""
+    return typer_command.option_names(app)
+
+
+def parse(argv: Sequence[str]) -> Options:
+    """The options a command line gives, for checking one (typer_command.parse)."""
+    return typer_command.parse(app, PROG, argv)
+
+
+def read(argv: Optional[Sequence[str]] = None) -> Options:
+    """The options this process's command line gives, else the process ends here."""
+    return typer_command.read(app, PROG, argv)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    options = read(argv)
+    logging.basicConfig(stream=sys.stderr, level=logging.DEBUG if options.debug else logging.INFO,
                         format="%(asctime)s gemshare-device-plugin %(levelname)s %(message)s")
-    paths = Paths(library=args.library, scheduler_socket=os.path.normpath(scheduler))
-    if not os.path.exists(args.library):
+    try:
+        # Bound before anything starts, so that a taken or foreign address stops the start.
+        health_socket = bind(*options.health, "probes", "--health") if options.health else None
+    except AddressError as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return 1
+    paths = Paths(library=options.library, scheduler_socket=options.scheduler_socket)
+    if not os.path.exists(options.library):
         log.warning("%s is not visible here; containers mount it from that path on the host, "
-                    "so it must exist there (--library names another)", args.library)
-    plugin = Plugin(args.kubelet_socket_dir, args.resource_name, args.slots, paths)
+                    "so it must exist there (--library names another)", options.library)
+    plugin = Plugin(options.kubelet_socket_dir, options.resource_name, options.slots, paths)
     stop = threading.Event()
 
     def stop_on_signal(number, frame):
@@ -103,7 +159,14 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, stop_on_signal)
     signal.signal(signal.SIGINT, stop_on_signal)
-    plugin.run(stop)
+    probes = HealthServer(health_socket, plugin) if health_socket is not None else None
+    if probes is not None:
+        probes.start()
+    try:
+        plugin.run(stop)
+    finally:
+        if probes is not None:
+            probes.stop()
     return 0
 
 

@@ -9,16 +9,20 @@ inotify is needed), and:
 - when `kubelet.sock` is another file than the one we registered through, the kubelet restarted
   even if our socket survived: we serve again (dropping streams of the old kubelet) and register;
 - when `kubelet.sock` is missing we wait for it, saying so once; when registration fails we try
-  again after 1, 2, 4 ... up to `max_backoff` seconds, at once when a new `kubelet.sock` appears.
+  again after 1, 2, 4 ... up to `max_backoff` seconds, at once when a new `kubelet.sock` appears;
+- when the kubelet refuses in words that say every try will be refused (the resource name, the
+  API version), that kubelet is not asked again: only a new `kubelet.sock` is.
 
 NVML is checked every `health_interval` seconds, and a change reaches the kubelet through the
-open ListAndWatch stream. Nothing here ends the program but `stop`.
+open ListAndWatch stream. Nothing here ends the program but `stop`. `last_round` and
+`readiness()` say how it is doing, for the health endpoint (health.py).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 import threading
 import time
 
@@ -31,6 +35,10 @@ from .server import PluginServer, ServeError, identity
 from .service import DevicePluginService
 
 log = logging.getLogger("gemshare-device-plugin")
+
+# NVIDIA's device plugin serves nvidia.com/gpu on nvidia-gpu.sock (and MIG resources on
+# nvidia-mig-*.sock) in the same directory.
+NVIDIA_PLUGIN_SOCKETS = re.compile(r"nvidia-.*\.sock")
 
 
 def endpoint_name(resource_name: str) -> str:
@@ -64,6 +72,23 @@ class Plugin:
         self._backoff = 0.0
         self._next_attempt = 0.0
         self._waiting_said = False
+        self._refused_by = None  # identity of the kubelet.sock that refused us for good
+        self._refusal = ""
+        self.last_round = time.monotonic()  # when the loop last went round
+        self._nvidia_said: set[str] = set()
+
+    def readiness(self) -> str | None:
+        """None while serving and registered with the kubelet there now, else why not."""
+        kubelet = identity(self.kubelet_socket)
+        if self._server is None:
+            return f"not serving on {self.socket_path}: {self._serve_error or 'starting'}"
+        if kubelet is None:
+            return f"no kubelet socket at {self.kubelet_socket}"
+        if kubelet == self._refused_by:
+            return f"the kubelet refused the registration: {self._refusal}"
+        if kubelet != self._registered_through:
+            return "not registered with the kubelet yet"
+        return None
 
     def run(self, stop: threading.Event) -> None:
         log.info("advertising %s: %d slots per GPU on %s", self.resource_name,
@@ -71,7 +96,7 @@ class Plugin:
         next_health = 0.0
         try:
             while not stop.is_set():
-                now = time.monotonic()
+                now = self.last_round = time.monotonic()
                 try:
                     if now >= next_health:
                         next_health = now + self.health_interval
@@ -106,7 +131,7 @@ class Plugin:
                 self._waiting_said = True
             return
         self._waiting_said = False
-        if kubelet == self._registered_through:
+        if kubelet in (self._registered_through, self._refused_by):
             return
         if kubelet == self._attempted_through and now < self._next_attempt:
             return
@@ -142,6 +167,12 @@ class Plugin:
             register(self.kubelet_socket, self.endpoint, self.resource_name,
                      self.register_timeout)
         except RegistrationFailed as exc:
+            if exc.final:
+                self._refused_by, self._refusal = kubelet, str(exc)
+                log.error("the kubelet on %s refused to register %s (%s), as it will every "
+                          "time: not asking it again; a restarted kubelet is asked afresh",
+                          self.kubelet_socket, self.resource_name, exc)
+                return
             self._backoff = min(self.max_backoff, max(1.0, self._backoff * 2))
             self._next_attempt = now + self._backoff
             log.warning("registering with the kubelet on %s failed (%s); trying again in %g s",
@@ -151,3 +182,17 @@ class Plugin:
         self._backoff = 0.0
         self.registrations += 1
         log.info("registered %s with the kubelet on %s", self.resource_name, self.kubelet_socket)
+        self._warn_of_nvidia_plugin()
+
+    def _warn_of_nvidia_plugin(self) -> None:
+        """Said once per socket: the kubelet may give a pod one of these GPUs whole through
+        NVIDIA's plugin while it gives other pods slots of it through ours."""
+        try:
+            names = set(filter(NVIDIA_PLUGIN_SOCKETS.fullmatch, os.listdir(self.socket_dir)))
+        except OSError:
+            return
+        for name in sorted(names - self._nvidia_said):
+            log.warning("NVIDIA's device plugin serves on this node too (%s): a GPU it hands "
+                        "out whole may also have %s slots handed out; run the two on separate "
+                        "nodes (README: Deploying on Kubernetes)", name, self.resource_name)
+        self._nvidia_said |= names

@@ -6,9 +6,16 @@ import grpc
 
 from . import api
 
+# How the kubelet words the refusals that asking again cannot change: a resource name it does
+# not take, an API version it does not speak. Anything else (it could not dial our socket, it
+# is starting) may pass on a later try.
+FINAL_REFUSALS = ("is invalid", "is not supported by kubelet")
+
 
 class RegistrationFailed(Exception):
-    pass
+    def __init__(self, message: str, final: bool = False):
+        super().__init__(message)
+        self.final = final  # this kubelet will refuse every later try alike
 
 
 def register(kubelet_socket: str, endpoint: str, resource_name: str, timeout: float) -> None:
@@ -25,4 +32,7 @@ def register(kubelet_socket: str, endpoint: str, resource_name: str, timeout: fl
         try:
             call(request, timeout=timeout)
         except grpc.RpcError as exc:
-            raise RegistrationFailed(f"{exc.code().name}: {exc.details()}") from None
+            details = exc.details() or ""
+            raise RegistrationFailed(f"{exc.code().name}: {details}",
+                                     final=any(words in details for words in FINAL_REFUSALS)) \
+                from None

@@ -31,6 +31,11 @@ class Samples(dict):
     def value(self, name: str, **labels) -> float:
         return self[name][frozenset((k, str(v)) for k, v in labels.items())]
 
+    def only(self, name: str, **labels) -> float:
+        """The value of the one sample of `name` whose labels include `labels`."""
+        (value,) = self.labelled(name, **labels).values()
+        return value
+
     def labelled(self, name: str, **labels) -> dict:
         """The samples of `name` whose labels include `labels`."""
         wanted = {(k, str(v)) for k, v in labels.items()}

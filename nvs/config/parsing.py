@@ -7,7 +7,7 @@ command line and in gemsharectl (settings.py).
 
     tq = 30                                  # settings: as the command line's, by their names
     [[rule]]                                 # rules, in order: the first that matches wins
-    match = { user = "alice", process = "python3" }   # every key given must hold
+    match = { uid = 1000, process = "python3" }   # every key given must hold
     memory_limit = "16GiB"
     gpu_limit = 0.5
 

@@ -198,6 +198,11 @@ def check_mode(value) -> Mode:
     return Mode.from_label(value)
 
 
+def modes_starting(incomplete: str) -> list[str]:
+    """The mode labels shell completion offers for what has been typed so far."""
+    return [label for label in MODE_LABELS if label.startswith(incomplete.lower())]
+
+
 def debug_from_environment() -> bool:
     return os.environ.get("GEMSHARE_DEBUG", "") not in ("", "0")
 

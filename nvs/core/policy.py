@@ -114,7 +114,7 @@ from .rules.room_rules import RoomRules
 from .rules.share_rules import ShareRules
 from .rules.usage import Usage
 from .snapshot import ClientSnapshot, DeviceSnapshot, GangSnapshot, Snapshot
-from .tallies import Tallies
+from .tallies import Series, Tallies, series_of
 
 # How long a holder runs before a client under its share of GPU time may take the lock from it:
 # long enough that a switch costs little beside the work, short enough for an interactive wait.
@@ -133,6 +133,11 @@ def _terms_words(terms: Terms) -> str:
              f"sm share {terms.sm_share}%" if terms.sm_share is not None else "",
              "mps false" if not terms.mps else ""]
     return "".join(f", {word}" for word in words if word)
+
+
+def _series(client: Client) -> Series:
+    """Who the client counts as in the metrics (tallies.py)."""
+    return series_of(client.registration, client.identity.label)
 
 
 class Policy(GangRules, ShareRules, RoomRules, MpsRules):
@@ -189,6 +194,7 @@ class Policy(GangRules, ShareRules, RoomRules, MpsRules):
         client = self.clients[cid] = Client(who, Numbering.registered(message.device))
         client.identity = Identity(uid, user, gid, group, who.name, who.pod, who.namespace,
                                    printable(message.label, 64))
+        self.tallies.joined(_series(client))
         self._set_terms(client, self.rules(client.identity))
         pod = f", pod {who.namespace}/{who.pod}" if who.pod else ""
         label = f", label {client.identity.label}" if client.identity.label else ""
@@ -425,7 +431,7 @@ class Policy(GangRules, ShareRules, RoomRules, MpsRules):
                         f", was waiting for device {listed(waited)}" if waited else ""])
         gang_actions = self._leave_gang(client, now)
         self.usage.forget(cid)
-        self.tallies.forget(cid)
+        self.tallies.left(_series(client))
         self.weighted.discard(cid)
         self.limited.discard(cid)
         actions = [Log(f"disconnect {client}{what}")] + gang_actions
@@ -685,6 +691,8 @@ class Policy(GangRules, ShareRules, RoomRules, MpsRules):
         hold = dev.holders[cid]
         evict = self._evict_on_drop(dev, cid)
         self.credit.asked_out(dev.index, cid, evict)
+        if evict:
+            self.tallies.evicted(dev.index)
         hold.dropped_at, hold.drop_reason = now, reason
         hold.revoke_at = now + self.grace_s + self._link(dev.index).to_host.seconds(evict)
         ordinal = self.clients[cid].numbering.own_ordinal(dev.index)
@@ -746,8 +754,9 @@ class Policy(GangRules, ShareRules, RoomRules, MpsRules):
         self.last_end[dev.index] = (cid, why)
         self.usage.meter(cid, dev.index).stop(now)
         held = now - dev.holders.pop(cid).granted_at
-        (client or self.clients[cid]).hold_time += held
-        self.tallies.hold_ended(dev.index, cid, held, why)
+        client = client or self.clients[cid]
+        client.hold_time += held
+        self.tallies.hold_ended(dev.index, _series(client), held, why)
         return held
 
     def _retake_terms(self, client: Client, now: float) -> list:

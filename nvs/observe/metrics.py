@@ -4,14 +4,19 @@ Nothing is pushed into the metrics as events happen: the collector reads a snaps
 policy and its tallies (tallies.py) when Prometheus asks, so the rules never wait on it and
 the two can never disagree. The names are a contract: dashboards and alerts use them.
 
-Cardinality stays bounded: series labelled by client exist only for clients connected at the
-scrape. A client that leaves takes its series with it (and its tallies are forgotten), so a
-node that runs thousands of short programs does not grow the metrics without end; the totals
-per device keep what they did.
+Every series of a device carries `device` (the scheduler's number, as in gemsharectl status)
+and `device_uuid` (the GPU's UUID, as NVIDIA's DCGM exporter labels it, so the two join).
+
+Cardinality stays bounded. Series per client are labelled by what people group programs by
+(namespace, pod, process, label: tallies.Series), never by pid or connection, so clients alike
+share one series and a program that comes back adds to it; they exist only while a client of
+theirs is connected. A node serves at most FIXED_SERIES + PER_DEVICE_SERIES per GPU +
+PER_CLIENT_FAMILIES per GPU for each distinct client identity connected (at most --max-clients).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterable
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -20,15 +25,25 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from ..core.model.text import GONE, GPU_LIMIT, IDLE, MEMORY, MODE, QUANTUM, RELEASED, REVOKED, SHARE
 from ..core.policy import Policy
 from ..core.rules.gangs import BROKEN, COMPLETE, FORMING
-from ..core.snapshot import ClientSnapshot
-from ..core.tallies import TO_DEVICE, TO_HOST, WaitHistogram
+from ..core.tallies import TO_DEVICE, TO_HOST, WAIT_BUCKETS, Series, WaitHistogram, series_of
 from ..version import version
 from .mps_metrics import MpsCollector
 
 # Every way a hold ends, as status names it; each device has a series for each from the start,
 # so that rates over them need no series to appear first.
 END_REASONS = (QUANTUM, SHARE, GPU_LIMIT, MEMORY, MODE, IDLE, RELEASED, REVOKED, GONE)
-CLIENT_LABELS = ("device", "client", "pid", "process", "pod", "namespace")
+DEVICE_LABELS = ("device", "device_uuid")
+CLIENT_LABELS = (*DEVICE_LABELS, "namespace", "pod", "process", "label")
+DIRECTIONS = (TO_HOST, TO_DEVICE)
+GANG_STATES = (FORMING, COMPLETE, BROKEN)
+# What the cardinality bound above adds up: the node's own series (clients connected, gangs by
+# state, build info); each GPU's (grants, drops by reason, revocations, the wait histogram's
+# buckets, sum and count, queue, holders, evictions, moves by direction); and per client
+# identity and GPU, its lock time and its memory.
+FIXED_SERIES = 1 + len(GANG_STATES) + 1
+PER_DEVICE_SERIES = (1 + len(END_REASONS) + 1 + len(WAIT_BUCKETS) + 1 + 2 + 1 + 1 + 1 +
+                     len(DIRECTIONS))
+PER_CLIENT_FAMILIES = 2
 
 
 class SchedulerCollector(Collector):
@@ -47,68 +62,73 @@ class SchedulerCollector(Collector):
                          set(tallies.evictions) | {device for device, _ in tallies.moved})
         by_index = {dev.index: dev for dev in snapshot.devices}
 
+        labels = list(DEVICE_LABELS)
         grants = CounterMetricFamily("gemshare_grants", "Locks granted, by device.",
-                                     labels=["device"])
+                                     labels=labels)
         drops = CounterMetricFamily("gemshare_drops",
                                     "Holds ended, by device and reason (as status names it).",
-                                    labels=["device", "reason"])
+                                    labels=[*labels, "reason"])
         revocations = CounterMetricFamily("gemshare_revocations",
                                           "Locks taken back from holders that did not release "
-                                          "them in time, by device.", labels=["device"])
+                                          "them in time, by device.", labels=labels)
         waits = HistogramMetricFamily("gemshare_lock_wait_seconds",
                                       "Time from a lock request to its grant, for requests "
-                                      "that had to wait, by device.", labels=["device"])
+                                      "that had to wait, by device.", labels=labels)
         queue = GaugeMetricFamily("gemshare_queue_length", "Clients waiting for the lock.",
-                                  labels=["device"])
+                                  labels=labels)
         holders = GaugeMetricFamily("gemshare_holders", "Clients holding the lock.",
-                                    labels=["device"])
+                                    labels=labels)
         evictions = CounterMetricFamily("gemshare_evictions",
-                                        "Clients asked to move memory to the host to make room "
-                                        "for a grant, by device.", labels=["device"])
+                                        "Clients asked to move memory off the device to the "
+                                        "host, by an eviction or with a drop.", labels=labels)
         moved = CounterMetricFamily("gemshare_moved_bytes",
                                     "Bytes clients reported moving between device and host.",
-                                    labels=["device", "direction"])
+                                    labels=[*labels, "direction"])
         for device in devices:
-            name = str(device)
-            grants.add_metric([name], policy.grants.get(device, 0))
+            names = [str(device), policy.gpu_indices.uuid_of(device)]
+            grants.add_metric(names, policy.grants.get(device, 0))
             for reason in END_REASONS:
-                drops.add_metric([name, reason], tallies.ended[device, reason])
-            revocations.add_metric([name], tallies.ended[device, REVOKED])
+                drops.add_metric([*names, reason], tallies.ended[device, reason])
+            revocations.add_metric(names, tallies.ended[device, REVOKED])
             histogram = tallies.waits.get(device) or WaitHistogram()
-            waits.add_metric([name], [(_bound(bound), count)
-                                      for bound, count in histogram.cumulative()],
+            waits.add_metric(names, [(_bound(bound), count)
+                                     for bound, count in histogram.cumulative()],
                              histogram.total)
             dev = by_index.get(device)
-            queue.add_metric([name], len(dev.waiters) if dev else 0)
-            holders.add_metric([name], len(dev.holders) if dev else 0)
-            evictions.add_metric([name], tallies.evictions[device])
-            for direction in (TO_HOST, TO_DEVICE):
-                moved.add_metric([name, direction], tallies.moved[device, direction])
+            queue.add_metric(names, len(dev.waiters) if dev else 0)
+            holders.add_metric(names, len(dev.holders) if dev else 0)
+            evictions.add_metric(names, tallies.evictions[device])
+            for direction in DIRECTIONS:
+                moved.add_metric([*names, direction], tallies.moved[device, direction])
 
         held = CounterMetricFamily("gemshare_lock_held_seconds",
-                                   "Seconds each connected client has held the lock, its "
-                                   "running hold included.", labels=list(CLIENT_LABELS))
+                                   "Seconds the clients of one identity (namespace, pod, "
+                                   "process, label) have held the lock, running holds "
+                                   "included, while any of them is connected.",
+                                   labels=list(CLIENT_LABELS))
         allocated = GaugeMetricFamily("gemshare_allocated_bytes",
-                                      "Bytes each connected client has allocated.",
-                                      labels=list(CLIENT_LABELS))
-        running = {}  # (client, device) -> seconds of the hold running now
+                                      "Bytes the connected clients of one identity have "
+                                      "allocated.", labels=list(CLIENT_LABELS))
+        series = {client.registration.id: series_of(client.registration, client.label)
+                  for client in snapshot.clients}
+        held_seconds: Counter = Counter()  # (series, device) -> seconds
+        for who in set(series.values()):
+            for device, seconds in tallies.held_by(who).items():
+                held_seconds[who, device] += seconds
         for dev in snapshot.devices:
-            for cid, seconds in dev.slices.items():
-                running[cid, dev.index] = seconds
+            for cid, seconds in dev.slices.items():  # the holds running now
+                held_seconds[series[cid], dev.index] += seconds
+        memory: Counter = Counter()
         for client in snapshot.clients:
-            cid = client.registration.id
-            times = tallies.held_by(cid)
-            for (holder, device), seconds in running.items():
-                if holder == cid:
-                    times[device] = times.get(device, 0.0) + seconds
-            for device, seconds in sorted(times.items()):
-                held.add_metric(_client_labels(client, device), seconds)
             for device, count in client.allocated.items():
-                allocated.add_metric(_client_labels(client, device), count)
+                memory[series[client.registration.id], device] += count
+        for family, values in ((held, held_seconds), (allocated, memory)):
+            for (who, device), value in sorted(values.items()):
+                family.add_metric(_client_labels(policy, who, device), value)
 
         gangs = GaugeMetricFamily("gemshare_gangs", "Gangs of a distributed job, by state.",
                                   labels=["state"])
-        for state in (FORMING, COMPLETE, BROKEN):
+        for state in GANG_STATES:
             gangs.add_metric([state], sum(1 for gang in snapshot.gangs if gang.state == state))
         connected = GaugeMetricFamily("gemshare_clients_connected", "Registered clients.",
                                       value=len(snapshot.clients))
@@ -119,9 +139,9 @@ class SchedulerCollector(Collector):
                     evictions, moved, connected, gangs, build)
 
 
-def _client_labels(client: ClientSnapshot, device: int) -> list[str]:
-    who = client.registration
-    return [str(device), str(who.id), str(who.pid), who.name, who.pod, who.namespace]
+def _client_labels(policy: Policy, who: Series, device: int) -> list[str]:
+    return [str(device), policy.gpu_indices.uuid_of(device), who.namespace, who.pod,
+            who.process, who.label]
 
 
 def _bound(seconds: float) -> str:

@@ -16,58 +16,19 @@ import trio
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import CollectorRegistry
 
+from .tcp_address import bind, bound_address
+
 log = logging.getLogger("gemshare.scheduler")
 
 PATH = "/metrics"
 MAX_HEAD_BYTES = 8192  # a scrape's request line and headers are a few hundred bytes
 REQUEST_SECONDS = 10.0  # to send the request and take the whole answer
 MAX_SCRAPES = 8  # answered at once; a connection past them is closed unanswered
-BACKLOG = 16
 
 
-class MetricsError(Exception):
-    """The metrics address cannot be served; the message names it and says what to do."""
-
-
-def parse_address(text: str) -> tuple[str, int]:
-    """(host, port) from HOST:PORT or [IPV6]:PORT; port 0 takes any free port. ValueError
-    says what is wrong."""
-    host, colon, port = text.rpartition(":")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    elif ":" in host:
-        raise ValueError(f"write an IPv6 address in brackets, as [{host}]:{port}")
-    if not colon or not host:
-        raise ValueError(f"expected ADDRESS:PORT such as 127.0.0.1:9410, not {text!r}")
-    if not port.isascii() or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError(f"the port must be a whole number from 0 to 65535, not {port!r}")
-    return host, int(port)
-
-
-def bind(host: str, port: int) -> socket.socket:
-    """A listening TCP socket on the address; MetricsError when it cannot be had."""
-    shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    try:
-        family, kind, proto, _, address = socket.getaddrinfo(
-            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
-    except socket.gaierror as exc:
-        raise MetricsError(f"cannot serve metrics on {shown}: {exc.strerror}; give --metrics "
-                           "an address of this machine") from None
-    sock = socket.socket(family, kind, proto)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # past a restart's TIME_WAIT
-        sock.bind(address)
-        sock.listen(BACKLOG)
-    except OSError as exc:
-        sock.close()
-        raise MetricsError(f"cannot serve metrics on {shown}: {exc.strerror}; stop what "
-                           "listens there or give --metrics another address") from None
-    return sock
-
-
-def bound_address(sock: socket.socket) -> str:
-    host, port = sock.getsockname()[:2]
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+def bind_metrics(host: str, port: int) -> socket.socket:
+    """The metrics' listening socket; AddressError when it cannot be had."""
+    return bind(host, port, "metrics", "--metrics")
 
 
 async def serve(sock: socket.socket, registry: CollectorRegistry) -> None:

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 import typer
-import typer.main
 
 from ..config.settings import (
     CAPACITY_MIB,
@@ -34,11 +33,11 @@ from ..config.settings import (
     check_mode,
     check_pipe_directory,
     debug_from_environment,
+    modes_starting,
 )
-from ..observe.metrics_http import parse_address
 from ..protocol import Mode
-from ..version import version
 from ..wire.connection import DEFAULT_SOCKET, socket_path
+from . import typer_command
 
 PROG = "gemshare-scheduler"
 
@@ -75,11 +74,6 @@ def _mode(text: Optional[str]) -> Optional[Mode]:
         raise typer.BadParameter(str(exc)) from None
 
 
-def _modes(incomplete: str) -> list[str]:
-    """What shell completion offers for --anti-thrash."""
-    return [label for label in MODE_LABELS if label.startswith(incomplete)]
-
-
 def _group(text: str) -> str:
     if not text.strip():
         raise typer.BadParameter("--control-group must name a group")
@@ -96,29 +90,7 @@ def _pipe_directory(text: Optional[str]) -> Optional[str]:
             from None
 
 
-def _metrics_address(text: Optional[str]) -> Optional[tuple[str, int]]:
-    if text is None:
-        return None
-    try:
-        return parse_address(text)
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from None
-
-
-def _show_version(wanted: bool) -> None:
-    if wanted:
-        typer.echo(f"{PROG} {version()}")
-        raise typer.Exit()
-
-
-# Plain help and errors, not rich's boxes: the scheduler's output usually ends in the journal,
-# where a box wraps a message across lines that grep then misses.
-app = typer.Typer(
-    name=PROG,
-    rich_markup_mode=None,
-    pretty_exceptions_enable=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
+app = typer_command.plain_app(PROG)
 
 
 @app.command(help="Hand out an exclusive per-GPU lock to CUDA programs running under "
@@ -142,7 +114,7 @@ def scheduler(
         help=f"time quantum in whole seconds, 1-86400 (default {DEFAULT_TQ})"),
     anti_thrash: Optional[str] = typer.Option(
         None, "--anti-thrash", metavar="|".join(MODE_LABELS), callback=_mode,
-        autocompletion=_modes,
+        autocompletion=modes_starting,
         help="on: one lock holder per GPU; off: no lock, everyone runs freely; auto: programs "
              "whose memory fits on the GPU together hold it together, the rest take turns as "
              "with on (default on)"),
@@ -187,13 +159,11 @@ def scheduler(
         help="with --mps, adopt the MPS control daemon already running with this pipe "
              "directory instead of starting one (implies --mps)"),
     metrics: Optional[str] = typer.Option(
-        None, "--metrics", metavar="ADDR:PORT", callback=_metrics_address,
+        None, "--metrics", metavar="ADDR:PORT", callback=typer_command.tcp_address,
         help="serve Prometheus metrics over HTTP at http://ADDR:PORT/metrics, e.g. "
              "127.0.0.1:9410 ([::1]:9410 for IPv6; default: off)"),
-    debug: bool = typer.Option(False, "--debug", help="log more (also GEMSHARE_DEBUG=1)"),
-    show_version: bool = typer.Option(
-        False, "--version", callback=_show_version, is_eager=True,
-        help="print the version and exit"),
+    debug: bool = typer_command.debug_flag(),
+    show_version: bool = typer_command.version_flag(PROG),
 ) -> None:
     values = {"tq": tq, "min_slice_ms": min_slice_ms, "grace_ms": grace_ms,
               "context_reserve_mib": context_reserve_mib, "capacity_mib": capacity_mib,
@@ -212,32 +182,15 @@ def scheduler(
 
 def option_names() -> set[str]:
     """Every long option the scheduler takes, --help aside."""
-    return {name for param in typer.main.get_command(app).params for name in param.opts
-            if name.startswith("--")}
+    return typer_command.option_names(app)
 
 
 def parse(argv: Sequence[str]) -> Settings:
-    """The settings a command line gives, for checking one. A bad command line raises Typer's
-    usage error, whose message names the option and the value."""
-    parsed: list[Settings] = []
-    typer.main.get_command(app).main(args=list(argv), prog_name=PROG, standalone_mode=False,
-                                     obj=parsed)
-    if not parsed:
-        raise ValueError(f"{' '.join(argv)!r} prints something and exits: it starts no "
-                         "scheduler")
-    return parsed[0]
+    """The settings a command line gives, for checking one (typer_command.parse)."""
+    return typer_command.parse(app, PROG, argv)
 
 
 def read(argv: Optional[Sequence[str]] = None) -> Settings:
-    """The settings this process's command line gives, else the process ends here: Typer
-    answers --help, --version and the completion options itself (status 0), and a bad command
-    line with a message naming the option and the value (status 2)."""
-    parsed: list[Settings] = []
-    try:
-        typer.main.get_command(app).main(args=argv, prog_name=PROG, obj=parsed)
-    except SystemExit as end:
-        # Typer ends every standalone run so, also one that parsed: only that one goes on.
-        if end.code in (0, None) and parsed:
-            return parsed[0]
-        raise
-    raise AssertionError("Typer's standalone run returned instead of exiting")
+    """The settings this process's command line gives, else the process ends here
+    (typer_command.read)."""
+    return typer_command.read(app, PROG, argv)

@@ -392,7 +392,8 @@ class Server:
         path = self.settings.config
         if path is None:
             log.info("reload (%s): this scheduler runs without a config file", why)
-            return "this scheduler runs without a config file"
+            return ("it runs without a config file (started with --config \"\"), so there is "
+                    "nothing to read; start it with --config FILE to have one")
         async with self._reloading:
             # Taken before reading: a change made while reading is seen at the next poll.
             signature = await trio.to_thread.run_sync(config_file.signature, path)

@@ -1,5 +1,5 @@
 """The tallies the policy core keeps for reports: how holds ended, granted waits, evictions,
-moved bytes and each client's lock time per device, forgotten when the client leaves."""
+moved bytes and each series' lock time per device, forgotten when its last client leaves."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from policy_driver import Driver
 
 from gemshare_nvs import protocol as p
-from gemshare_nvs.core.tallies import WAIT_BUCKETS, Tallies, WaitHistogram
+from gemshare_nvs.core.tallies import WAIT_BUCKETS, Series, Tallies, WaitHistogram, series_of
 
 G = 1 << 30
 
@@ -27,16 +27,29 @@ def test_a_wait_falls_in_the_first_bucket_that_holds_it():
     assert [bound for bound, _ in histogram.cumulative()] == [*WAIT_BUCKETS, math.inf]
 
 
-def test_per_client_time_is_forgotten_and_per_device_counts_stay():
+TRAIN = Series("ml", "train-0", "python", "")
+NOTEBOOK = Series("ml", "nb-0", "python", "notebook")
+
+
+def test_a_series_keeps_its_time_until_its_last_client_leaves():
     tallies = Tallies()
-    tallies.hold_ended(0, 1, 2.0, "quantum")
-    tallies.hold_ended(1, 1, 3.0, "released")
-    tallies.hold_ended(0, 2, 1.0, "idle")
-    assert tallies.held_by(1) == {0: 2.0, 1: 3.0}
-    tallies.forget(1)
-    assert tallies.held_by(1) == {}
-    assert set(tallies.held) == {(2, 0)}
+    for series in (TRAIN, TRAIN, NOTEBOOK):
+        tallies.joined(series)
+    tallies.hold_ended(0, TRAIN, 2.0, "quantum")
+    tallies.hold_ended(1, TRAIN, 3.0, "released")
+    tallies.hold_ended(0, NOTEBOOK, 1.0, "idle")
+    assert tallies.held_by(TRAIN) == {0: 2.0, 1: 3.0}
+    tallies.left(TRAIN)  # one of its two clients: its time stays
+    assert tallies.held_by(TRAIN) == {0: 2.0, 1: 3.0}
+    tallies.left(TRAIN)
+    assert tallies.held_by(TRAIN) == {}
+    assert set(tallies.held) == {(NOTEBOOK, 0)}
     assert tallies.ended == {(0, "quantum"): 1, (1, "released"): 1, (0, "idle"): 1}
+
+
+def series(driver: Driver, cid: int) -> Series:
+    client = driver.policy.clients[cid]
+    return series_of(client.registration, client.identity.label)
 
 
 def turns(tq: int = 10) -> Driver:
@@ -44,8 +57,8 @@ def turns(tq: int = 10) -> Driver:
     out, 1 releases, 2 is granted after waiting. (With a minimum slice of an hour, 2 being
     under its share does not end 1's turn first.)"""
     driver = Driver(tq=tq, min_slice_ms=3_600_000)
-    driver.register(1)
-    driver.register(2)
+    driver.register(1, name="first")
+    driver.register(2, name="second")
     driver.request(1)
     driver.advance(1.0)
     driver.request(2)
@@ -64,8 +77,8 @@ def test_turns_are_counted_as_they_happen():
     histogram = tallies.waits[0]
     assert histogram.count == 1  # 1 was granted at once: no wait
     assert histogram.total == pytest.approx(9.5)  # asked 1 s in, granted 10.5 s in
-    assert tallies.held_by(1) == {0: pytest.approx(10.5)}
-    assert tallies.held_by(2) == {}  # its hold runs: the report adds it
+    assert tallies.held_by(series(driver, 1)) == {0: pytest.approx(10.5)}
+    assert tallies.held_by(series(driver, 2)) == {}  # its hold runs: the report adds it
 
 
 @pytest.mark.parametrize("end, reason", [
@@ -94,8 +107,9 @@ def test_a_revocation_is_counted_as_one():
 
 def test_a_client_that_leaves_takes_its_time_with_it():
     driver = turns()
+    first = series(driver, 1)
     driver.disconnect(1)
-    assert driver.policy.tallies.held_by(1) == {}
+    assert driver.policy.tallies.held_by(first) == {}
     driver.advance(2.0)
     driver.disconnect(2)
     assert driver.policy.tallies.held == {}

@@ -73,6 +73,30 @@ def test_expected_files_are_in_place(staged):
     assert (usr / "share/doc/gemshare/README.md").exists()
 
 
+MARKDOWN_LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def local_links(page: Path) -> list[str]:
+    """The targets of a Markdown page's links that are files beside it (no URL, no anchor)."""
+    targets = [target.split("#", 1)[0] for target in MARKDOWN_LINK.findall(page.read_text())]
+    return [target for target in targets if target and ":" not in target]
+
+
+def test_installed_pages_link_only_to_installed_files(staged):
+    docs = staged / "usr/share/doc/gemshare"
+    pages = sorted(docs.rglob("*.md"))
+    assert {"README.md", "CHANGELOG.md", "docs/config.md", "docs/protocol.md"} <= \
+        {str(page.relative_to(docs)) for page in pages}
+    assert (docs / "LICENSE").read_text().lstrip().startswith("Apache License")
+    linked = 0
+    for page in pages:
+        for target in local_links(page):
+            linked += 1
+            assert (page.parent / target).is_file(), \
+                f"{page.relative_to(docs)} links {target}, which is not installed"
+    assert linked >= 10  # the README alone links a dozen pages
+
+
 def test_the_metrics_drop_in_is_installed_pointing_at_the_installed_scheduler(staged):
     drop_in = (staged / "usr/share/doc/gemshare/metrics.conf.example").read_text()
     assert "\nExecStart=/usr/bin/gemshare-scheduler --metrics 127.0.0.1:9410\n" in drop_in
@@ -141,8 +165,11 @@ def test_launcher_refuses_a_python_of_another_version(staged, tmp_path):
     result = subprocess.run([sys.executable, "-IS", str(copy), "--version"],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 1
-    assert "gemsharectl: installed for Python" in result.stderr
-    assert "INSTALL_PYTHON=" in result.stderr
+    here = "%d.%d" % sys.version_info[:2]
+    # 2.7 stands in for the version built for; the advice names the Python that runs it.
+    assert f"gemsharectl: installed for Python {built[1]}.{built[2]}" in result.stderr
+    assert f"make install INSTALL_PYTHON={sys.executable} PYTHON={sys.executable} " \
+           f"VENV=.venv-{here}" in " ".join(result.stderr.split())
 
 
 def test_install_python_pins_an_interpreter(tmp_path):
@@ -154,3 +181,44 @@ def test_install_python_pins_an_interpreter(tmp_path):
         capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     assert result.returncode == 0, result.stderr
     assert f"'#!{sys.executable} -IS'" in result.stdout
+
+
+def fake_python(directory: Path, version: str) -> Path:
+    """An interpreter that says it is Python `version` to make's version check."""
+    script = directory / f"python{version}"
+    script.write_text(f"#!/bin/sh\necho {version}\n")
+    script.chmod(0o755)
+    return script
+
+
+def test_a_pinned_python_of_another_version_is_refused_at_install(tmp_path):
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    other = fake_python(tmp_path, "3.99")
+    destdir = tmp_path / "stage"
+    result = subprocess.run(
+        ["make", "-C", str(REPO), "install", f"DESTDIR={destdir}", f"PREFIX={PREFIX}",
+         f"INSTALL_PYTHON={other}", *make_variables()],
+        capture_output=True, text=True, timeout=INSTALL_TIMEOUT, stdin=subprocess.DEVNULL)
+    assert result.returncode != 0
+    said = " ".join(result.stderr.split())
+    assert f"INSTALL_PYTHON={other} is Python 3.99, but the package folder is filled from" in said
+    # The advice builds the package folder with that very Python, so following it succeeds.
+    assert f"make install INSTALL_PYTHON={other} PYTHON={other} VENV=.venv-3.99" in said
+    assert not (destdir / PREFIX.lstrip("/") / "bin").exists()  # refused before installing
+
+
+def test_the_advice_makes_the_virtualenv_with_the_pinned_python(tmp_path):
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    other = fake_python(tmp_path, "3.99")
+    venv = tmp_path / "venv-3.99"
+    for pinned_only in (True, False):  # PYTHON follows a pinned INSTALL_PYTHON by default
+        extra = [] if pinned_only else [f"PYTHON={other}"]
+        result = subprocess.run(
+            ["make", "-C", str(REPO), "-n", "install", f"DESTDIR={tmp_path / 'stage'}",
+             f"INSTALL_PYTHON={other}", f"VENV={venv}", *extra,
+             f"BUILD={make_variables()[0].split('=', 1)[1]}"],
+            capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+        assert result.returncode == 0, result.stderr
+        assert f"{other} -m venv {venv}" in result.stdout

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
+import pytest
 import typer.main
 from ctl_helpers import REPO
 
 from gemshare_ctl.app import app
+from gemshare_nvs.config import file as config_file
 from gemshare_nvs.service.command_line import option_names
 
 README = (REPO / "README.md").read_text()
@@ -52,3 +55,33 @@ def test_ci_runs_the_readme_test_command():
     test_lines = [line.split("#")[0].strip() for line in quickstart.splitlines()
                   if "run the whole test suite" in line]
     assert test_lines and ci_commands == test_lines, (ci_commands, test_lines)
+
+
+def toml_examples(path: Path) -> list[str]:
+    return re.findall(r"^```toml\n(.*?)^```", path.read_text(), re.M | re.S)
+
+
+@pytest.mark.parametrize("document", ["README.md", "docs/config.md"])
+def test_every_config_example_is_accepted_on_any_host(document, tmp_path):
+    """Read as the scheduler reads a file, with this host's accounts: an example that named a
+    user most hosts lack would be refused on them."""
+    examples = toml_examples(REPO / document)
+    assert examples
+    for number, text in enumerate(examples):
+        path = tmp_path / f"example-{number}.toml"
+        path.write_text(text)
+        config_file.read(path)  # raises, listing every problem, if the scheduler would refuse
+        rules = re.sub(r"#.*", "", text)
+        assert not re.search(r"\b(user|group)\s*=", rules), "a name not every host has"
+
+
+def test_the_comparisons_figures_are_the_benchmarks():
+    """Every number docs/comparison.md gives in its figures is one docs/benchmarks.md reports."""
+    comparison = (REPO / "docs/comparison.md").read_text()
+    benchmarks = (REPO / "docs/benchmarks.md").read_text()
+    figures = comparison.split("## In figures", 1)[1]
+    numbers = set(re.findall(r"(?<![\w.])\d+\.\d+|\d+(?=%)", figures))
+    assert len(numbers) >= 20
+    missing = sorted(n for n in numbers
+                     if not re.search(rf"(?<![\d.]){re.escape(n)}(?![\d])", benchmarks))
+    assert missing == [], f"figures not in docs/benchmarks.md: {missing}"

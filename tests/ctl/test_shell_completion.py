@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 # Typer otherwise asks shellingham which shell runs the test; with this set, the shell is named.
@@ -33,6 +37,26 @@ def test_the_scheduler_prints_its_bash_completion_script(run_scheduler):
 def test_gemsharectl_completes_commands_and_options(ctl):
     assert completions(ctl, "_GEMSHARECTL_COMPLETE", "gemsharectl st") == ["status"]
     assert "--json" in completions(ctl, "_GEMSHARECTL_COMPLETE", "gemsharectl status --")
+
+
+def test_gemsharectl_completes_every_choice(ctl):
+    variable = "_GEMSHARECTL_COMPLETE"
+    assert completions(ctl, variable, "gemsharectl --anti-thrash ") == ["on", "off", "auto"]
+    assert completions(ctl, variable, "gemsharectl --anti-thrash o") == ["on", "off"]
+    assert completions(ctl, variable, "gemsharectl client 42 --gpu-limit ") == ["none"]
+    assert completions(ctl, variable, "gemsharectl client 42 --memory-limit n") == ["none"]
+    assert completions(ctl, variable, "gemsharectl client 42 --memory-limit 8") == []
+    # The options taken after a command are offered there too.
+    assert {"--socket", "--timeout"} <= set(completions(ctl, variable, "gemsharectl status --"))
+
+
+def test_the_device_plugin_completes_its_options():
+    result = subprocess.run(
+        [sys.executable, "-m", "gemshare_plugin"], capture_output=True, text=True, timeout=60,
+        env={**os.environ, "_GEMSHARE_DEVICE_PLUGIN_COMPLETE": "complete_bash",
+             "COMP_WORDS": "gemshare-device-plugin --s", "COMP_CWORD": "1"})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["--slots", "--scheduler-socket", "--show-completion"]
 
 
 def test_the_scheduler_completes_options_and_modes(run_scheduler):

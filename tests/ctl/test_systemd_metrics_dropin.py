@@ -8,7 +8,7 @@ from pathlib import Path
 
 from test_systemd_units import SERVICE, UNITS, read_unit, units_to_verify, verified
 
-from gemshare_nvs.observe.metrics_http import parse_address
+from gemshare_nvs.observe.tcp_address import parse_address
 
 DROP_IN = UNITS / "gemshare-scheduler.service.d" / "metrics.conf.example"
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from deploy_files import parse_yaml, render_base
+from deploy_files import render_base
 
 
 @pytest.fixture(scope="session")
 def rendered() -> list:
     """The objects `kubectl kustomize deploy/kubernetes` makes."""
-    return parse_yaml(render_base())
+    return render_base()

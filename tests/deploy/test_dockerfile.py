@@ -103,26 +103,40 @@ def entrypoint(*args: str, env: dict | None = None) -> subprocess.CompletedProce
                           timeout=30, env={**os.environ, **(env or {})})
 
 
-@pytest.mark.parametrize("args", [["gemshare-nothing"], ["prepare-host"], ["sh", "-c", "true"]])
+@pytest.mark.parametrize("args", [["gemshare-nothing"], ["prepare-host"], ["install-library"],
+                                  ["prepare-scheduler", "/a", "/b"], ["sh", "-c", "true"]])
 def test_entrypoint_refuses_what_it_does_not_know(args):
     result = entrypoint(*args)
     assert result.returncode == 2
     assert "gemshare:" in result.stderr
 
 
-def test_prepare_host_installs_the_library_and_hands_over_the_directories(tmp_path):
-    library = tmp_path / "libnvs.so"
-    library.write_bytes(b"\x7fELF stand-in")
+LIBRARY_FILE = "usr/local/lib/gemshare/libnvs.so"
+SCHEDULER_DIRS = ("var/run/gemshare", "var/lib/gemshare")
+
+
+@pytest.mark.parametrize("command, library, directories", [
+    ("install-library", True, False),
+    ("prepare-scheduler", False, True),
+    ("prepare-host", True, True),
+])
+def test_node_commands_install_the_library_and_hand_over_the_directories(
+        tmp_path, command, library, directories):
+    source = tmp_path / "libnvs.so"
+    source.write_bytes(b"\x7fELF stand-in")
     root = tmp_path / "host"
     me = pwd.getpwuid(os.getuid()).pw_name
     for _ in range(2):  # a restarted pod runs it again over what it left
-        result = entrypoint("prepare-host", str(root),
-                            env={"LIBRARY": str(library), "SCHEDULER_USER": me})
+        result = entrypoint(command, str(root), env={"LIBRARY": str(source), "SCHEDULER_USER": me})
         assert result.returncode == 0, result.stderr
-    installed = root / "usr/local/lib/gemshare/libnvs.so"
-    assert installed.read_bytes() == library.read_bytes()
-    assert stat.S_IMODE(installed.stat().st_mode) == 0o755
-    assert sorted(p.name for p in installed.parent.iterdir()) == ["libnvs.so"]
-    for directory in (root / "var/run/gemshare", root / "var/lib/gemshare"):
-        info = directory.stat()
-        assert stat.S_IMODE(info.st_mode) == 0o755 and info.st_uid == os.getuid()
+    installed = root / LIBRARY_FILE
+    assert installed.exists() == library
+    if library:
+        assert installed.read_bytes() == source.read_bytes()
+        assert stat.S_IMODE(installed.stat().st_mode) == 0o755
+        assert sorted(p.name for p in installed.parent.iterdir()) == ["libnvs.so"]
+    for directory in SCHEDULER_DIRS:
+        assert (root / directory).exists() == directories
+        if directories:
+            info = (root / directory).stat()
+            assert stat.S_IMODE(info.st_mode) == 0o755 and info.st_uid == os.getuid()

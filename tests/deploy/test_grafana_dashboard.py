@@ -9,20 +9,23 @@ import re
 import pytest
 from deploy_files import DEPLOY
 
+from gemshare_nvs.observe.metrics import CLIENT_LABELS, DEVICE_LABELS
+
 DASHBOARD = DEPLOY / "grafana" / "gemshare-dashboard.json"
-CLIENT = {"device", "client", "pid", "process", "pod", "namespace"}
+DEVICE = set(DEVICE_LABELS)
+CLIENT = set(CLIENT_LABELS)
 # Every metric of `gemshare-scheduler --metrics`, with its labels.
 METRICS = {
     "gemshare_lock_held_seconds_total": CLIENT,
-    "gemshare_grants_total": {"device"},
-    "gemshare_drops_total": {"device", "reason"},
-    "gemshare_revocations_total": {"device"},
-    "gemshare_lock_wait_seconds": {"device", "le"},
-    "gemshare_queue_length": {"device"},
-    "gemshare_holders": {"device"},
+    "gemshare_grants_total": DEVICE,
+    "gemshare_drops_total": DEVICE | {"reason"},
+    "gemshare_revocations_total": DEVICE,
+    "gemshare_lock_wait_seconds": DEVICE | {"le"},
+    "gemshare_queue_length": DEVICE,
+    "gemshare_holders": DEVICE,
     "gemshare_allocated_bytes": CLIENT,
-    "gemshare_evictions_total": {"device"},
-    "gemshare_moved_bytes_total": {"device", "direction"},
+    "gemshare_evictions_total": DEVICE,
+    "gemshare_moved_bytes_total": DEVICE | {"direction"},
     "gemshare_clients_connected": set(),
     "gemshare_gangs": {"state"},
 }
@@ -95,7 +98,24 @@ def test_gpu_share_is_the_rate_of_lock_time_by_pod_and_by_process(dashboard):
     groups = [set(re.search(r"by \(([^)]*)\)", expr)[1].replace(" ", "").split(","))
               for expr in shares]
     assert any({"namespace", "pod"} <= group for group in groups)
-    assert any({"process", "pid"} <= group for group in groups)
+    assert any({"process", "label"} <= group for group in groups)
+
+
+def test_every_aggregation_keeps_each_node_apart(dashboard):
+    """GPU 0 of one node is not GPU 0 of another: every panel that sums series of a device keeps
+    the instance and the device apart."""
+    exprs = [target["expr"] for panel in panels(dashboard) for target in panel.get("targets", [])]
+    for expr in exprs:
+        names = {metric(name) for name in re.findall(r"\bgemshare_\w+", expr)}
+        if not any(METRICS[name] for name in names):  # plain totals such as clients connected
+            continue
+        groups = re.findall(r"\bby\s*\(([^)]*)\)", expr)
+        assert groups, f"{expr}: aggregates away every label"
+        for group in groups:
+            labels = {label.strip() for label in group.split(",")}
+            assert "instance" in labels, f"{expr}: sums over nodes"
+            if any("device" in METRICS[name] for name in names):
+                assert "device" in labels, f"{expr}: sums over GPUs"
 
 
 def test_lock_wait_quantiles_come_from_the_histogram(dashboard):

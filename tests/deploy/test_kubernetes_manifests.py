@@ -12,25 +12,28 @@ except ImportError:  # Python 3.10
     import tomli as tomllib
 
 import pytest
-from deploy_files import BASE, DEPLOY, REPO, parse_yaml
+from deploy_files import BASE, DEPLOY, KUBECTL, REPO, parse_yaml, pod_templates, render_with_kubectl
 
 from gemshare_nvs.config import file as config_file
 from gemshare_nvs.service.command_line import parse
+from gemshare_plugin import cli as plugin_cli
 
 NAMESPACE = "gemshare-system"
 RESOURCE = "gemshare.io/gpu"
 SOCKET = "/var/run/gemshare/scheduler.sock"
 KUBELET_DIR = "/var/lib/kubelet/device-plugins"
 HOST_LIBRARY = "/usr/local/lib/gemshare/libnvs.so"  # where the device plugin mounts it from
+SCHEDULER, PLUGIN = "gemshare-scheduler", "gemshare-device-plugin"
 # The device plugin's options the public contract fixes; the README documents all of them.
 CONTRACT_PLUGIN_OPTIONS = {"--kubelet-socket-dir", "--slots", "--resource-name"}
 YAML_FILES = sorted([*DEPLOY.rglob("*.yaml"), *DEPLOY.rglob("*.yml")])
 PROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
 
 
-def one(objects: list, kind: str) -> dict:
-    found = [obj for obj in objects if obj["kind"] == kind]
-    assert len(found) == 1, f"expected one {kind}, found {len(found)}"
+def one(objects: list, kind: str, name: str | None = None) -> dict:
+    found = [obj for obj in objects
+             if obj["kind"] == kind and name in (None, obj["metadata"]["name"])]
+    assert len(found) == 1, f"expected one {kind} {name or ''}, found {len(found)}"
     return found[0]
 
 
@@ -40,34 +43,28 @@ def options(args: list) -> dict:
     return dict(zip(args[::2], args[1::2]))
 
 
-def mounts(container: dict, volumes: dict) -> dict:
-    """mountPath -> the volume mounted there."""
-    return {m["mountPath"]: volumes[m["name"]] for m in container.get("volumeMounts", [])}
-
-
 def host_mount(container: dict, volumes: dict, path: str) -> str:
     """The host path behind `path` in the container (which must come from a hostPath volume)."""
-    for mount_path, volume in mounts(container, volumes).items():
-        inside = PurePosixPath(path)
-        if inside == PurePosixPath(mount_path) or PurePosixPath(mount_path) in inside.parents:
+    for mount in container.get("volumeMounts", []):
+        inside, mount_path = PurePosixPath(path), PurePosixPath(mount["mountPath"])
+        if inside == mount_path or mount_path in inside.parents:
+            volume = volumes[mount["name"]]
             assert "hostPath" in volume, f"{path} in {container['name']} is not a host path"
-            rest = inside.relative_to(mount_path)
-            return str(PurePosixPath(volume["hostPath"]["path"]) / rest)
+            return str(PurePosixPath(volume["hostPath"]["path"]) / inside.relative_to(mount_path))
     raise AssertionError(f"nothing is mounted at {path} in container {container['name']}")
 
 
-@pytest.fixture(scope="module")
-def pod_spec(rendered) -> dict:
-    return one(rendered, "DaemonSet")["spec"]["template"]["spec"]
+def volumes_of(spec: dict) -> dict:
+    return {volume["name"]: volume for volume in spec["volumes"]}
+
+
+def container(spec: dict, name: str) -> dict:
+    return next(c for c in spec["containers"] if c["name"] == name)
 
 
 @pytest.fixture(scope="module")
-def volumes(pod_spec) -> dict:
-    return {volume["name"]: volume for volume in pod_spec["volumes"]}
-
-
-def container(pod_spec: dict, name: str) -> dict:
-    return next(c for c in pod_spec["containers"] if c["name"] == name)
+def pods(rendered) -> dict:
+    return pod_templates(rendered)
 
 
 @pytest.mark.parametrize("path", YAML_FILES, ids=lambda p: str(p.relative_to(DEPLOY)))
@@ -89,45 +86,66 @@ def test_kustomization_lists_files_that_exist():
         == sorted(name for name in kustomization["resources"])
 
 
-def test_the_image_tag_is_the_project_version():
+def test_every_image_is_tagged_with_the_project_version(rendered):
     (kustomization,) = parse_yaml((BASE / "kustomization.yaml").read_text())
     (image,) = kustomization["images"]
     assert (image["name"], image["newTag"]) == ("gemshare", PROJECT["version"])
+    tagged = f"gemshare:{PROJECT['version']}"
+    for path in BASE.glob("*.yaml"):  # applied without kustomize too, e.g. with kubectl -f
+        for spec in pod_templates(parse_yaml(path.read_text())).values():
+            for each in [*spec.get("initContainers", []), *spec["containers"]]:
+                assert each["image"] == tagged, (path.name, each["name"])
+    for spec in pod_templates(rendered).values():
+        assert {c["image"] for c in [*spec["initContainers"], *spec["containers"]]} == {tagged}
 
 
 def test_base_renders_the_expected_objects(rendered):
-    kinds = sorted((obj["apiVersion"], obj["kind"]) for obj in rendered)
-    assert kinds == [("apps/v1", "DaemonSet"), ("v1", "ConfigMap"), ("v1", "Namespace"),
-                     ("v1", "Service")]
-    assert one(rendered, "Namespace")["metadata"]["name"] == NAMESPACE
+    kinds = sorted((obj["apiVersion"], obj["kind"], obj["metadata"]["name"]) for obj in rendered)
+    assert kinds == [("apps/v1", "DaemonSet", PLUGIN), ("apps/v1", "DaemonSet", SCHEDULER),
+                     ("networking.k8s.io/v1", "NetworkPolicy", "gemshare"),
+                     ("v1", "ConfigMap", "gemshare-config"), ("v1", "Namespace", NAMESPACE),
+                     ("v1", "Service", "gemshare-metrics")]
     assert all(obj["metadata"]["namespace"] == NAMESPACE
                for obj in rendered if obj["kind"] != "Namespace")
     assert not any(obj["kind"] in ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")
                    for obj in rendered)
 
 
-def test_daemonset_runs_on_gpu_nodes_and_selects_its_pods(rendered, pod_spec):
-    daemonset = one(rendered, "DaemonSet")
-    labels = daemonset["spec"]["template"]["metadata"]["labels"]
-    assert daemonset["spec"]["selector"]["matchLabels"].items() <= labels.items()
-    assert pod_spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
-    assert pod_spec["automountServiceAccountToken"] is False  # no API access wanted or given
+@pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed: the Python rendering "
+                                            "alone is checked")
+def test_kubectl_kustomize_renders_the_same_objects(rendered):
+    def key(obj):
+        return obj["kind"], obj["metadata"]["name"]
+    assert sorted(render_with_kubectl(), key=key) == sorted(rendered, key=key)
 
 
-def test_every_container_runs_a_command_of_the_image(pod_spec):
+def test_both_daemonsets_run_on_gpu_nodes_and_select_their_own_pods(rendered):
+    selected = {}
+    for name in (SCHEDULER, PLUGIN):
+        daemonset = one(rendered, "DaemonSet", name)
+        labels = daemonset["spec"]["template"]["metadata"]["labels"]
+        selector = daemonset["spec"]["selector"]["matchLabels"]
+        assert selector.items() <= labels.items()
+        selected[name] = selector
+        spec = daemonset["spec"]["template"]["spec"]
+        assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+        assert spec["automountServiceAccountToken"] is False  # no API access wanted or given
+    assert selected[SCHEDULER] != selected[PLUGIN]
+
+
+def test_every_container_runs_a_command_of_the_image(pods):
     scripts = set(PROJECT["scripts"])
     assert {"gemshare-scheduler", "gemshare-device-plugin"} <= scripts
-    everything = [*pod_spec["initContainers"], *pod_spec["containers"]]
-    for each in everything:
-        assert each["image"].startswith("gemshare:"), each["name"]
-        command = each["command"]
-        assert command[0] in scripts or command[0] == "/usr/local/bin/gemshare-entrypoint", command
-    assert sorted(c["command"][0] for c in pod_spec["containers"]) == [
-        "gemshare-device-plugin", "gemshare-scheduler"]
+    for name, spec in pods.items():
+        for each in [*spec["initContainers"], *spec["containers"]]:
+            command = each["command"]
+            assert command[0] in scripts or command[0] == "/usr/local/bin/gemshare-entrypoint"
+        assert [c["command"][0] for c in spec["containers"]] == [name]
 
 
-def test_scheduler_arguments_are_its_own_and_its_paths_are_mounted(pod_spec, volumes):
-    scheduler = container(pod_spec, "scheduler")
+def test_scheduler_arguments_are_its_own_and_its_paths_are_mounted(pods):
+    spec = pods[SCHEDULER]
+    scheduler, volumes = container(spec, "scheduler"), volumes_of(spec)
     args = scheduler["args"]
     parsed = parse(args)  # refuses an option, or a value, the scheduler does not take
     given = options(args)
@@ -138,15 +156,15 @@ def test_scheduler_arguments_are_its_own_and_its_paths_are_mounted(pod_spec, vol
     ports = {p["name"]: p["containerPort"] for p in scheduler["ports"]}
     assert ports == {"metrics": 9410}
     config_dir = str(PurePosixPath(given["--config"]).parent)
-    config_volume = mounts(scheduler, volumes)[config_dir]
-    assert config_volume["configMap"]["name"] == "gemshare-config"
+    (mount,) = [m for m in scheduler["volumeMounts"] if m["mountPath"] == config_dir]
+    assert volumes[mount["name"]]["configMap"]["name"] == "gemshare-config"
     assert scheduler["securityContext"]["runAsNonRoot"] is True
 
 
-def test_the_config_map_holds_a_config_the_scheduler_accepts(rendered, pod_spec, tmp_path):
+def test_the_config_map_holds_a_config_the_scheduler_accepts(rendered, pods, tmp_path):
     config_map = one(rendered, "ConfigMap")
     assert config_map["metadata"]["name"] == "gemshare-config"
-    given = options(container(pod_spec, "scheduler")["args"])
+    given = options(container(pods[SCHEDULER], "scheduler")["args"])
     name = PurePosixPath(given["--config"]).name
     path = tmp_path / name
     path.write_text(config_map["data"][name])
@@ -160,12 +178,14 @@ def documented_plugin_options() -> set[str]:
     return set(re.findall(r"^\| `(--[\w-]+)", table, re.M))
 
 
-def test_device_plugin_arguments_are_its_documented_options(pod_spec, volumes):
-    plugin = container(pod_spec, "device-plugin")
+def test_device_plugin_arguments_are_its_documented_options(pods):
+    spec = pods[PLUGIN]
+    plugin, volumes = container(spec, "device-plugin"), volumes_of(spec)
+    plugin_cli.parse(plugin["args"])  # refuses an option, or a value, the plugin does not take
     given = options(plugin["args"])
     assert CONTRACT_PLUGIN_OPTIONS <= documented_plugin_options()
     assert CONTRACT_PLUGIN_OPTIONS <= set(given) <= documented_plugin_options()
-    assert given["--library"] == HOST_LIBRARY
+    assert given["--library"] == HOST_LIBRARY == plugin_cli.DEFAULT_LIBRARY
     assert given.get("--scheduler-socket", SOCKET) == SOCKET
     assert given["--resource-name"] == RESOURCE
     assert int(given["--slots"]) >= 1
@@ -176,29 +196,26 @@ def test_device_plugin_arguments_are_its_documented_options(pod_spec, volumes):
     assert host_mount(plugin, volumes, SOCKET) == SOCKET
 
 
-def test_device_plugin_arguments_parse_with_its_own_parser(pod_spec):
-    cli = pytest.importorskip("gemshare_plugin.cli",
-                              reason="the device plugin's command line is not installed here")
-    if not hasattr(cli, "build_parser"):
-        pytest.skip("gemshare_plugin.cli has no build_parser() to check the arguments with")
-    cli.build_parser().parse_args(container(pod_spec, "device-plugin")["args"])
+def test_init_containers_prepare_what_their_pod_uses(pods):
+    (install,) = pods[PLUGIN]["initContainers"]
+    assert install["command"][1:] == ["install-library", "/host"]
+    assert host_mount(install, volumes_of(pods[PLUGIN]), f"/host{HOST_LIBRARY}") == HOST_LIBRARY
+    (prepare,) = pods[SCHEDULER]["initContainers"]
+    assert prepare["command"][1:] == ["prepare-scheduler", "/host"]
+    # prepare-scheduler writes HOST_ROOT/<host path>: each must be that very host path.
+    for host_path in (SOCKET, "/var/lib/gemshare/settings.json"):
+        assert host_mount(prepare, volumes_of(pods[SCHEDULER]), f"/host{host_path}") == host_path
 
 
-def test_init_container_puts_the_library_where_the_plugin_mounts_it_from(pod_spec, volumes):
-    (init,) = pod_spec["initContainers"]
-    assert init["command"][1:] == ["prepare-host", "/host"]
-    # prepare-host writes HOST_ROOT/<host path>: each must be that very host path.
-    for host_path in (HOST_LIBRARY, SOCKET, "/var/lib/gemshare/settings.json"):
-        assert host_mount(init, volumes, f"/host{host_path}") == host_path
-
-
-def test_metrics_service_scrapes_the_daemonset_pods(rendered, pod_spec):
+def test_metrics_service_scrapes_the_scheduler_pods(rendered):
     service = one(rendered, "Service")
-    labels = one(rendered, "DaemonSet")["spec"]["template"]["metadata"]["labels"]
-    assert service["spec"]["selector"].items() <= labels.items()
+    template = one(rendered, "DaemonSet", SCHEDULER)["spec"]["template"]
+    assert service["spec"]["selector"].items() <= template["metadata"]["labels"].items()
+    plugin_labels = one(rendered, "DaemonSet", PLUGIN)["spec"]["template"]["metadata"]["labels"]
+    assert not service["spec"]["selector"].items() <= plugin_labels.items()
     (port,) = service["spec"]["ports"]
     assert (port["port"], port["targetPort"]) == (9410, "metrics")
-    annotations = one(rendered, "DaemonSet")["spec"]["template"]["metadata"]["annotations"]
+    annotations = template["metadata"]["annotations"]
     assert annotations["prometheus.io/scrape"] == "true"
     assert annotations["prometheus.io/port"] == "9410"
 
@@ -207,7 +224,8 @@ def test_example_pod_asks_for_one_slot_and_names_itself():
     (pod,) = parse_yaml((BASE / "examples" / "pod.yaml").read_text())
     assert (pod["apiVersion"], pod["kind"]) == ("v1", "Pod")
     (main,) = pod["spec"]["containers"]
-    assert main["resources"]["limits"] == {RESOURCE: 1}
+    assert main["resources"]["limits"][RESOURCE] == 1
+    assert RESOURCE not in main["resources"].get("requests", {})  # limits alone ask for it
     env = {e["name"]: e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
            for e in main["env"]}
     assert env["POD_NAME"] == "metadata.name"

@@ -1,7 +1,7 @@
 """The scheduler's Prometheus metrics, scraped over HTTP while two programs take turns on the
 fake GPU through libnvs.so, agree with what happened: the grants and waits the scheduler
-logged, the lock time and memory its status shows, and no series left by a program that
-exited."""
+logged, the lock time and memory its status shows, per program (each labelled), and no series
+left by a program that exited."""
 
 from __future__ import annotations
 
@@ -23,7 +23,8 @@ def test_metrics_follow_two_programs_taking_turns(gpu_with):
     programs = {name: gpu.start(["init", "alloc", "buf", f"{size // M}M", "touch-file",
                                  gpu.path(f"ready-{name}"), "wait-file", gpu.path("go"),
                                  *["launch", KERNEL_US, "stream-sync"] * 20, "touch-file",
-                                 gpu.path(f"done-{name}"), "wait-file", gpu.path(f"exit-{name}")])
+                                 gpu.path(f"done-{name}"), "wait-file", gpu.path(f"exit-{name}")],
+                                env={"GEMSHARE_LABEL": name})
                 for name, size in SIZES.items()}
     for name in SIZES:
         wait_file(gpu.path(f"ready-{name}"))
@@ -37,21 +38,21 @@ def test_metrics_follow_two_programs_taking_turns(gpu_with):
     samples = scrape(url)
     status = scheduler_status(scheduler.socket)
     log = scheduler.log()
-    assert samples.value("gemshare_grants_total", device=0) == \
+    assert samples.only("gemshare_grants_total", device=0) == \
         len(re.findall(r"\bgrant client \d+ \(pid \d+,", log)) >= 3
-    assert samples.value("gemshare_drops_total", device=0, reason="quantum") > 0
+    assert samples.only("gemshare_drops_total", device=0, reason="quantum") > 0
     waits = len(re.findall(r"\bgrant client \d+ \(pid \d+, .*after waiting", log))
-    assert samples.value("gemshare_lock_wait_seconds_count", device=0) == waits > 0
+    assert samples.only("gemshare_lock_wait_seconds_count", device=0) == waits > 0
     assert waits == sum(client_of(status, pid)["waits"] for pid in pids.values())
     assert samples.value("gemshare_clients_connected") == 2
-    assert samples.value("gemshare_holders", device=0) == 0
-    assert samples.value("gemshare_queue_length", device=0) == 0
+    assert samples.only("gemshare_holders", device=0) == 0
+    assert samples.only("gemshare_queue_length", device=0) == 0
     for name, pid in pids.items():
         client = client_of(status, pid)
-        (held,) = samples.labelled("gemshare_lock_held_seconds_total", pid=pid).values()
+        held = samples.only("gemshare_lock_held_seconds_total", label=name)
         assert abs(held - client["hold_time_s"]) <= 0.002, (name, held, client)
         assert held > 0.5  # it ran 2 s of kernels in turns of 1 s
-        (allocated,) = samples.labelled("gemshare_allocated_bytes", pid=pid).values()
+        allocated = samples.only("gemshare_allocated_bytes", label=name)
         assert allocated == SIZES[name] == client["allocated_bytes"]
 
     gpu.path("exit-a").touch()
@@ -60,8 +61,8 @@ def test_metrics_follow_two_programs_taking_turns(gpu_with):
              "program a to leave the scheduler")
     samples = scrape(url)
     for name in ("gemshare_lock_held_seconds_total", "gemshare_allocated_bytes"):
-        assert not samples.labelled(name, pid=pids["a"]), name
-        assert samples.labelled(name, pid=pids["b"]), name
+        assert not samples.labelled(name, label="a"), name
+        assert samples.labelled(name, label="b"), name
     assert samples.value("gemshare_clients_connected") == 1
     gpu.path("exit-b").touch()
     assert programs["b"].wait().returncode == 0

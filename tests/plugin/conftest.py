@@ -4,17 +4,21 @@
 and configured through the environment (FAKE_NVML_GPUS, FAKE_NVML_FAIL_AT, ...), with TWO_GPUS
 set. `plugin_factory(directory, **options)` runs a lifecycle.Plugin in a thread of this process
 on that socket directory, with that NVML and short intervals; every plugin started is stopped at
-teardown.
+teardown. `plugin_process(*args, **env)` runs the command itself, logging to a file, and kills
+what is still running at teardown.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import pytest
-from plugin_helpers import FAKE_NVML_DIR, HOST_PATHS, TWO_GPUS
+from plugin_helpers import FAKE_NVML_DIR, HOST_PATHS, REPO, TWO_GPUS, plugin_environment
 
 from gemshare_plugin.gpu_health import GpuHealth
 from gemshare_plugin.lifecycle import Plugin
@@ -68,3 +72,24 @@ def plugin_factory(fake_nvml):
 def kubelet_dir(short_tmp_dirs):
     """A short directory for the sockets (Unix socket paths are limited to 107 bytes)."""
     return short_tmp_dirs()
+
+
+@pytest.fixture
+def plugin_process(short_tmp_dirs):
+    started: list[subprocess.Popen] = []
+
+    def start(*args: str, **env: str) -> tuple[subprocess.Popen, Path]:
+        """gemshare-device-plugin with `args`, its output in the returned log file."""
+        log_path = short_tmp_dirs() / "plugin.log"
+        with open(log_path, "wb") as log_file:
+            started.append(subprocess.Popen(
+                [sys.executable, "-m", "gemshare_plugin", *args], stdout=log_file,
+                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=REPO,
+                env=plugin_environment(**env)))
+        return started[-1], log_path
+
+    yield start
+    for process in started:
+        if process.poll() is None:
+            process.kill()
+            process.wait()

@@ -77,7 +77,8 @@ class FakeKubelet:
         self.directory = directory
         self.socket = os.path.join(directory, api.KUBELET_SOCKET)
         self.refuse = refuse  # a reason to refuse every registration with
-        self.registrations: list = []
+        self.registrations: list = []  # accepted ones
+        self.attempts = 0  # Register calls, refused ones too
         self.options: list = []
         self.streams: list[Stream] = []
         self.clients: list[PluginClient] = []
@@ -96,8 +97,10 @@ class FakeKubelet:
         return self
 
     def _register(self, request, context):
+        self.attempts += 1
         if self.refuse:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, self.refuse)
+            # The kubelet answers with a plain Go error, which gRPC sends as UNKNOWN.
+            context.abort(grpc.StatusCode.UNKNOWN, self.refuse)
         with self._changed:
             self.registrations.append(request)
             self._changed.notify_all()

@@ -2,27 +2,19 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 from fake_kubelet import FakeKubelet
-from plugin_helpers import FAKE_NVML_DIR, REPO, TWO_GPUS, UUID_A
+from plugin_helpers import REPO, UUID_A, plugin_environment, wait_for_text
 
 from gemshare_nvs.version import version
 from gemshare_plugin.allocation import CONTAINER_SOCKET_DIR
 
 WAIT_S = 15.0
-
-
-def plugin_environment(**extra) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("FAKE_NVML", "GEMSHARE_"))}
-    env.update(PYTHONPATH=str(FAKE_NVML_DIR), FAKE_NVML_GPUS=json.dumps(TWO_GPUS), **extra)
-    return env
 
 
 def run_command(*args: str, **env) -> subprocess.CompletedProcess:
@@ -40,16 +32,37 @@ def test_version_is_the_packages():
 @pytest.mark.parametrize("args, says", [
     (["--slots", "0"], "'0' is not a whole number of slots from 1 to 1000"),
     (["--slots", "ten"], "'ten' is not a whole number"),
-    (["--resource-name", "gpu"], "'gpu' is not an extended resource name"),
-    (["--resource-name", "kubernetes.io/gpu"], "not an extended resource name"),
     (["--kubelet-socket-dir", "relative/dir"], "'relative/dir' is not an absolute path"),
     (["--library", "libnvs.so"], "'libnvs.so' is not an absolute path"),
-    (["--no-such-option"], "unrecognized arguments"),
+    (["--health", "localhost"], "expected ADDRESS:PORT such as 127.0.0.1:9410"),
+    (["--no-such-option"], "No such option: --no-such-option"),
 ])
 def test_bad_options_are_refused_with_their_reason(args, says):
     result = run_command(*args)
     assert result.returncode == 2
-    assert says in result.stderr
+    assert f"Error: Invalid value for '{args[0]}': {says}" in result.stderr \
+        or f"Error: {says}" in result.stderr
+    assert "Traceback" not in result.stderr and "╭" not in result.stderr  # plain, as in a log
+
+
+@pytest.mark.parametrize("name, why", [
+    ("requests.example.com/gpu", "it starts with 'requests.'"),
+    ("a..b/gpu", "its domain 'a..b' is not a DNS subdomain"),
+    ("gpu", "it has no domain"),
+    ("nvidia.kubernetes.io/gpu", "names in the kubernetes.io domain"),
+])
+def test_a_resource_name_the_kubelet_refuses_stops_the_start_with_its_rule(name, why):
+    result = run_command("--resource-name", name)
+    assert result.returncode == 2
+    assert f"{name!r} cannot be registered: {why}" in result.stderr
+    assert "the kubelet registers only an extended resource name: DOMAIN/NAME" in result.stderr
+
+
+def test_a_health_address_not_of_this_machine_stops_the_start_saying_so():
+    result = run_command("--health", "192.0.2.1:9411")  # TEST-NET-1: no machine's address
+    assert result.returncode == 1
+    assert "cannot serve probes on 192.0.2.1:9411: 192.0.2.1 is not an address of this " \
+           "machine; give --health one of its own" in result.stderr
     assert "Traceback" not in result.stderr
 
 
@@ -58,24 +71,13 @@ def test_a_relative_gemshare_socket_is_refused():
     assert result.returncode == 2 and "--scheduler-socket" in result.stderr
 
 
-def wait_for_text(path, text: str, process: subprocess.Popen) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while text not in path.read_text():
-        assert process.poll() is None, path.read_text()
-        assert time.monotonic() < deadline, path.read_text()
-        time.sleep(0.05)
-
-
-def test_the_command_waits_for_the_kubelet_serves_it_and_stops_on_sigterm(short_tmp_dirs):
-    directory, logs = short_tmp_dirs(), short_tmp_dirs()
-    log_path = logs / "plugin.log"
-    with open(log_path, "wb") as log_file:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "gemshare_plugin", "--kubelet-socket-dir", str(directory),
-             "--slots", "2", "--resource-name", "example.com/shared-gpu",
-             "--library", "/opt/gs/libnvs.so"],
-            stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=REPO,
-            env=plugin_environment(GEMSHARE_SOCKET="/run/gs-test/sched.sock"))
+def test_the_command_waits_for_the_kubelet_serves_it_and_stops_on_sigterm(short_tmp_dirs,
+                                                                          plugin_process):
+    directory = short_tmp_dirs()
+    process, log_path = plugin_process(
+        "--kubelet-socket-dir", str(directory), "--slots", "2", "--resource-name",
+        "example.com/shared-gpu", "--library", "/opt/gs/libnvs.so",
+        GEMSHARE_SOCKET="/run/gs-test/sched.sock")
     kubelet = FakeKubelet(str(directory))
     try:
         wait_for_text(log_path, "waiting for the kubelet's socket", process)
@@ -92,7 +94,4 @@ def test_the_command_waits_for_the_kubelet_serves_it_and_stops_on_sigterm(short_
         assert not os.path.exists(directory / "example.com-shared-gpu.sock")
         assert "registered example.com/shared-gpu" in log_path.read_text()
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
         kubelet.stop(remove_sockets=False)

@@ -6,7 +6,7 @@ import re
 
 from plugin_helpers import REPO
 
-from gemshare_plugin.cli import DEFAULT_LIBRARY, DEFAULT_RESOURCE, DEFAULT_SOCKET_DIR, build_parser
+from gemshare_plugin.cli import DEFAULT_LIBRARY, DEFAULT_RESOURCE, DEFAULT_SOCKET_DIR, option_names
 
 README = (REPO / "README.md").read_text()
 
@@ -17,8 +17,7 @@ def plugin_options_table() -> str:
 
 def test_every_option_is_in_the_plugins_table():
     table = plugin_options_table()
-    options = {name for action in build_parser()._actions for name in action.option_strings
-               if name.startswith("--") and name != "--help"}
+    options = option_names()
     assert "--slots" in options
     missing = sorted(option for option in options
                      if not re.search(rf"`{re.escape(option)}[ `]", table))

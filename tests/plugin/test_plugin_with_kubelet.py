@@ -213,15 +213,47 @@ def test_a_missing_kubelet_socket_is_waited_for(kubelet_dir, plugin_factory, cap
 
 def test_a_refused_registration_is_tried_again(kubelets, kubelet_dir, plugin_factory, caplog):
     caplog.set_level("INFO", logger="gemshare-device-plugin")
-    kubelet = kubelets(refuse="resource name taken")
+    kubelet = kubelets(refuse="failed to dial device plugin: context deadline exceeded")
     running = plugin_factory(kubelet_dir, slots=SLOTS)
     deadline = time.monotonic() + 10
-    while caplog.text.count("resource name taken") < 2:
+    while caplog.text.count("context deadline exceeded") < 2:
         assert time.monotonic() < deadline, caplog.text
         time.sleep(0.02)
+    assert kubelet.attempts >= 2
+    assert "not registered with the kubelet yet" in running.plugin.readiness()
     assert running.thread.is_alive()
     kubelet.refuse = None
     assert kubelet.wait_for_stream().next() == all_healthy()
+    assert running.plugin.readiness() is None
+
+
+@pytest.mark.parametrize("refusal", [
+    'the ResourceName "gemshare.io/gpu" is invalid',
+    'requested API version "v1beta1" is not supported by kubelet. Supported versions are '
+    '["v1beta2"]',
+])
+def test_a_refusal_that_cannot_change_is_not_asked_again_until_the_kubelet_restarts(
+        kubelets, kubelet_dir, plugin_factory, caplog, refusal):
+    caplog.set_level("INFO", logger="gemshare-device-plugin")
+    kubelet = kubelets(refuse=refusal)
+    running = plugin_factory(kubelet_dir, slots=SLOTS)
+    deadline = time.monotonic() + 10
+    while "not asking it again" not in caplog.text:
+        assert time.monotonic() < deadline, caplog.text
+        time.sleep(0.02)
+    # Backoff here is at most 0.2 s and the loop looks every 0.05 s: a plugin that retried
+    # would have asked several times over in this while.
+    deadline = time.monotonic() + 1.5
+    while time.monotonic() < deadline:
+        assert running.thread.is_alive()
+        time.sleep(0.05)
+    assert kubelet.attempts == 1
+    assert caplog.text.count("as it will every time: not asking it again") == 1
+    assert running.plugin.readiness() == f"the kubelet refused the registration: UNKNOWN: {refusal}"
+    kubelet.stop(remove_sockets=True)  # a new kubelet (maybe another version) is asked afresh
+    restarted = kubelets()
+    assert restarted.wait_for_stream().next() == all_healthy()
+    assert len(restarted.registrations) == 1
 
 
 def test_garbage_requests_are_refused_and_the_plugin_serves_on(
@@ -274,3 +306,38 @@ def test_a_missing_socket_directory_is_waited_for(kubelet_dir, plugin_factory, c
         assert running.plugin.registrations == 1
     finally:
         kubelet.stop(remove_sockets=False)
+
+
+def test_nvidia_device_plugin_beside_it_is_warned_of_once(kubelets, kubelet_dir, plugin_factory,
+                                                          caplog):
+    caplog.set_level("INFO", logger="gemshare-device-plugin")
+    (kubelet_dir / "nvidia-gpu.sock").touch()  # as NVIDIA's plugin leaves it
+    kubelet = kubelets()
+    running = plugin_factory(kubelet_dir, slots=SLOTS)
+    kubelet.wait_for_stream()
+    # Registering again (our socket removed, as by a kubelet restart) says nothing new.
+    os.unlink(kubelet_dir / "gemshare.io-gpu.sock")
+    kubelet.wait_for_stream(2)
+    wait_for_registrations(running, 2)
+    assert caplog.text.count("NVIDIA's device plugin serves on this node too "
+                             "(nvidia-gpu.sock)") == 1
+
+
+def test_no_warning_without_nvidias_plugin(kubelets, kubelet_dir, plugin_factory, caplog):
+    caplog.set_level("INFO", logger="gemshare-device-plugin")
+    kubelet = kubelets()
+    running = plugin_factory(kubelet_dir, slots=SLOTS)
+    kubelet.wait_for_stream()
+    wait_for_registrations(running, 1)
+    assert "registered gemshare.io/gpu" in caplog.text
+    assert "NVIDIA's device plugin" not in caplog.text
+
+
+def wait_for_registrations(running, count: int) -> None:
+    """Until the plugin has registered `count` times, then stop it: whatever it does after a
+    registration is done by then."""
+    deadline = time.monotonic() + 10
+    while running.plugin.registrations < count:
+        assert time.monotonic() < deadline, running.plugin.registrations
+        time.sleep(0.02)
+    running.stop()

@@ -112,6 +112,13 @@ class GpuIndices:
         self.nvml = dict(nvml or {})  # GPU UUID -> NVML index, read once by the shell
         self.given: dict[str, int] = {}  # GPUs NVML did not name: UUID -> index given
 
+    def uuid_of(self, index: int) -> str:
+        """The UUID of the GPU the scheduler numbers `index`; "" while none is known."""
+        for uuid, known in (*self.nvml.items(), *self.given.items()):
+            if known == index:
+                return uuid
+        return ""
+
     def index_of(self, uuid: str, ordinal: int) -> int:
         """NVML's index for the UUID; for a UUID NVML does not know, the index it was given when
         first seen (the client's `ordinal` if no other GPU has it, else the lowest free one);
