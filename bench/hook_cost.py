@@ -21,7 +21,7 @@ from scheduler_process import SchedulerProcess
 SOURCE = Path(__file__).resolve().parent / "cpu" / "launch_cost.c"
 REPO = SOURCE.parents[2]
 # The CUDA declarations it compiles against (the fake driver's, from libnvs's table).
-HEADERS = [REPO / "libnvs" / "cuda_api.h", REPO / "libnvs" / "hooks.def",
+HEADERS = [REPO / "libnvs" / "cuda" / "cuda_api.h", REPO / "libnvs" / "cuda" / "hooks.def",
            REPO / "tests" / "fakecuda" / "fake_cuda.h",
            REPO / "tests" / "fakecuda" / "fake_entry_points.def"]
 

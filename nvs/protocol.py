@@ -1,7 +1,7 @@
 """The gemshare wire protocol, version 6: the Python definition of docs/protocol.md.
 
 Pure bytes in, messages out; no sockets. `tests/protocol/test_c_header_agrees.py` checks that
-`libnvs/gemshare_protocol.h` says the same thing.
+`libnvs/wire/gemshare_protocol.h` says the same thing.
 """
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
 # Builds the fake CUDA driver and the stand-in programs under $(BUILD)/fakecuda. Owned by the
-# fake-driver work. gcc alone: declarations come from libnvs/cuda_api.h and tests/fakecuda.
+# fake-driver work. gcc alone: declarations come from libnvs/cuda/cuda_api.h and tests/fakecuda.
 #   $(BUILD)/fakecuda/libcuda.so.1    the test double of the driver (soname libcuda.so.1)
 #   $(BUILD)/fakecuda/standin         finds the driver as the CUDA runtime does (dlopen)
 #   $(BUILD)/fakecuda/standin_linked  the same program linked against libcuda.so.1
 FAKECUDA_DIR := $(BUILD)/fakecuda
 FAKECUDA_SRC := $(wildcard tests/fakecuda/fake_*.c)
-FAKECUDA_HDR := $(wildcard tests/fakecuda/*.h tests/fakecuda/*.def) libnvs/cuda_api.h \
-                libnvs/hooks.def
+FAKECUDA_HDR := $(wildcard tests/fakecuda/*.h tests/fakecuda/*.def) libnvs/cuda/cuda_api.h \
+                libnvs/cuda/hooks.def
 STANDIN_SRC := $(wildcard tests/fakecuda/standin*.c)
 FAKECUDA_CFLAGS := -std=gnu11 -O2 -g -Wall -Wextra -Werror -pthread -Ilibnvs -Itests/fakecuda
 

@@ -1,13 +1,13 @@
 /* CUDA declarations for the fake driver and the stand-in programs.
  *
- * The shared ones come from libnvs/cuda_api.h (one definition, checked against cuda.h by the
+ * The shared ones come from libnvs/cuda/cuda_api.h (one definition, checked against cuda.h by the
  * libnvs work). This file adds only what the fake needs beyond what libnvs hooks or calls: codes,
  * device attributes and parameter blocks of entry points libnvs leaves alone. Values are those of
  * CUDA 13's cuda.h. */
 #ifndef FAKE_CUDA_H
 #define FAKE_CUDA_H
 
-#include "cuda_api.h"
+#include "cuda/cuda_api.h"
 
 /* Results cuda_api.h does not list (macros, so they stay correct if it gains them). */
 #define CUDA_ERROR_INVALID_IMAGE ((CUresult)200)

@@ -1,12 +1,12 @@
-/* Unit checks of libnvs's lock state machine (libnvs/lock_core.c), alone: no threads, sockets or
- * driver. test_lock_core.py builds this with lock_core.c and runs each check by name.
+/* Unit checks of libnvs's lock state machine (libnvs/lock/lock_core.c), alone: no threads,
+ * sockets or driver. test_lock_core.py builds this with lock_core.c and runs each check by name.
  *
  *   lock_core_check --list    the checks' names
  *   lock_core_check NAME      runs one; exit status 0 when it holds, 1 (and the line) otherwise */
 #include <stdio.h>
 #include <string.h>
 
-#include "lock_core.h"
+#include "lock/lock_core.h"
 
 static int failures;
 

@@ -1,4 +1,4 @@
-"""libnvs's own CUDA declarations (libnvs/cuda_api.h, hooks.def) against cuda.h, through the
+"""libnvs's own CUDA declarations (libnvs/cuda/cuda_api.h, hooks.def) against cuda.h, through the
 check the libnvs build provides; skipped where no CUDA toolkit headers are installed."""
 
 from __future__ import annotations

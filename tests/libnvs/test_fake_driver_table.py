@@ -1,5 +1,5 @@
 """The fake driver's entry-point table against the facts it copies: cuda.h / cudaTypedefs.h where
-the CUDA toolkit is installed, and libnvs's hook table (libnvs/hooks.def) everywhere."""
+the CUDA toolkit is installed, and libnvs's hook table (libnvs/cuda/hooks.def) everywhere."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def fake_entries():
 
 
 def hook_entries():
-    text = (REPO / "libnvs/hooks.def").read_text()
+    text = (REPO / "libnvs/cuda/hooks.def").read_text()
     return [(kind, symbol, lookup, int(since), twin) for kind, symbol, lookup, since, twin
             in GS_ENTRY.findall(text)]
 

@@ -1,6 +1,6 @@
-"""libnvs's lock state machine (libnvs/lock_core.c) on its own: lock_core_check.c drives it with
-events and checks the actions it returns, without threads, sockets or the fake driver. Each check
-runs as a test of its own."""
+"""libnvs's lock state machine (libnvs/lock/lock_core.c) on its own: lock_core_check.c drives it
+with events and checks the actions it returns, without threads, sockets or the fake driver. Each
+check runs as a test of its own."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ def lock_core_check(tmp_path_factory) -> Path:
     binary = tmp_path_factory.mktemp("lock_core") / "lock_core_check"
     cc = os.environ.get("CC", "cc")
     subprocess.run([cc, "-std=gnu11", "-O1", "-g", "-Wall", "-Wextra", "-Werror",
-                    f"-I{REPO / 'libnvs'}", str(REPO / "libnvs" / "lock_core.c"), str(CHECKS),
-                    "-o", str(binary)], check=True, capture_output=True, text=True)
+                    f"-I{REPO / 'libnvs'}", str(REPO / "libnvs" / "lock" / "lock_core.c"),
+                    str(CHECKS), "-o", str(binary)], check=True, capture_output=True, text=True)
     return binary
 
 

@@ -17,7 +17,7 @@ import pytest
 from gemshare_nvs import protocol as p
 from gemshare_nvs.wire.connection import DEFAULT_SOCKET
 
-HEADER = Path(__file__).resolve().parents[2] / "libnvs" / "gemshare_protocol.h"
+HEADER = Path(__file__).resolve().parents[2] / "libnvs" / "wire" / "gemshare_protocol.h"
 
 ENUMS = {"GS_MSG_": p.MsgType, "GS_MODE_": p.Mode, "GS_RELEASE_": p.ReleaseReason,
          "GS_ERROR_": p.ErrorCode}
