@@ -65,6 +65,7 @@ static void gs_config_load(void)
     gs_cfg.single_oversub = gs_env_bool("GEMSHARE_ENABLE_SINGLE_OVERSUB", false);
     gs_cfg.require = gs_env_bool("GEMSHARE_REQUIRE_SCHEDULER", false);
     gs_cfg.unified_memory = gs_env_bool("GEMSHARE_UNIFIED_MEMORY", true);
+    gs_cfg.mps = gs_env_bool("GEMSHARE_MPS", true);
     gs_cfg.swap_in_wait = gs_env_bool("GEMSHARE_SWAP_IN_WAIT", true);
     gs_cfg.move_copy = gs_env_bool("GEMSHARE_MOVE_COPY", true);
     gs_cfg.populate = gs_env_bool("GEMSHARE_POPULATE", true);

@@ -21,6 +21,7 @@ struct gs_config {
     char pod_name[256];       /* POD_NAME */
     char pod_namespace[64];   /* POD_NAMESPACE */
     char label[64];           /* GEMSHARE_LABEL, for the scheduler's rules */
+    bool mps;                 /* GEMSHARE_MPS (default 1): 0 keeps the program out of MPS */
 };
 
 const struct gs_config *gs_config(void);

@@ -24,6 +24,7 @@
 #include "gate/capture.h"
 #include "gate/contexts.h"
 #include "gate/gate.h"
+#include "gate/mps.h"
 #include "gate/registration.h"
 #include "gate/wake.h"
 #include "lock/liveness.h"
@@ -108,10 +109,12 @@ static void gs_connect(struct gs_session *s)
     for (int d = 0; d < GS_GATED_DEVICES; d++)
         s->devices[d].uuid_sent = false;
     s->limits_heard = false;
+    gs_mps_forget();
     gs_liveness_connected(s);
     s->register_deadline = gs_now_ms() + GS_REGISTER_TIMEOUT_MS;
     struct gs_register m = {.device = 0,
-                            .flags = cfg->unified_memory ? GS_REG_UNIFIED_MEMORY : 0};
+                            .flags = (cfg->unified_memory ? GS_REG_UNIFIED_MEMORY : 0) |
+                                     (cfg->mps ? 0 : GS_REG_NO_MPS)};
     gs_process_name(m.process_name, sizeof m.process_name);
     strncpy(m.pod_namespace, cfg->pod_namespace, sizeof m.pod_namespace);
     strncpy(m.pod_name, cfg->pod_name, sizeof m.pod_name);
@@ -300,12 +303,19 @@ bool gs_client_allow_init(void)
 {
     gs_client_start();
     const struct gs_config *cfg = gs_config();
-    if (!cfg->require)
+    if (!cfg->require) {
+        /* The scheduler says at registration whether the program goes through MPS, and the
+         * driver reads that when it starts: so it starts once the first attempt is over. */
+        gs_registration_wait_first_attempt();
+        gs_mps_apply();
         return true;
+    }
     char failure[160];
     bool ok = gs_registration_wait_registered(GS_STRICT_WAIT_MS, failure,
                                               sizeof failure);
-    if (!ok)
+    if (ok)
+        gs_mps_apply();
+    else
         gs_warn("GEMSHARE_REQUIRE_SCHEDULER=1 and no gemshare scheduler answers at %s (%s): CUDA "
                 "initialization fails with CUDA_ERROR_SYSTEM_NOT_READY. Start gemshare-scheduler, "
                 "point GEMSHARE_SOCKET at it, or unset GEMSHARE_REQUIRE_SCHEDULER.",

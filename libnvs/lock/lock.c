@@ -13,6 +13,7 @@
 #include "gate/capture.h"
 #include "gate/contexts.h"
 #include "gate/gate.h"
+#include "gate/mps.h"
 #include "gate/registration.h"
 #include "gate/wake.h"
 #include "lock/handoff.h"
@@ -226,6 +227,7 @@ void gs_lock_handle(struct gs_session *s, const struct gs_header *h, const uint8
         struct gs_evict evict;
         struct gs_idle_hint idle_hint;
         struct gs_limits limits;
+        struct gs_mps mps;
         struct gs_sched_mode mode;
     } m;
     memset(&m, 0, sizeof m);
@@ -264,6 +266,16 @@ void gs_lock_handle(struct gs_session *s, const struct gs_header *h, const uint8
     case GS_MSG_LIMITS:
         s->limits_heard = true;
         gs_memory_set_limit(m.limits.memory_limit);
+        return;
+    case GS_MSG_MPS:
+        if (!s->registering) {
+            gs_conn_fail(&s->conn, "MPS after REGISTERED");
+            return;
+        }
+        gs_debug("through MPS at %.*s, SM share %u%%", (int)sizeof m.mps.pipe_directory,
+                 m.mps.pipe_directory, m.mps.active_thread_percentage);
+        gs_mps_offer(m.mps.pipe_directory, sizeof m.mps.pipe_directory,
+                     m.mps.active_thread_percentage);
         return;
     case GS_MSG_SCHED_MODE:
         gs_debug("scheduler mode %s, quantum %u s", gs_mode_name(m.mode.mode),

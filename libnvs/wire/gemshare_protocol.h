@@ -1,4 +1,4 @@
-/* The gemshare wire protocol, version 6: the C definition of docs/protocol.md.
+/* The gemshare wire protocol, version 7: the C definition of docs/protocol.md.
  * nvs/protocol.py is the Python one; tests/protocol/test_c_header_agrees.py checks they agree.
  * All integers travel little-endian; the structs below are the payloads byte for byte on the
  * little-endian machines gemshare supports (x86-64, aarch64). */
@@ -8,7 +8,7 @@
 #include <stdint.h>
 
 #define GS_MAGIC 0x52485347u /* "GSHR" */
-#define GS_VERSION 6u
+#define GS_VERSION 7u
 #define GS_MAX_PAYLOAD (1u << 20)
 #define GS_MAX_ERROR_TEXT 1024u
 #define GS_DEFAULT_SOCKET "/var/run/gemshare/scheduler.sock"
@@ -34,6 +34,7 @@ enum gs_msg_type {
     GS_MSG_GANG = 18,
     GS_MSG_PING = 19,
     GS_MSG_PONG = 20,
+    GS_MSG_MPS = 21,
 };
 
 enum gs_mode { GS_MODE_OFF = 0, GS_MODE_ON = 1, GS_MODE_AUTO = 2 };
@@ -52,6 +53,8 @@ enum gs_error_code {
 };
 
 #define GS_REG_UNIFIED_MEMORY (1u << 0)
+/* REGISTER: the program's owner keeps it out of MPS (GEMSHARE_MPS=0). */
+#define GS_REG_NO_MPS (1u << 1)
 /* REQUEST_LOCK: the work waiting keeps this client's lower devices until granted. */
 #define GS_REQUEST_KEEPING (1u << 0)
 #define GS_GRANT_AFTER_WAIT (1u << 0)
@@ -129,6 +132,13 @@ struct gs_limits {
     uint64_t reserved;
 };
 
+/* Before REGISTERED: go through the MPS control daemon at pipe_directory. */
+struct gs_mps {
+    uint32_t active_thread_percentage; /* 1 to 100; 0: all */
+    uint32_t reserved;
+    char pipe_directory[256];
+};
+
 struct gs_gang {
     uint32_t local_size; /* processes of the job on this node: the gang's size */
     uint32_t world_size; /* processes of the whole job */
@@ -190,6 +200,7 @@ _Static_assert(sizeof(struct gs_moved) == 24, "gs_moved layout");
 _Static_assert(sizeof(struct gs_idle_hint) == 16, "gs_idle_hint layout");
 _Static_assert(sizeof(struct gs_limits) == 16, "gs_limits layout");
 _Static_assert(sizeof(struct gs_gang) == 144, "gs_gang layout");
+_Static_assert(sizeof(struct gs_mps) == 264, "gs_mps layout");
 _Static_assert(sizeof(struct gs_ping) == 8, "gs_ping layout");
 _Static_assert(sizeof(struct gs_pong) == 8, "gs_pong layout");
 

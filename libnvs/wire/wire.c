@@ -36,6 +36,8 @@ size_t gs_wire_fixed_size(uint16_t type)
         return sizeof(struct gs_limits);
     case GS_MSG_PONG:
         return sizeof(struct gs_pong);
+    case GS_MSG_MPS:
+        return sizeof(struct gs_mps);
     default:
         return 0;
     }

@@ -159,7 +159,11 @@ FAKE_API CUresult cuInit(unsigned int flags)
         r = c->init_error;
     if (r == CUDA_SUCCESS)
         atomic_store(&initialized, true);
-    fake_log("init", "flags=%u result=%d", flags, (int)r);
+    /* What the real driver reads here to become an MPS client ("-": unset). */
+    const char *mps_pipe = getenv("CUDA_MPS_PIPE_DIRECTORY");
+    const char *mps_share = getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE");
+    fake_log("init", "flags=%u result=%d mps_pipe=%s mps_share=%s", flags, (int)r,
+             mps_pipe ? mps_pipe : "-", mps_share ? mps_share : "-");
     return r;
 }
 

@@ -259,3 +259,29 @@ def run_together(gpu: FakeGpu, steps: list, count: int = 2, env: dict | None = N
     for result in results:
         assert result.returncode == 0, result.describe()
     return results
+
+
+PAIR_KERNEL_US = 100_000
+
+
+def run_pair_in_auto(gpu_with, allocation: str, **options):
+    """Two processes that each allocate `allocation`, and once the scheduler (mode auto, a 1 s
+    quantum, `options` besides) knows both sizes, run 1.5 s of kernels each."""
+    gpu, scheduler = gpu_with(tq=1, anti_thrash="auto", context_reserve_mib=1, **options)
+    programs = [gpu.start(["init", "alloc", "buf", allocation, "touch-file",
+                           gpu.path(f"allocated-{i}"), "wait-file", gpu.path("go"),
+                           *["launch", PAIR_KERNEL_US, "stream-sync"] * 15]) for i in range(2)]
+    for i in range(2):
+        wait_file(gpu.path(f"allocated-{i}"))
+
+    def both_reported():
+        status = scheduler_status(scheduler.socket)
+        return all((client_of(status, p.pid) or {}).get("allocated_bytes", 0) > 0
+                   for p in programs)
+
+    wait_for(both_reported, "both processes' allocations to reach the scheduler")
+    gpu.path("go").touch()
+    results = [program.wait() for program in programs]
+    for result in results:
+        assert result.returncode == 0, result.describe()
+    return gpu, scheduler, results

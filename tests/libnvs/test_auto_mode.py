@@ -8,33 +8,9 @@ from __future__ import annotations
 import re
 
 import libnvs_fakelog as fakelog
-from libnvs_programs import client_of, scheduler_status, wait_file, wait_for
+from libnvs_programs import run_pair_in_auto
 
-KERNEL_US = 100_000
 DEVICE_BYTES = 64 << 20
-
-
-def run_pair_in_auto(gpu_with, allocation: str):
-    """Two processes that each allocate `allocation`, and once the scheduler knows both sizes,
-    run 1.5 s of kernels each with a 1 s quantum."""
-    gpu, scheduler = gpu_with(tq=1, anti_thrash="auto", context_reserve_mib=1)
-    programs = [gpu.start(["init", "alloc", "buf", allocation, "touch-file",
-                           gpu.path(f"allocated-{i}"), "wait-file", gpu.path("go"),
-                           *["launch", KERNEL_US, "stream-sync"] * 15]) for i in range(2)]
-    for i in range(2):
-        wait_file(gpu.path(f"allocated-{i}"))
-
-    def both_reported():
-        status = scheduler_status(scheduler.socket)
-        return all((client_of(status, p.pid) or {}).get("allocated_bytes", 0) > 0
-                   for p in programs)
-
-    wait_for(both_reported, "both processes' allocations to reach the scheduler")
-    gpu.path("go").touch()
-    results = [program.wait() for program in programs]
-    for result in results:
-        assert result.returncode == 0, result.describe()
-    return gpu, scheduler, results
 
 
 def test_two_programs_whose_memory_fits_run_together(gpu_with):

@@ -99,8 +99,8 @@ def test_text_fields_are_cut_on_character_boundaries():
     assert message.process_name == "é" * 32
 
 
-def test_version_6_layouts_are_the_documented_ones():
-    assert p.VERSION == 6
+def test_version_7_layouts_are_the_documented_ones():
+    assert p.VERSION == 7
     assert (p.Register.offsets()["label"], p.Register.struct().size) == (392, 456)
     assert (p.MsgType.LIMITS, p.Limits.struct().size) == (17, 16)
     assert p.Limits(5 << 30).payload() == (5 << 30).to_bytes(8, "little") + bytes(8)
@@ -111,6 +111,10 @@ def test_version_6_layouts_are_the_documented_ones():
     decoder = p.FrameDecoder()
     decoder.feed(p.encode(p.Ping(7)) + p.encode(p.Pong(7)))
     assert [decoder.next()[0], decoder.next()[0]] == [p.Ping(7), p.Pong(7)]
+    assert (p.MsgType.MPS, p.Mps.struct().size, p.Mps.offsets()["pipe_directory"]) == (21, 264, 8)
+    mps = p.Mps(30, 0, "/run/gemshare/mps/pipe")
+    assert p.Mps.parse(mps.payload()) == mps
+    assert (p.REG_UNIFIED_MEMORY, p.REG_NO_MPS) == (1, 2)
 
 
 def test_mode_labels():
