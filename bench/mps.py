@@ -191,11 +191,12 @@ def classroom_scenario(python: str, library: Path, directory: Path) -> dict:
     return result
 
 
-def classroom(python: str, library: Path, directory: Path, name: str, programs: int,
+def classroom(python: str, library: Path, where: Path, name: str, programs: int,
               with_trainer: bool, args: list[str] = ()) -> dict:
-    directory.mkdir(parents=True, exist_ok=True)
     options = {"args": list(args)} if name != "none" else {}
-    with setup(name, library, directory, **options) as (env, sched):
+    directory = where / "run"  # the programs' output; `where` is the scheduler's
+    with setup(name, library, where, **options) as (env, sched):
+        directory.mkdir(parents=True)
         processes: list = []
         try:
             if with_trainer:
@@ -214,12 +215,11 @@ def classroom(python: str, library: Path, directory: Path, name: str, programs: 
                               "--gap-s", str(BURST_GAP_S)], env, directory / f"bursts{index}")
                       for index in range(programs)]
             processes += bursts
-            if programs == 0:
-                time.sleep(SECONDS)
+            time.sleep(SECONDS if programs == 0 else min(SECONDS, BURSTS * BURST_GAP_S / 2))
+            through = mps_clients(sched)  # while every program runs
             for process in bursts:
                 process.wait(READY_TIMEOUT_S + BURSTS * (BURST_GAP_S + 30))
             ended = time.monotonic()
-            through = mps_clients(sched)
         finally:
             stop(processes, grace_s=5)
     entry: dict = {"through_mps": through}
@@ -232,7 +232,7 @@ def classroom(python: str, library: Path, directory: Path, name: str, programs: 
         steps = [t for t in step_times((directory / "trainer.out").read_text())
                  if began <= t <= ended]
         entry["trainer_steps_per_s"] = round(len(steps) / (ended - began), 3)
-    print(f"  classroom {directory.name}: {entry}", file=sys.stderr, flush=True)
+    print(f"  classroom {where.name}: {entry}", file=sys.stderr, flush=True)
     return entry
 
 
