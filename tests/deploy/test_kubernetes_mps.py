@@ -110,6 +110,13 @@ def test_the_scheduler_runs_as_root_with_only_what_the_daemon_needs(rendered_mps
     assert {e["name"]: e["value"] for e in prepare["env"]} == {"SCHEDULER_USER": "root"}
 
 
+def test_the_systemd_drop_in_grants_the_same_capabilities():
+    drop_in = REPO / "systemd" / "gemshare-scheduler.service.d" / "mps.conf.example"
+    (granted,) = [line.split("=", 1)[1].split() for line in drop_in.read_text().splitlines()
+                  if line.startswith("CapabilityBoundingSet=")]
+    assert {name.removeprefix("CAP_") for name in granted} == MPS_CAPABILITIES
+
+
 def test_the_nvidia_runtime_gives_the_scheduler_the_mps_programs(rendered_mps):
     scheduler = container(pod_templates(rendered_mps)[SCHEDULER], "scheduler")
     env = {e["name"]: e["value"] for e in scheduler["env"]}
