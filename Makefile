@@ -37,6 +37,8 @@ PROGRAMS := gemshare-scheduler gemsharectl gemshare-device-plugin
 # nvidia-ml-py's sample program would be importable as a module named `example`.
 STRAY := example.py
 UNITS := gemshare-scheduler.service gemshare-scheduler.socket
+# Drop-ins for the service, installed with the documentation for the administrator to copy.
+DROP_IN_EXAMPLES := metrics.conf.example mps.conf.example
 # The README and every page it links, at the same relative paths, so the links work installed.
 DOCS := README.md LICENSE CHANGELOG.md $(wildcard docs/*.md) libnvs/README.md bench/README.md
 
@@ -126,8 +128,11 @@ install: lib venv
 	  chmod 0644 $(DESTDIR)$(SYSTEMDUNITDIR)/$$unit && echo "installed $(DESTDIR)$(SYSTEMDUNITDIR)/$$unit"; \
 	done
 	@for doc in $(DOCS); do install -D -m 0644 $$doc $(DESTDIR)$(DOCDIR)/$$doc; done
-	sed -e 's|^ExecStart=/usr/local/bin/gemshare-scheduler|ExecStart=$(BINDIR)/gemshare-scheduler|' \
-	    systemd/gemshare-scheduler.service.d/metrics.conf.example > $(DESTDIR)$(DOCDIR)/metrics.conf.example
+	@for example in $(DROP_IN_EXAMPLES); do \
+	  sed -e 's|^ExecStart=/usr/local/bin/gemshare-scheduler|ExecStart=$(BINDIR)/gemshare-scheduler|' \
+	    systemd/gemshare-scheduler.service.d/$$example > $(DESTDIR)$(DOCDIR)/$$example && \
+	  echo "installed $(DESTDIR)$(DOCDIR)/$$example"; \
+	done
 
 uninstall:
 	rm -f $(DESTDIR)$(LIBDIR)/libnvs.so

@@ -10,7 +10,8 @@
 #   prepare-host HOST_ROOT            both
 set -eu
 
-# Set from outside only to try the node commands away from the image.
+# Set from outside to try the node commands away from the image; SCHEDULER_USER also where the
+# scheduler runs as another user (root, to run MPS: deploy/kubernetes-mps).
 LIBRARY=${LIBRARY:-/usr/local/lib/gemshare/libnvs.so}
 SCHEDULER_USER=${SCHEDULER_USER:-gemshare}
 

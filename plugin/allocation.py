@@ -5,6 +5,17 @@ restarting, and the library in it runs unscheduled until the scheduler answers (
 The scheduler's socket directory is mounted rather than the socket file, so that a scheduler
 that restarts (and makes a new socket file) is reached by containers started before it. The
 mounts are read-only: connecting to a Unix socket needs no write access to its file system.
+
+With MPS (the node's scheduler runs with --mps) a container also gets what an MPS client needs,
+both read-write: the control daemon's pipe directory, at the same path as on the host, because
+the library hands the driver the path the scheduler reports, which is the host's; clients open
+the named pipes in it for writing, and which of them a program may open is left to the modes
+the control daemon gives them, as on the host. And the host's /dev/shm, where the MPS server
+keeps the memory it shares with its clients (`mps.shm.<uid>.<pid>`): the server is the control
+daemon's child, so its /dev/shm is the scheduler's, and that is the host's one wherever the
+scheduler runs, as a system service or in its pod with the host's IPC. A directory of MPS's own
+mounted at /dev/shm in both would keep the host's out of containers, but a scheduler on the host
+cannot give its servers one without taking the host's from programs that run on the host.
 """
 
 from __future__ import annotations
@@ -17,6 +28,7 @@ from .slots import parse_slot_id
 
 CONTAINER_LIBRARY = "/usr/local/lib/gemshare/libnvs.so"
 CONTAINER_SOCKET_DIR = "/var/run/gemshare"
+SHARED_MEMORY_DIR = "/dev/shm"
 
 
 class UnknownDevices(ValueError):
@@ -27,6 +39,7 @@ class UnknownDevices(ValueError):
 class Paths:
     library: str  # libnvs.so on the host
     scheduler_socket: str  # the scheduler's socket on the host
+    mps_pipe_directory: str | None = None  # the MPS control daemon's, on the host; None: no MPS
 
     @property
     def socket_dir(self) -> str:
@@ -62,11 +75,19 @@ def gpus_of(device_ids, known: dict[str, int], slots: int) -> list[str]:
 def container_response(device_ids, known: dict[str, int], slots: int, paths: Paths):
     """The ContainerAllocateResponse for one container's slots (UnknownDevices when bad)."""
     uuids = gpus_of(device_ids, known, slots)
+    mounts = [api.Mount(container_path=CONTAINER_LIBRARY, host_path=paths.library,
+                        read_only=True),
+              api.Mount(container_path=CONTAINER_SOCKET_DIR, host_path=paths.socket_dir,
+                        read_only=True)]
+    if paths.mps_pipe_directory is not None:
+        # No CUDA_MPS_* variables: the scheduler decides per program whether it goes through MPS,
+        # and the library sets them when it does.
+        mounts += [api.Mount(container_path=paths.mps_pipe_directory,
+                             host_path=paths.mps_pipe_directory, read_only=False),
+                   api.Mount(container_path=SHARED_MEMORY_DIR, host_path=SHARED_MEMORY_DIR,
+                             read_only=False)]
     return api.ContainerAllocateResponse(
         envs={"LD_PRELOAD": CONTAINER_LIBRARY,
               "GEMSHARE_SOCKET": paths.container_socket,
               "NVIDIA_VISIBLE_DEVICES": ",".join(uuids)},
-        mounts=[api.Mount(container_path=CONTAINER_LIBRARY, host_path=paths.library,
-                          read_only=True),
-                api.Mount(container_path=CONTAINER_SOCKET_DIR, host_path=paths.socket_dir,
-                          read_only=True)])
+        mounts=mounts)

@@ -12,6 +12,7 @@ import signal
 import sys
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Optional, Sequence
 
 import typer
@@ -19,10 +20,11 @@ import typer
 from gemshare_nvs.config.settings import debug_from_environment
 from gemshare_nvs.observe.tcp_address import AddressError, bind
 from gemshare_nvs.service import typer_command
+from gemshare_nvs.service.mps import directories_beside
 from gemshare_nvs.wire.connection import DEFAULT_SOCKET, socket_path
 
 from . import resource_names
-from .allocation import CONTAINER_LIBRARY, Paths
+from .allocation import CONTAINER_LIBRARY, SHARED_MEMORY_DIR, Paths
 from .health import HealthServer
 from .lifecycle import Plugin
 
@@ -45,6 +47,7 @@ class Options:
     resource_name: str
     scheduler_socket: str
     library: str
+    mps_pipe_directory: Optional[str]  # None: the scheduler does not run MPS
     health: Optional[tuple[str, int]]
     debug: bool
 
@@ -103,6 +106,15 @@ def plugin(
         callback=_absolute_path,
         help=f"libnvs.so on the host, mounted into containers at {CONTAINER_LIBRARY} (default "
              f"{DEFAULT_LIBRARY})"),
+    mps: bool = typer.Option(
+        False, "--mps", show_default=False,
+        help="the node's scheduler runs with --mps: give containers what MPS clients need, the "
+             f"control daemon's pipe directory and the host's {SHARED_MEMORY_DIR} (default: off)"),
+    mps_pipe_directory: Optional[str] = typer.Option(
+        None, "--mps-pipe-directory", metavar="DIR", callback=typer_command.pipe_directory,
+        help="with --mps, the control daemon's pipe directory on the host, as the scheduler's "
+             "own option names it (default: mps/pipe beside the scheduler's socket, where the "
+             "scheduler starts its own; implies --mps)"),
     health: Optional[str] = typer.Option(
         None, "--health", metavar="ADDR:PORT", callback=typer_command.tcp_address,
         help="answer Kubernetes probes over HTTP: /healthz while the plugin's loop runs, "
@@ -114,9 +126,14 @@ def plugin(
     if not scheduler.startswith("/"):
         raise typer.BadParameter(f"GEMSHARE_SOCKET={scheduler!r} is not an absolute path; give "
                                  "--scheduler-socket PATH", param_hint="'--scheduler-socket'")
+    scheduler = os.path.normpath(scheduler)
+    if mps_pipe_directory is not None:
+        mps_pipe_directory = os.path.normpath(mps_pipe_directory)
+    elif mps:  # where the scheduler starts its own daemon
+        mps_pipe_directory = str(directories_beside(Path(scheduler))[0])
     ctx.obj.append(Options(kubelet_socket_dir=kubelet_socket_dir, slots=slots,
-                           resource_name=resource_name,
-                           scheduler_socket=os.path.normpath(scheduler), library=library,
+                           resource_name=resource_name, scheduler_socket=scheduler,
+                           library=library, mps_pipe_directory=mps_pipe_directory,
                            health=health,
                            debug=debug or debug_from_environment()))
 
@@ -146,10 +163,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except AddressError as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 1
-    paths = Paths(library=options.library, scheduler_socket=options.scheduler_socket)
+    paths = Paths(library=options.library, scheduler_socket=options.scheduler_socket,
+                  mps_pipe_directory=options.mps_pipe_directory)
     if not os.path.exists(options.library):
         log.warning("%s is not visible here; containers mount it from that path on the host, "
                     "so it must exist there (--library names another)", options.library)
+    if options.mps_pipe_directory is not None:
+        log.info("MPS: containers get the control daemon's pipe directory %s and the host's %s",
+                 options.mps_pipe_directory, SHARED_MEMORY_DIR)
     plugin = Plugin(options.kubelet_socket_dir, options.resource_name, options.slots, paths)
     stop = threading.Event()
 

@@ -31,7 +31,6 @@ from ..config.settings import (
     Settings,
     WholeNumber,
     check_mode,
-    check_pipe_directory,
     debug_from_environment,
     modes_starting,
 )
@@ -78,16 +77,6 @@ def _group(text: str) -> str:
     if not text.strip():
         raise typer.BadParameter("--control-group must name a group")
     return text
-
-
-def _pipe_directory(text: Optional[str]) -> Optional[str]:
-    if text is None:
-        return None
-    try:
-        return check_pipe_directory(text)
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc).replace("mps_pipe_directory", "--mps-pipe-directory")) \
-            from None
 
 
 app = typer_command.plain_app(PROG)
@@ -155,7 +144,7 @@ def scheduler(
              "NVIDIA MPS, so that their kernels run at once: starts nvidia-cuda-mps-control "
              "from PATH with pipe and log directories beside the socket (default: off)"),
     mps_pipe_directory: Optional[str] = typer.Option(
-        None, "--mps-pipe-directory", metavar="DIR", callback=_pipe_directory,
+        None, "--mps-pipe-directory", metavar="DIR", callback=typer_command.pipe_directory,
         help="with --mps, adopt the MPS control daemon already running with this pipe "
              "directory instead of starting one (implies --mps)"),
     metrics: Optional[str] = typer.Option(

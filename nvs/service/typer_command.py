@@ -13,6 +13,7 @@ from typing import Optional, Sequence
 import typer
 import typer.main
 
+from ..config.settings import check_pipe_directory
 from ..observe.tcp_address import parse_address
 from ..version import version
 
@@ -45,6 +46,17 @@ def tcp_address(text: Optional[str]) -> Optional[tuple[str, int]]:
         return parse_address(text)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
+
+
+def pipe_directory(text: Optional[str]) -> Optional[str]:
+    """A callback for --mps-pipe-directory DIR: an absolute path that fits the MPS frame."""
+    if text is None:
+        return None
+    try:
+        return check_pipe_directory(text)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc).replace("mps_pipe_directory", "--mps-pipe-directory")) \
+            from None
 
 
 def option_names(app: typer.Typer) -> set[str]:

@@ -97,9 +97,11 @@ def test_installed_pages_link_only_to_installed_files(staged):
     assert linked >= 10  # the README alone links a dozen pages
 
 
-def test_the_metrics_drop_in_is_installed_pointing_at_the_installed_scheduler(staged):
-    drop_in = (staged / "usr/share/doc/gemshare/metrics.conf.example").read_text()
-    assert "\nExecStart=/usr/bin/gemshare-scheduler --metrics 127.0.0.1:9410\n" in drop_in
+@pytest.mark.parametrize("name, options", [("metrics.conf.example", "--metrics 127.0.0.1:9410"),
+                                           ("mps.conf.example", "--mps")])
+def test_the_drop_ins_are_installed_pointing_at_the_installed_scheduler(staged, name, options):
+    drop_in = (staged / "usr/share/doc/gemshare" / name).read_text()
+    assert f"\nExecStart=/usr/bin/gemshare-scheduler {options}\n" in drop_in
 
 
 def test_nothing_installed_names_the_staging_directory(staged):

@@ -122,6 +122,26 @@ def verified(analyze: str, *units: Path) -> None:
     assert result.stderr.strip() == "", result.stderr
 
 
+def drop_in_values(drop_in: Path, key: str) -> list[str]:
+    """Every value a drop-in gives `key`, in order (a drop-in may assign a key more than once)."""
+    return [line.split("=", 1)[1] for line in drop_in.read_text().splitlines()
+            if line.startswith(f"{key}=")]
+
+
+def installed_with_drop_in(directory: Path, drop_in: Path) -> Path:
+    """The service, with the drop-in as `<name>.conf` beside it, in `directory` as
+    units_to_verify leaves them (skips without systemd-analyze); checked by `verify` and
+    returned, for `systemd-analyze security`."""
+    analyze, pointed = units_to_verify(directory)
+    drop_ins = directory / f"{SERVICE.name}.d"
+    drop_ins.mkdir()
+    text = pointed(drop_in.read_text())
+    assert f"ExecStart={Path(sys.executable).with_name('gemshare-scheduler')} " in text
+    (drop_ins / drop_in.name.removesuffix(".example")).write_text(text)
+    verified(analyze, directory / SERVICE.name)
+    return directory / SERVICE.name
+
+
 def test_systemd_analyze_verify_accepts_both_units(tmp_path):
     analyze, _ = units_to_verify(tmp_path)
     verified(analyze, tmp_path / SERVICE.name, tmp_path / SOCKET.name)

@@ -3,9 +3,9 @@
 `fake_nvml` is the stand-in pynvml of tests/fake_nvml, loaded as a module of its own
 and configured through the environment (FAKE_NVML_GPUS, FAKE_NVML_FAIL_AT, ...), with TWO_GPUS
 set. `plugin_factory(directory, **options)` runs a lifecycle.Plugin in a thread of this process
-on that socket directory, with that NVML and short intervals; every plugin started is stopped at
-teardown. `plugin_process(*args, **env)` runs the command itself, logging to a file, and kills
-what is still running at teardown.
+on that socket directory, with that NVML, short intervals and HOST_PATHS (unless `paths` says);
+every plugin started is stopped at teardown. `plugin_process(*args, **env)` runs the command
+itself, logging to a file, and kills what is still running at teardown.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from plugin_helpers import FAKE_NVML_DIR, HOST_PATHS, REPO, TWO_GPUS, plugin_environment
 
+from gemshare_plugin.allocation import Paths
 from gemshare_plugin.gpu_health import GpuHealth
 from gemshare_plugin.lifecycle import Plugin
 
@@ -55,10 +56,10 @@ def plugin_factory(fake_nvml):
     started: list[RunningPlugin] = []
 
     def start(directory, slots: int = 3, resource_name: str = "gemshare.io/gpu",
-              **options) -> RunningPlugin:
+              paths: Paths = HOST_PATHS, **options) -> RunningPlugin:
         options = {"poll_interval": 0.05, "health_interval": 0.05, "register_timeout": 2.0,
                    "max_backoff": 0.2, **options}
-        plugin = Plugin(str(directory), resource_name, slots, HOST_PATHS,
+        plugin = Plugin(str(directory), resource_name, slots, paths,
                         health=GpuHealth(fake_nvml), **options)
         started.append(RunningPlugin(plugin))
         return started[-1]

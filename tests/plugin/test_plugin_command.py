@@ -6,13 +6,16 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from fake_kubelet import FakeKubelet
 from plugin_helpers import REPO, UUID_A, plugin_environment, wait_for_text
 
+from gemshare_nvs.service.mps import MpsControl
 from gemshare_nvs.version import version
-from gemshare_plugin.allocation import CONTAINER_SOCKET_DIR
+from gemshare_plugin import cli
+from gemshare_plugin.allocation import CONTAINER_SOCKET_DIR, SHARED_MEMORY_DIR
 
 WAIT_S = 15.0
 
@@ -36,6 +39,10 @@ def test_version_is_the_packages():
     (["--library", "libnvs.so"], "'libnvs.so' is not an absolute path"),
     (["--health", "localhost"], "expected ADDRESS:PORT such as 127.0.0.1:9410"),
     (["--no-such-option"], "No such option: --no-such-option"),
+    (["--mps-pipe-directory", "mps/pipe"],
+     "--mps-pipe-directory must be an absolute path of at most 255 bytes, not 'mps/pipe'"),
+    (["--mps-pipe-directory", "/" + "p" * 255],
+     "--mps-pipe-directory must be an absolute path of at most 255 bytes, not '/ppp"),
 ])
 def test_bad_options_are_refused_with_their_reason(args, says):
     result = run_command(*args)
@@ -93,5 +100,41 @@ def test_the_command_waits_for_the_kubelet_serves_it_and_stops_on_sigterm(short_
         assert process.wait(WAIT_S) == 0
         assert not os.path.exists(directory / "example.com-shared-gpu.sock")
         assert "registered example.com/shared-gpu" in log_path.read_text()
+    finally:
+        kubelet.stop(remove_sockets=False)
+
+
+@pytest.mark.parametrize("socket", ["/var/run/gemshare/scheduler.sock", "/run/gs/s.sock",
+                                    "/srv//gpu/./sched.sock"])
+def test_mps_names_the_pipe_directory_the_scheduler_starts_its_daemon_with(socket):
+    scheduler_pipe = MpsControl.for_scheduler(Path(os.path.normpath(socket)), None).pipe
+    options = cli.parse(["--scheduler-socket", socket, "--mps"])
+    assert options.mps_pipe_directory == str(scheduler_pipe)
+    assert cli.parse(["--scheduler-socket", socket]).mps_pipe_directory is None
+
+
+def test_an_adopted_daemons_pipe_directory_is_named_and_implies_mps():
+    assert cli.parse(["--mps-pipe-directory", "/opt/mps/pipe/"]).mps_pipe_directory == \
+        "/opt/mps/pipe"
+    assert cli.parse(["--mps", "--mps-pipe-directory", "/opt/mps/pipe"]).mps_pipe_directory == \
+        "/opt/mps/pipe"
+
+
+def test_the_command_with_mps_hands_containers_the_pipe_directory_and_shm(short_tmp_dirs,
+                                                                          plugin_process):
+    directory = short_tmp_dirs()
+    process, log_path = plugin_process("--kubelet-socket-dir", str(directory), "--mps",
+                                       GEMSHARE_SOCKET="/run/gs-test/sched.sock")
+    kubelet = FakeKubelet(str(directory)).start()
+    try:
+        kubelet.wait_for_stream(timeout=WAIT_S)
+        [container] = kubelet.client().allocate([f"{UUID_A}::1"]).container_responses
+        mounts = {m.container_path: (m.host_path, m.read_only) for m in container.mounts}
+        assert mounts["/run/gs-test/mps/pipe"] == ("/run/gs-test/mps/pipe", False)
+        assert mounts[SHARED_MEMORY_DIR] == (SHARED_MEMORY_DIR, False)
+        assert "MPS: containers get the control daemon's pipe directory /run/gs-test/mps/pipe" \
+            in log_path.read_text()
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(WAIT_S) == 0
     finally:
         kubelet.stop(remove_sockets=False)

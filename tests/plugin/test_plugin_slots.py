@@ -7,6 +7,7 @@ import pytest
 from gemshare_plugin.allocation import (
     CONTAINER_LIBRARY,
     CONTAINER_SOCKET_DIR,
+    SHARED_MEMORY_DIR,
     Paths,
     UnknownDevices,
     container_response,
@@ -67,6 +68,19 @@ def test_a_container_gets_the_library_the_socket_and_its_gpus_in_index_order():
     assert [(m.host_path, m.container_path, m.read_only) for m in response.mounts] == [
         ("/host/lib/libnvs.so", CONTAINER_LIBRARY, True),
         ("/host/run/gs", CONTAINER_SOCKET_DIR, True)]
+
+
+def test_with_mps_a_container_also_gets_the_pipe_directory_at_its_host_path_and_shm():
+    pipe = "/host/run/gs/mps/pipe"
+    mps = Paths(library=PATHS.library, scheduler_socket=PATHS.scheduler_socket,
+                mps_pipe_directory=pipe)
+    plain = container_response([slot_id(A, 0)], KNOWN, 4, PATHS)
+    response = container_response([slot_id(A, 0)], KNOWN, 4, mps)
+    # No CUDA_MPS_* here: the scheduler decides per program, and the library sets them.
+    assert dict(response.envs) == dict(plain.envs)
+    assert list(response.mounts[:2]) == list(plain.mounts)
+    assert [(m.host_path, m.container_path, m.read_only) for m in response.mounts[2:]] == [
+        (pipe, pipe, False), (SHARED_MEMORY_DIR, SHARED_MEMORY_DIR, False)]
 
 
 def test_unknown_ids_are_all_named_and_long_lists_cut_short():

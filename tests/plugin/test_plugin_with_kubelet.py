@@ -11,7 +11,12 @@ from fake_kubelet import FakeKubelet, Stream
 from plugin_helpers import HOST_PATHS, UUID_A, UUID_B
 
 from gemshare_plugin import api
-from gemshare_plugin.allocation import CONTAINER_LIBRARY, CONTAINER_SOCKET_DIR
+from gemshare_plugin.allocation import (
+    CONTAINER_LIBRARY,
+    CONTAINER_SOCKET_DIR,
+    SHARED_MEMORY_DIR,
+    Paths,
+)
 from gemshare_plugin.service import MAX_STREAMS
 
 SLOTS = 3
@@ -88,6 +93,23 @@ def test_allocate_one_slot(kubelets, kubelet_dir, plugin_factory):
     mounts = {(m.container_path, m.host_path, m.read_only) for m in container.mounts}
     assert mounts == {(CONTAINER_LIBRARY, HOST_PATHS.library, True),
                       (CONTAINER_SOCKET_DIR, os.path.dirname(HOST_PATHS.scheduler_socket), True)}
+
+
+def test_allocate_with_mps_adds_the_pipe_directory_and_shared_memory_read_write(
+        kubelets, kubelet_dir, plugin_factory):
+    kubelet = kubelets()
+    pipe = "/run/gemshare-test/mps/pipe"
+    plugin_factory(kubelet_dir, slots=SLOTS,
+                   paths=Paths(library=HOST_PATHS.library,
+                               scheduler_socket=HOST_PATHS.scheduler_socket,
+                               mps_pipe_directory=pipe))
+    [container] = kubelet.client().allocate([f"{UUID_B}::2"]).container_responses
+    assert set(container.envs) == {"LD_PRELOAD", "GEMSHARE_SOCKET", "NVIDIA_VISIBLE_DEVICES"}
+    mounts = {(m.container_path, m.host_path, m.read_only) for m in container.mounts}
+    assert mounts == {(CONTAINER_LIBRARY, HOST_PATHS.library, True),
+                      (CONTAINER_SOCKET_DIR, os.path.dirname(HOST_PATHS.scheduler_socket), True),
+                      (pipe, pipe, False),
+                      (SHARED_MEMORY_DIR, SHARED_MEMORY_DIR, False)}
 
 
 def test_allocate_several_slots_names_each_gpu_once(kubelets, kubelet_dir, plugin_factory):
