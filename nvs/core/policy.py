@@ -666,7 +666,9 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules):
         actions += self._end_gang_turn(dev, now)
         actions += self._end_turns(dev, now)
         actions += self._idle_hints(dev, now)
-        if dev.idle and self.devices.get(dev.index) is dev:  # a gang's settling may have already
+        # A device nobody uses is forgotten (a gang's settling may have done so already), but
+        # not while its holder's idle gap is lent: the borrower may let go and ask again.
+        if dev.idle and dev.loan_at(now) is None and self.devices.get(dev.index) is dev:
             del self.devices[dev.index]
         return actions
 

@@ -26,7 +26,8 @@ class LoanModel:
         self.loans[device] = (lender, until)
 
     def device_gone(self, device: int) -> None:
-        """The core forgets a device nobody holds or waits for, and its loan with it."""
+        """The core forgets a device nobody holds or waits for once no loan runs on it, and what
+        it kept for the loan with it."""
         self.loans.pop(device, None)
         self.displaced.pop(device, None)
 

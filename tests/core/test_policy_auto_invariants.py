@@ -191,7 +191,8 @@ class AutoMachine(ClockMachine):
             self.apply(self.policy.moved(cid, message.device, p.MOVED_TO_HOST | p.MOVED_DONE,
                                          message.bytes, 0, self.now))
         for device in DEVICES:
-            if not self.holders[device] and not self.queues[device]:
+            if not self.holders[device] and not self.queues[device] and \
+                    self.loans.active(device, self.now) is None:
                 self.loans.device_gone(device)
 
     def check_grant(self, cid: int, message: p.LockGranted) -> None:

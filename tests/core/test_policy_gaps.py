@@ -223,3 +223,18 @@ def test_gaps_that_get_shorter_than_the_loan_end_the_lending():
     assert driver.holders() == [1]
     assert status(driver)["clients"][0]["gaps_s"] == {"0": pytest.approx(0.65)}
     assert last_hint(driver, 1) == round(2 * driver.policy.switch_seconds(0) * 1000) > 250
+
+
+def test_a_borrower_that_lets_go_and_asks_again_still_borrows():
+    driver = pair()
+    lent(driver)
+    driver.advance(0.3)
+    driver.release(2, reason=p.ReleaseReason.IDLE)  # between two kernels; nobody waits
+    assert status(driver)["devices"][0]["loan"]["lender"] == 1  # the loan outlives the gap
+    driver.advance(0.05)
+    driver.request(2)
+    assert "in the idle gap of client 1" in logged(driver, "grant client 2")[-1]
+    driver.take_sent()
+    driver.advance(0.5)
+    driver.request(1)
+    assert [type(m) for m in driver.take_sent(2)] == [p.DropLock]

@@ -40,17 +40,18 @@ def memory_back_before_every_kernel(gpu, results) -> None:
 
 
 def alone_then_together(gpu, alone: list, first: list, second: list, gbps: str) -> tuple:
-    """A program of 1,800 MiB runs `alone`, then `first` from the moment another of 1,800 MiB
-    starts `second`: their results, each of which must have succeeded, and the first one's gap
-    estimate once it had run alone (seconds)."""
+    """A program of 1,800 MiB runs `alone`, then a pass of work, during which (holding the
+    device) another of 1,800 MiB starts `second`, then `first`: their results, each of which
+    must have succeeded, and the first one's gap estimate once it had run alone (seconds)."""
     env = {"FAKECUDA_MIGRATE_GBPS": gbps}
-    learned, ready, go = gpu.path("learned"), gpu.path("ready"), gpu.path("go")
+    learned, ready, go, runs = (gpu.path(name) for name in ("learned", "ready", "go", "runs"))
     one = gpu.start(["init", "alloc", "a", "1800M", *alone, "touch-file", learned,
-                     "wait-file", go, *first], env=env)
+                     "wait-file", go, "launch", PASS_US, "touch-file", runs, "stream-sync",
+                     *first], env=env)
     wait_file(learned)
     gaps = client_of(scheduler_status(gpu.socket), one.pid)["gaps_s"]
     other = gpu.start(["init", "alloc", "b", "1800M", "touch-file", ready, "wait-file", go,
-                       *second], env=env)
+                       "wait-file", runs, *second], env=env)
     wait_file(ready)
     go.touch()
     results = [program.wait() for program in (one, other)]
@@ -80,7 +81,7 @@ def test_a_pair_keeps_its_turns_when_moves_cost_more_than_a_gap(gpu_with_migrati
     alone first, so its gaps are known; both then run without gaps for a few quanta, so the
     moves have shown the link's rate before the gaps come."""
     gpu, scheduler = gpu_with_migrating(device_mem="4G", tq=1)
-    (first, second), gaps = alone_then_together(gpu, gapped(3, 500), [*busy(6), *gapped(4, 500)],
+    (first, second), gaps = alone_then_together(gpu, gapped(3, 500), [*busy(5), *gapped(4, 500)],
                                                 [*busy(6), *gapped(4, 500)], gbps="0.5")
     assert 0.4 < gaps < 1.0, gaps
     results = [first, second]
@@ -97,9 +98,11 @@ def test_a_pair_keeps_its_turns_when_moves_cost_more_than_a_gap(gpu_with_migrati
 def test_a_lender_whose_gaps_stop_gets_the_device_back_within_a_move(gpu_with_migrating):
     """A program with 1 s gaps lends them to a busy one; then its gaps stop. Each time it comes
     back, the busy one drops at once (moving out 272 MiB: 0.07 s at 4 GB/s) and the lender runs
-    the rest of its turn of 30 s, which outlasts the test."""
-    gpu, scheduler = gpu_with_migrating(device_mem="4G", tq=30)
-    (lender, borrower), gaps = alone_then_together(gpu, gapped(3), [*gapped(3), *busy(8)],
+    the rest of its turn of 30 s, which outlasts the test. A minimum slice past the test, so
+    that the newcomer, under its share, does not cut the lender's turn short."""
+    gpu, scheduler = gpu_with_migrating(device_mem="4G", tq=30, min_slice_ms=5000)
+    (lender, borrower), gaps = alone_then_together(gpu, gapped(3),
+                                                   ["sleep-ms", 1000, *gapped(2), *busy(8)],
                                                    busy(60, 100_000), gbps="4")
     assert gaps > 0.5, gaps
     results = [lender, borrower]

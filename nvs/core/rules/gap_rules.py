@@ -14,7 +14,8 @@ when it asks again.
 - Once the lender's turn would have ended the loan is over: who holds then goes on with its own
   turn, and the lender asks again like anyone.
 - A holder filling a gap is hinted to let go soon after its own work as well: the lender's return
-  finds the device free, and its own gaps are seen.
+  finds the device free, and its own gaps are seen. The loan outlasts such a release (the device
+  is not forgotten while lent): who asks next, the borrower again included, borrows too.
 
 Gangs neither lend nor borrow (their members hold together), and a device lends only while it
 has one holder: `on`, or `auto` among programs that do not fit together.
