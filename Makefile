@@ -144,7 +144,8 @@ clean:
 	rm -rf $(BUILD)
 
 # make bench-cpu   benchmarks on the fake driver, no GPU needed: lock handoff, launch overhead,
-#                  scheduler scale (bench/README.md); BENCH_JSON=path also writes the results
+#                  scheduler scale, a pair with idle gaps (bench/README.md); BENCH_JSON=path also
+#                  writes the results
 # make bench-soak  a long run compressed into minutes (BENCH_SOAK_SECONDS, default 180): the
 #                  scheduler's memory, descriptors and handoff latency before and after
 # make bench-gpu   the same layer on a real GPU; BENCH_PYTHON is the Python with PyTorch

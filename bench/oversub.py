@@ -6,8 +6,13 @@ is never really oversubscribed: the scheduler's --capacity-mib makes it act as i
 only that much, so each handoff moves memory as on a full card of that size, while the pair stays
 within half the real card's free memory (it may be shared with others).
 
+Three scenarios: compute-bound, half busy (0.5 s of CPU time per pass), and 1 s gaps beside
+short passes (0.18 s on an H100), where the scheduler should lend each program's gaps to the
+other (docs/scheduling.md, "Idle gaps").
+
 Environment: OVERSUB_GIB (each program's GiB, default 16), OVERSUB_PASSES (default 20),
-OVERSUB_CAPACITY_MIB (the capacity the scheduler acts on, default 24576).
+OVERSUB_CAPACITY_MIB (the capacity the scheduler acts on, default 24576), OVERSUB_GAPS (the
+scenarios to run, by gap: default 0,0.5,1).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 from gpu_runs import attempt, free_mib, inherited, keep_log, launch, private_scheduler, stop
 from scheduler_log import lock_events
@@ -28,11 +34,23 @@ from gemshare_nvs.protocol import ProtocolError
 from gemshare_nvs.wire.connection import Connection, SchedulerUnavailable
 
 WORKLOAD = Path(__file__).resolve().parent / "gpu" / "oversub_pass.py"
-SCENARIOS = {"oversubscribed pair": 0.0, "oversubscribed pair, half busy": 0.5}  # name: gap
+
+class Scenario(NamedTuple):
+    gap_s: float  # CPU time before each pass
+    ops: int  # elementwise ops over all the memory per pass (40: about 0.5 s for 16 GiB, H100)
+    target: float  # the ratio to one after another it should stay under
+
+
+SCENARIOS = {"oversubscribed pair": Scenario(0.0, 40, 1.0),
+             "oversubscribed pair, half busy": Scenario(0.5, 40, 1.0),
+             # 16 ops: 0.18 s passes on an H100, each followed by a gap longer than what lending
+             # it and taking it back moves (about 0.86 s for 8.9 GiB each way at 46/43 GB/s).
+             "oversubscribed pair, 1 s gaps": Scenario(1.0, 16, 0.8)}
 TQ = 10
 START_GAP_S = 1.0  # the second program starts this long after the first
 TIMEOUT_S = 600  # for one run, both programs together
 GIB = 1 << 30
+GAP_GRANTS = re.compile(r"\bgrant client [^\n]*, in the idle gap of client")
 MOVED = re.compile(r"\bmoved client \d+ .*?: device \d+, (\d+) bytes to the (host|device) "
                    r"in ([0-9.]+) s")
 # As the scheduler does: smaller moves are mostly fixed costs and say nothing about the link.
@@ -44,7 +62,7 @@ def settings() -> dict:
             "passes": int(os.environ.get("OVERSUB_PASSES", "20")),
             "capacity_mib": int(os.environ.get("OVERSUB_CAPACITY_MIB", "24576")),
             # Only the scenarios whose gap is listed (e.g. "0.5"), to spend less GPU time.
-            "gaps": [float(g) for g in os.environ.get("OVERSUB_GAPS", "0,0.5").split(",")],
+            "gaps": [float(g) for g in os.environ.get("OVERSUB_GAPS", "0,0.5,1").split(",")],
             "tq": TQ, "start_gap_s": START_GAP_S}
 
 
@@ -143,7 +161,7 @@ def log_figures(log: str) -> dict:
         moves[where].append((int(size), float(seconds)))
     events = lock_events(log)
     return {"grants": events["grants"], "revocations": events["revocations"],
-            "early_releases": events["early_releases"],
+            "early_releases": events["early_releases"], "gap_grants": len(GAP_GRANTS.findall(log)),
             "moved": {"to_host": move_summary(moves["host"]),
                       "to_device": move_summary(moves["device"])}}
 
@@ -161,10 +179,11 @@ def shared_pair(command: list[str], library: Path, directory: Path, mode: str,
     return {**run, **log_figures(log), **device_moves(status)}
 
 
-def scenario(python: str, library: Path, directory: Path, name: str, gap: float,
-             chosen: dict) -> dict:
-    command = [python, str(WORKLOAD), str(chosen["gib"]), str(chosen["passes"]), str(gap)]
-    result = {"gap_s": gap, "one_after_another": attempt(
+def scenario(python: str, library: Path, directory: Path, name: str, chosen: dict) -> dict:
+    gap, ops, target = SCENARIOS[name]
+    command = [python, str(WORKLOAD), str(chosen["gib"]), str(chosen["passes"]), str(gap),
+               "--ops", str(ops)]
+    result = {"gap_s": gap, "ops": ops, "target": target, "one_after_another": attempt(
         f"{name}, one after another, no layer", run_line, run_pair, command, inherited(),
         directory / "plain", False)}
     alone = result["one_after_another"].get("seconds")
@@ -186,8 +205,8 @@ def measure(python: str, library: Path, directory: Path) -> dict:
         print("oversub: the pair fits in OVERSUB_CAPACITY_MIB, so no handoff needs to move "
               "memory", file=sys.stderr)
     return {**chosen, "scenarios": {
-        name: scenario(python, library, directory / f"gap{gap:g}", name, gap, chosen)
-        for name, gap in SCENARIOS.items() if gap in chosen["gaps"]}}
+        name: scenario(python, library, directory / f"gap{spec.gap_s:g}", name, chosen)
+        for name, spec in SCENARIOS.items() if spec.gap_s in chosen["gaps"]}}
 
 
 def gib(size) -> str:
@@ -219,17 +238,22 @@ def status_moves(run: dict) -> str:
         return text
 
 
-def run_line(name: str, run: dict, ratio: float | None = None) -> str:
+def run_line(name: str, run: dict, ratio: float | None = None,
+             target: float | None = None) -> str:
     if "error" in run:
         lines = run["error"].strip().splitlines()  # what failed, and the program's last word
         return f"{name}: FAILED ({' ... '.join(dict.fromkeys([lines[0], lines[-1]]))})"
     line = f"{name}: {run['seconds']:.1f} s"
     if ratio is not None:
-        line += f" ({ratio:.2f} of one after another)"
+        line += f" ({ratio:.2f} of one after another"
+        if target is not None:
+            line += f", target <= {target:g}: " + ("met" if ratio <= target else "MISSED")
+        line += ")"
     if "grants" in run:
         moved = run["moved"]
         line += (f"; {run['grants']} grants ({run.get('early_releases', 0)} after early "
-                 f"releases), {run['revocations']} revocations; per handoff "
+                 f"releases, {run.get('gap_grants', 0)} in the other's idle gaps), "
+                 f"{run['revocations']} revocations; per handoff "
                  f"(median/max) {direction('out', moved['to_host'])}, "
                  f"{direction('back', moved['to_device'])}; {status_moves(run)}")
     return line + ("; intact" if run["intact"] else "; DATA NOT INTACT")
@@ -245,4 +269,4 @@ def print_oversub(part: dict) -> None:
         print(run_line(f"{name}, one after another, no layer", result["one_after_another"]))
         for mode in ("on", "auto"):
             print(run_line(f"{name}, together, {mode}", result[f"together_{mode}"],
-                           result[f"ratio_{mode}"]))
+                           result[f"ratio_{mode}"], result.get("target")))

@@ -1,10 +1,11 @@
 """make bench-cpu: the fake driver through the real scheduler and libnvs.so; prints a table,
 writes JSON.
 
-Three measurements (bench/README.md says what each number means):
+Four measurements (bench/README.md says what each number means):
   handoff.py          lock handoff latency with 2, 8 and 64 programs taking turns;
   hook_cost.py        what libnvs.so adds to one launch while holding the lock (interleaved A/B);
-  scheduler_scale.py  1,000 connected clients: grants per second, the scheduler's memory.
+  scheduler_scale.py  1,000 connected clients: grants per second, the scheduler's memory;
+  gap_pair.py         an oversubscribed pair with idle gaps: together against one after another.
 
 Environment: BENCH_JSON=path (write the results there), BENCH_QUICK=1 (tiny sample counts: checks
 that the bench works, measures nothing worth publishing), BENCH_ROUNDS (A/B rounds of the launch
@@ -25,6 +26,7 @@ from datetime import date
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import gap_pair  # noqa: E402
 import handoff  # noqa: E402
 import hook_cost  # noqa: E402
 import scheduler_scale  # noqa: E402
@@ -42,12 +44,13 @@ class Plan:
     rounds: int
     launches: dict[str, int]  # launch_cost mode -> launches per run
     scale_seconds: float
+    gap_pair_passes: int
 
 
 # Many short A/B runs rather than a few long ones: a disturbance from outside (another process
 # taking a CPU for a while) then spoils single runs, which the medians ignore.
-FULL = Plan({2: 15, 8: 8, 64: 10}, 31, {"queued": 100_000, "rejected": 2_000_000}, 5)
-QUICK = Plan({2: 0.5, 8: 0.5, 64: 0.5}, 3, {"queued": 20_000, "rejected": 200_000}, 0.5)
+FULL = Plan({2: 15, 8: 8, 64: 10}, 31, {"queued": 100_000, "rejected": 2_000_000}, 5, 8)
+QUICK = Plan({2: 0.5, 8: 0.5, 64: 0.5}, 3, {"queued": 20_000, "rejected": 200_000}, 0.5, 2)
 
 
 def output_of(command: list[str]) -> str:
@@ -96,6 +99,10 @@ def run(plan: Plan, rounds: int) -> dict:
         results["scale_grants_per_s"] = scale["grants_per_s"]
         results["scale_rss_mib"] = scale["rss_connected_mib"]
         results["scale_rss_idle_mib"] = scale["rss_idle_mib"]
+        gaps = gap_pair.measure(directory / "gap-pair", plan.gap_pair_passes)
+        details["gap_pair"] = gaps
+        for name in gap_pair.RATES_GBPS:
+            results[f"gap_pair_ratio_{name}"] = gaps[name]["ratio"]
     results["details"] = details
     results["environment"]["loadavg_1min_after"] = os.getloadavg()[0]
     return results
@@ -139,6 +146,7 @@ def print_table(results: dict) -> None:
           f"VmRSS {scale['rss_idle_mib']:.1f} MiB idle -> {scale['rss_connected_mib']:.1f} MiB "
           f"connected ({scale['rss_peak_mib']:.1f} MiB peak), registered in "
           f"{scale['register_s']:.2f} s")
+    gap_pair.print_gap_pair(details["gap_pair"])
 
 
 def main() -> int:

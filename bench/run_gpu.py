@@ -4,8 +4,8 @@ Environment: BENCH_JSON=path (write the results there), BENCH_PYTHON (the Python
 for the workloads; default: this one), BENCH_ROUNDS (A/B rounds, default 7), SWAP_GIB (default 4;
 keep it well under 8 and under the card's free memory), BENCH_ONLY (a comma-separated subset of
 launch_rate, train_steps, swapin, interactive, two_jobs_s, oversub, beside_trainer, multi_gpu,
-mps; default all); OVERSUB_GIB, OVERSUB_PASSES and OVERSUB_CAPACITY_MIB for the part oversub
-(bench/oversub.py); BESIDE_* for the part beside_trainer (bench/beside_trainer.py);
+mps; default all); OVERSUB_GIB, OVERSUB_PASSES, OVERSUB_CAPACITY_MIB and OVERSUB_GAPS for the
+part oversub (bench/oversub.py); BESIDE_* for the part beside_trainer (bench/beside_trainer.py);
 MULTI_GPU_* for the part multi_gpu (bench/multi_gpu.py, which needs two GPUs); MPS_* for the part
 mps (bench/mps.py, which needs nvidia-cuda-mps-control on PATH).
 """

@@ -48,6 +48,11 @@ arithmetic, residency.py keeps the estimate of where each client's memory is):
   brings its memory back in bulk; and a holder whose handoff would swap memory is told to keep
   the lock through idle gaps shorter than twice that swap (IDLE_HINT).
 
+Idle gaps (gap_rules.py carries them out, gaps.py keeps each client's gap estimate): a holder
+whose gaps outlast lending the device to the waiter and taking it back is told to let go soon
+after its work; its early release lends the device until its quantum would have ended, and when
+it asks again by then, whoever holds on its loan drops at once (docs/scheduling.md).
+
 Shares (share_rules.py carries them out, shares.py does the arithmetic, usage.py keeps each
 client's decayed lock time, terms.py says what a client is allowed; the shell gives the rules
 that set the terms):
@@ -108,6 +113,8 @@ from .rules.cost import GB, LINK_CEILING_BPS, Link
 from .rules.credit import MoveCredit
 from .rules.gang_rules import GangRules
 from .rules.gangs import DEFAULT_GANG_TIMEOUT_S, Gangs
+from .rules.gap_rules import GapRules
+from .rules.gaps import Gaps, idle_waited_s
 from .rules.mps_rules import MpsRules, mps_words
 from .rules.residency import Residency
 from .rules.room_rules import RoomRules
@@ -140,7 +147,7 @@ def _series(client: Client) -> Series:
     return series_of(client.registration, client.identity.label)
 
 
-class Policy(GangRules, ShareRules, RoomRules, MpsRules):
+class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules):
     def __init__(self, tq: int, mode: p.Mode, grace_s: float, max_clients: int,
                  reserve_bytes: int = 512 << 20, nvml_capacity: dict[int, int] | None = None,
                  capacity_limit: int | None = None, nvml_uuids: dict[str, int] | None = None,
@@ -151,6 +158,7 @@ class Policy(GangRules, ShareRules, RoomRules, MpsRules):
         self.min_slice_ms = min_slice_ms
         self.rules = rules
         self.usage = Usage()
+        self.gaps = Gaps()  # how long each client's idle gaps last, to lend them (gaps.py)
         self.gangs = Gangs(gang_timeout_s)
         self.weighted: set[int] = set()  # clients whose weight is not 1
         self.limited: set[int] = set()  # clients with a gpu_limit
@@ -258,6 +266,7 @@ class Policy(GangRules, ShareRules, RoomRules, MpsRules):
             self.capacity.renumber(cid, moves)
             self.residency.renumber(cid, moves)
             self.credit.forget(cid)
+            self.gaps.forget(cid)
         actions = [Log(f"device {client}: {uuid} (its device {device}) is device {index}")]
         for index_now in {index, *(new for new in moves.values() if new is not None)}:
             dev = self.devices.get(index_now)
@@ -297,14 +306,17 @@ class Policy(GangRules, ShareRules, RoomRules, MpsRules):
         if cid in dev.holders or cid in dev.waiters:
             return [Log(f"repeated request from {client} for device {device}", debug=True)]
         dev.waiters[cid] = Wait(now, queued=False, keeping=keeping)
-        log = Log(f"request {client}: device {device}")
-        actions = self._gang_outgrows_turn(cid, dev, now) + self._settle(dev, now)
+        self.gaps.requested(cid, device, now)
+        returning, actions = self._returning(dev, cid, now)
+        actions += self._gang_outgrows_turn(cid, dev, now) + self._settle(dev, now)
+        waiting = ""
         if cid in dev.waiters:  # not granted at once: it waits behind someone
             dev.waiters[cid].queued = True
             client.waits += 1
-            log = Log(f"{log.text}, {len(dev.waiters)} waiting")
-            actions += self._claim_share(dev, cid, now)
-        return [log] + actions
+            waiting = f", {len(dev.waiters)} waiting"
+            if not returning:  # one coming back to a loan has its place already
+                actions += self._claim_share(dev, cid, now)
+        return [Log(f"request {client}: device {device}{waiting}{returning}")] + actions
 
     def lock_released(self, cid: int, device: int, reason: int, now: float) -> list:
         client = self.clients.get(cid)
@@ -320,8 +332,12 @@ class Policy(GangRules, ShareRules, RoomRules, MpsRules):
         why = hold.drop_reason if hold.dropped_at is not None else \
             IDLE if reason == p.ReleaseReason.IDLE else RELEASED
         dropped = hold.dropped_at is not None
+        lent = []
+        if reason == p.ReleaseReason.IDLE and not dropped:
+            self.gaps.released_idle(cid, device, now, idle_waited_s(hold.idle_hint_ms))
+            lent = self._lend(dev, cid, hold, now)
         held = self._end_hold(dev, cid, now, why)
-        return [Log(f"release {client}: device {device} {words}, held {held:.3f} s")] + \
+        return [Log(f"release {client}: device {device} {words}, held {held:.3f} s")] + lent + \
             self._gang_let_go(cid, now, dropped) + self._settle(dev, now)
 
     def mem_report(self, cid: int, device: int, allocated: int, total: int, now: float) -> list:
@@ -418,9 +434,13 @@ class Policy(GangRules, ShareRules, RoomRules, MpsRules):
         self.residency.forget(cid)
         self.credit.forget(cid)
         self.capacity.forget(cid)
+        self.gaps.forget(cid)
         held, waited = [], []
         for dev in self.devices.values():
             dev.evictions.pop(cid, None)  # its memory left with it
+            dev.displaced.pop(cid, None)
+            if dev.loan is not None and dev.loan.lender == cid:
+                dev.loan = None  # nobody comes back: who holds on it keeps its turn
             if cid in dev.holders:
                 self._end_hold(dev, cid, now, GONE, client)
                 held.append(dev.index)
@@ -546,6 +566,7 @@ class Policy(GangRules, ShareRules, RoomRules, MpsRules):
     def _device_snapshot(self, index: int, allocated: int, now: float) -> DeviceSnapshot:
         dev = self.devices.get(index)
         holds = dev.holders if dev else {}
+        loan = dev.loan_at(now) if dev else None
         capacity, source = self.capacity.of(index)
         return DeviceSnapshot(
             index=index, holders=list(holds), waiters=list(dev.waiters) if dev else [],
@@ -557,6 +578,11 @@ class Policy(GangRules, ShareRules, RoomRules, MpsRules):
             capacity_source=source, reserve=self.reserve,
             holders_allocated=self.holders_memory(index),
             resident=self.residency.total(index), switch_seconds=self.switch_seconds(index),
+            loan_seconds=self._loan_seconds(dev, next(iter(dev.waiters)))
+            if dev and dev.waiters else 0.0,
+            lender=loan.lender if loan else None,
+            loan_left_s=loan.until - now if loan else None,
+            borrowers=[cid for cid, hold in holds.items() if loan and hold.lender == loan.lender],
             link=copy.deepcopy(self.links.get(index)),
             slices={cid: now - hold.granted_at for cid, hold in holds.items()},
             turns={cid: hold.turn_s for cid, hold in holds.items()},
@@ -579,6 +605,7 @@ class Policy(GangRules, ShareRules, RoomRules, MpsRules):
             overrides=dict(client.overrides),
             label=client.identity.label if client.identity else "",
             usage=dict(sorted(self.usage.of_client(cid, now).items())),
+            gaps=dict(sorted(self.gaps.of_client(cid).items())),
             gang=gang.name if (gang := self.gangs.of_client.get(cid)) else "",
             holding=sorted(index for index, dev in self.devices.items() if cid in dev.holders),
             waiting=sorted(index for index, dev in self.devices.items() if cid in dev.waiters),
@@ -639,7 +666,9 @@ class Policy(GangRules, ShareRules, RoomRules, MpsRules):
         actions += self._end_gang_turn(dev, now)
         actions += self._end_turns(dev, now)
         actions += self._idle_hints(dev, now)
-        if dev.idle and self.devices.get(dev.index) is dev:  # a gang's settling may have already
+        # A device nobody uses is forgotten (a gang's settling may have done so already), but
+        # not while its holder's idle gap is lent: the borrower may let go and ask again.
+        if dev.idle and dev.loan_at(now) is None and self.devices.get(dev.index) is dev:
             del self.devices[dev.index]
         return actions
 
@@ -714,7 +743,9 @@ class Policy(GangRules, ShareRules, RoomRules, MpsRules):
             gang.turn_devices.add(dev.index)
             turn = max(gang.turn_ends - now, 0.0)
             ending = self._gang_drop_reason(gang)
-        dev.holders[cid] = Hold(granted_at=now, quantum_end=now + turn, turn_s=turn)
+        turn, lender, loan_words = self._loan_terms(dev, cid, turn, now)
+        dev.holders[cid] = Hold(granted_at=now, quantum_end=now + turn, turn_s=turn,
+                                lender=lender)
         self.usage.meter(cid, dev.index).start(now)
         client.revoked = False
         number = self.grants[dev.index] = self.grants.get(dev.index, 0) + 1
@@ -729,7 +760,7 @@ class Policy(GangRules, ShareRules, RoomRules, MpsRules):
         beside = f", shared ({mib(self.memory_of(cid, dev.index))} allocated)" if shared else ""
         ordinal = client.numbering.own_ordinal(dev.index)
         actions = [Send(cid, p.LockGranted(ordinal, flags, round(turn * 1000))),
-                   Log(f"grant {client}: device {dev.index}{after}{beside}")]
+                   Log(f"grant {client}: device {dev.index}{after}{beside}{loan_words}")]
         if ending is not None:  # it joins its gang's drain: their collectives may need it
             actions += self._drop(dev, cid, now, f"with {gang}", ending)
         return actions

@@ -31,6 +31,10 @@ class DeviceSnapshot:
     holders_allocated: int  # bytes, those holding now (dropping or not)
     resident: int  # bytes the scheduler believes are on the device
     switch_seconds: float  # what handing the device to its head waiter now would cost in moves
+    loan_seconds: float  # what lending the holder's idle gap to it and back would (0: no waiter)
+    lender: int | None  # whose idle gap is lent now (None: none)
+    loan_left_s: float | None  # until the lender's turn would end
+    borrowers: list[int]  # holders granted in the lender's gap, who give it back
     link: Link | None  # what the moves so far have shown; None before any
     slices: dict[int, float]  # holder -> seconds held in this grant
     turns: dict[int, float]  # holder -> its quantum in this grant, seconds
@@ -54,6 +58,7 @@ class ClientSnapshot:
     overrides: dict  # term -> value given with gemsharectl, for this connection only
     label: str
     usage: dict[int, float]  # device -> decayed lock seconds (usage.py)
+    gaps: dict[int, float]  # device -> its expected idle gap there, where one was seen (gaps.py)
     gang: str  # the name of the job it belongs to, "" for none
     holding: list[int]  # the devices whose lock it holds
     waiting: list[int]  # and those it waits for

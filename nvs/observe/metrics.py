@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from ..core.model.text import GONE, GPU_LIMIT, IDLE, MEMORY, MODE, QUANTUM, RELEASED, REVOKED, SHARE
+from ..core.model.text import HOLD_ENDINGS, REVOKED
 from ..core.policy import Policy
 from ..core.rules.gangs import BROKEN, COMPLETE, FORMING
 from ..core.tallies import TO_DEVICE, TO_HOST, WAIT_BUCKETS, Series, WaitHistogram, series_of
@@ -31,7 +31,7 @@ from .mps_metrics import MpsCollector
 
 # Every way a hold ends, as status names it; each device has a series for each from the start,
 # so that rates over them need no series to appear first.
-END_REASONS = (QUANTUM, SHARE, GPU_LIMIT, MEMORY, MODE, IDLE, RELEASED, REVOKED, GONE)
+END_REASONS = HOLD_ENDINGS
 DEVICE_LABELS = ("device", "device_uuid")
 CLIENT_LABELS = (*DEVICE_LABELS, "namespace", "pod", "process", "label")
 DIRECTIONS = (TO_HOST, TO_DEVICE)

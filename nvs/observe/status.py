@@ -56,6 +56,11 @@ def _device_entry(dev: DeviceSnapshot, gpu: dict) -> dict:
         # would cost, and what the moves so far have shown.
         "resident_bytes": dev.resident,
         "switch_cost_s": round(dev.switch_seconds, 3),
+        # Idle gaps: what lending the holder's gap to the head waiter and back would move, and
+        # whose gap is lent now (null: none), until when, and to whom.
+        "loan_cost_s": round(dev.loan_seconds, 3),
+        "loan": {"lender": dev.lender, "left_s": round(dev.loan_left_s, 3),
+                 "borrowers": dev.borrowers} if dev.lender is not None else None,
         "evicting": dev.evicting,
         "idle_hints_ms": {str(cid): ms for cid, ms in dev.idle_hints_ms.items()},
         # Shares: how long each holder has held in this grant and its quantum, and why the
@@ -105,6 +110,7 @@ def _client_entry(client: ClientSnapshot) -> dict:
         "overrides": {"values": client.overrides, "lasts": OVERRIDES_LAST}
         if client.overrides else None,
         "usage_s": {str(d): round(seconds, 3) for d, seconds in client.usage.items()},
+        "gaps_s": {str(d): round(seconds, 3) for d, seconds in client.gaps.items()},
         "allocated_by_device": {str(d): b for d, b in client.allocated.items()},
         "gang": client.gang or None,
         # Every device it holds or waits for: a program may use several GPUs.

@@ -11,8 +11,10 @@ HANDOFF_KEYS = [f"{prefix}_{what}" for prefix in ("handoff", "handoff_8", "hando
                 for what in ("p50_us", "p99_us", "samples")]
 # Differences of two medians: noise may make them negative in a quick run, never infinite.
 DIFFERENCES = ["hook_launch_overhead_ns", "hook_queued_launch_overhead_ns"]
-POSITIVE = HANDOFF_KEYS + ["hook_launch_ns_plain", "hook_launch_ns_libnvs", "scale_grants_per_s",
-                           "scale_rss_mib", "scale_rss_idle_mib"]
+GAP_PAIR_KEYS = [f"gap_pair_ratio_{name}" for name in ("fast", "tight", "slow")]
+POSITIVE = HANDOFF_KEYS + GAP_PAIR_KEYS + ["hook_launch_ns_plain", "hook_launch_ns_libnvs",
+                                           "scale_grants_per_s", "scale_rss_mib",
+                                           "scale_rss_idle_mib"]
 
 
 def test_quick_bench_cpu_writes_every_key(tmp_path):
@@ -33,4 +35,10 @@ def test_quick_bench_cpu_writes_every_key(tmp_path):
     for clients in (2, 8, 64):
         row = results["details"][f"handoff_{clients}"]
         assert 0 < row["p50_us"] <= row["p90_us"] <= row["p99_us"] <= row["max_us"], row
+    # The pair with idle gaps ran each way, every program to its end.
+    gaps = results["details"]["gap_pair"]
+    assert gaps["passes"] == 2 and gaps["one_after_another_s"] > 2 * 2 * (0.25 + 1.0)
+    for name in ("fast", "tight", "slow"):
+        assert gaps[name]["grants"] >= 2 and gaps[name]["seconds"] > 2 * (0.25 + 1.0), gaps
     assert "QUICK MODE" in done.stdout and "lock handoff" in done.stdout
+    assert "oversubscribed pair with idle gaps" in done.stdout

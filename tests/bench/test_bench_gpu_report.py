@@ -93,12 +93,19 @@ def test_oversub_prints_every_scenario_and_mode(capsys):
                 "oversubscribed pair, half busy": {"gap_s": 0.5, "one_after_another": failed,
                                                    "together_on": shared(50.0),
                                                    "ratio_on": None, "together_auto": failed,
-                                                   "ratio_auto": None}}}
+                                                   "ratio_auto": None},
+                "oversubscribed pair, 1 s gaps": {"gap_s": 1.0, "ops": 16, "target": 0.8,
+                                                  "one_after_another": plain,
+                                                  "together_on": shared(17.4, gap_grants=14),
+                                                  "ratio_on": 0.62,
+                                                  "together_auto": shared(24.6, gap_grants=3),
+                                                  "ratio_auto": 0.88}}}
     out = table({"oversub": part}, capsys)
     assert "2 x 16 GiB, 20 passes each, scheduler capacity 24576 MiB, TQ 10 s" in out
     assert "oversubscribed pair, one after another, no layer: 28.0 s; intact" in out
     assert ("oversubscribed pair, together, on: 30.8 s (1.10 of one after another); 5 grants "
-            "(2 after early releases), 0 revocations; per handoff (median/max) out 3 x 9.50/10.00 GiB at 12.1 GB/s, "
+            "(2 after early releases, 0 in the other's idle gaps), 0 revocations; per handoff "
+            "(median/max) out 3 x 9.50/10.00 GiB at 12.1 GB/s, "
             "back 3 x 9.50/10.00 GiB rate n/a; status: 29.00 GiB out in 2.4 s, 29.00 GiB "
             "back in 0.7 s, rates 12.9 out / 44.5 back GB/s (measured); intact") in out
     assert ("oversubscribed pair, together, auto: 35.0 s (1.25 of one after another)" in out
@@ -106,6 +113,11 @@ def test_oversub_prints_every_scenario_and_mode(capsys):
     assert ("oversubscribed pair, half busy, one after another, no layer: FAILED (RuntimeError: "
             "python3 oversub_pass.py exited 1: ... OOM)") in out
     assert "oversubscribed pair, half busy, together, on: 50.0 s; 5 grants" in out
+    assert ("oversubscribed pair, 1 s gaps, together, on: 17.4 s (0.62 of one after another, "
+            "target <= 0.8: met); 5 grants (2 after early releases, 14 in the other's idle gaps)"
+            ) in out
+    assert "1 s gaps, together, auto: 24.6 s (0.88 of one after another, target <= 0.8: MISSED)" \
+        in out
 
 
 def test_oversub_skipped_says_why(capsys):
@@ -118,7 +130,8 @@ def test_oversub_skipped_says_why(capsys):
 def test_oversub_reads_the_scheduler_log_and_status():
     log = "\n".join([
         "2026-11-22 10:00:00.000 INFO grant client 1 (pid 10, python3): device 0",
-        "2026-11-22 10:00:10.000 INFO grant client 2 (pid 11, python3): device 0, after waiting",
+        "2026-11-22 10:00:10.000 INFO grant client 2 (pid 11, python3): device 0, after waiting "
+        "0.100 s, in the idle gap of client 1 (pid 10, python3)",
         "2026-11-22 10:00:20.000 INFO revoke client 2 (pid 11, python3): device 0, no release",
         "2026-11-22 10:00:09.950 INFO release client 1 (pid 10, python3): device 0 early (idle), "
         "held 9.950 s",
@@ -129,7 +142,8 @@ def test_oversub_reads_the_scheduler_log_and_status():
         "2026-11-22 10:00:20.100 INFO moved client 1 (pid 10, python3): device 0, "
         "1048576 bytes to the device in 0.001 s (1.0 GB/s)"])
     figures = run_gpu.oversub.log_figures(log)
-    assert (figures["grants"], figures["early_releases"], figures["revocations"]) == (2, 1, 1)
+    assert (figures["grants"], figures["early_releases"], figures["revocations"],
+            figures["gap_grants"]) == (2, 1, 1, 1)
     out = figures["moved"]["to_host"]
     assert out["count"] == 2 and out["bytes_max"] == 10737418240
     assert abs(out["gbps_median"] - (9663676416 / 0.812 + 10737418240) / 2e9) < 1e-9

@@ -14,7 +14,9 @@ the core sends is checked as it goes out, and the state after every step:
   do not fit beside the older ones that stay;
 - the queue is first come first served but for the share rule (share_model.py): a waiter that
   asks clearly under the usage of the waiters at the back goes ahead of them, if each of them
-  has waited less than a TQ;
+  has waited less than a TQ; and for idle gaps lent (loan_model.py): a lender back from its gap
+  goes first and has those holding on its loan drop (unless it fits beside them), and gets the
+  rest of its turn; who gave the device back to it goes first again when it asks;
 - bounded overtaking: a grant passes only waiters that do not fit and have waited less than one
   TQ; no waiter the rule would admit is left waiting; a waiter at the head that has waited a TQ
   is granted within TQ + grace (counted from when the test first sees it so, and again after a
@@ -39,6 +41,7 @@ from clock_machine import ClockMachine
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import initialize, invariant, precondition, rule
+from loan_model import LoanModel
 from share_model import ShareModel
 
 from gemshare_nvs import protocol as p
@@ -64,6 +67,8 @@ class Hold:
         self.dropped_at: float | None = None
         self.revoke_at: float | None = None
         self.preempt_at = math.inf  # the end of its minimum slice, once a waiter claimed it
+        self.turn: float | None = None  # its quantum when not TQ (a lender back from its gap)
+        self.lender: int | None = None  # granted in that client's idle gap
 
 
 class AutoMachine(ClockMachine):
@@ -84,6 +89,8 @@ class AutoMachine(ClockMachine):
         self.stuck: dict[int, tuple[int, float]] = {}  # device -> (head, first seen stuck)
         self.displaced: list[tuple[int, int]] = []  # (device, client) dropped for memory, per step
         self.shares = ShareModel()
+        self.loans = LoanModel()
+        self.gap_drops: set[tuple[int, int]] = set()  # (device, client) a lender back drops
 
     # ----- the rules as the model sees them -------------------------------------------------
 
@@ -117,7 +124,8 @@ class AutoMachine(ClockMachine):
 
     def turn_end(self, hold: Hold) -> float:
         """When a holder is dropped if someone waits: its quantum's end, or its slice's."""
-        return min(hold.granted_at + self.tq, hold.preempt_at)
+        return min(hold.granted_at + (self.tq if hold.turn is None else hold.turn),
+                   hold.preempt_at)
 
     def end_hold(self, device: int, cid: int) -> bool:
         """Whether `cid` held the device (it no longer does)."""
@@ -182,6 +190,10 @@ class AutoMachine(ClockMachine):
         for cid, message in evicts:
             self.apply(self.policy.moved(cid, message.device, p.MOVED_TO_HOST | p.MOVED_DONE,
                                          message.bytes, 0, self.now))
+        for device in DEVICES:
+            if not self.holders[device] and not self.queues[device] and \
+                    self.loans.active(device, self.now) is None:
+                self.loans.device_gone(device)
 
     def check_grant(self, cid: int, message: p.LockGranted) -> None:
         device = message.device
@@ -198,8 +210,10 @@ class AutoMachine(ClockMachine):
         assert self.fits(device, holding + [cid]), f"grant to {cid} overcommits device {device}"
         _, _, fresh = queue.pop(position)
         assert bool(message.flags & p.GRANT_AFTER_WAIT) == (not fresh)
-        assert message.quantum_ms == self.tq * 1000
-        self.holders[device][cid] = Hold(self.now)
+        hold = self.holders[device][cid] = Hold(self.now)
+        hold.turn, hold.lender = self.loans.granted(device, cid, self.now,
+                                                    DEFAULT_MIN_SLICE_MS / 1000)
+        assert message.quantum_ms == round((self.tq if hold.turn is None else hold.turn) * 1000)
         self.shares.granted(cid, device, self.now)
 
     def check_drop(self, cid: int, message: p.DropLock) -> None:
@@ -207,7 +221,9 @@ class AutoMachine(ClockMachine):
         hold = self.holders[device].get(cid)
         assert hold is not None and hold.dropped_at is None, "drop to a client not holding"
         turn_over = bool(self.queues[device]) and self.now >= self.turn_end(hold)
-        if not turn_over:
+        if (device, cid) in self.gap_drops:  # the lender of its loan is back
+            self.gap_drops.discard((device, cid))
+        elif not turn_over:
             active = self.active(device)
             assert not self.fits(device, active), "needless drop: the holders fit"
             assert cid != active[0], "the oldest holder was dropped for memory"
@@ -275,10 +291,18 @@ class AutoMachine(ClockMachine):
         if new:
             queue.append([cid, self.now, True])
         actions = self.policy.request_lock(cid, device, self.now)
-        if new and not any(isinstance(a, Send) and a.client == cid and
-                           isinstance(a.message, p.LockGranted) for a in actions):
+        placed = False
+        if new:
+            holders = self.holders[device]
+            borrowers = [c for c, h in holders.items() if h.lender == cid and h.dropped_at is None]
+            placed, drops = self.loans.asked(device, cid, self.now, queue, borrowers,
+                                             self.fits(device, self.active(device) + [cid]))
+            self.gap_drops = {(device, c) for c in drops}
+        if new and not placed and not any(isinstance(a, Send) and a.client == cid and
+                                          isinstance(a.message, p.LockGranted) for a in actions):
             self.claim(device, cid)  # it waits
         self.apply(actions)
+        assert not self.gap_drops, f"the lender back did not have {self.gap_drops} drop"
 
     @precondition(lambda self: self.connected)
     @rule(data=st.data(), device=st.sampled_from(DEVICES),
@@ -288,13 +312,28 @@ class AutoMachine(ClockMachine):
         program does, and so queue with the most usage."""
         stray = data.draw(st.booleans()) or not self.holders[device]
         cid = data.draw(st.sampled_from(sorted(self.connected if stray else self.holders[device])))
+        hold = self.holders[device].get(cid)
         holds = self.end_hold(device, cid)
         actions = self.policy.lock_released(cid, device, reason, self.now)
         if not holds:
             assert not [a for a in actions if isinstance(a, Send)], "a stray release acted"
+        else:
+            self.lent(device, cid, hold, reason)
         self.apply(actions)
         if holds and again:
             self.ask(device, cid)
+
+    def lent(self, device: int, cid: int, hold: Hold, reason: p.ReleaseReason) -> None:
+        """Whether a release lends its gap is the core's to say (its gap estimate); a loan lasts
+        the rest of the lender's turn, and only an early release by a holder not dropped, while
+        no other loan runs, starts one."""
+        dev = self.policy.devices.get(device)
+        if dev is None or dev.loan is None or dev.loan.lender != cid:
+            return
+        assert reason == p.ReleaseReason.IDLE and hold.dropped_at is None, "a loan at a drop"
+        assert self.loans.active(device, self.now) is None, "a loan during another"
+        assert dev.loan.until == hold.granted_at + (self.tq if hold.turn is None else hold.turn)
+        self.loans.began(device, cid, dev.loan.until)
 
     @precondition(lambda self: len(self.connected) > 3)  # keep some contention
     @rule(data=st.data())
@@ -306,6 +345,7 @@ class AutoMachine(ClockMachine):
             self.queues[device][:] = [e for e in self.queues[device] if e[0] != cid]
             self.holders[device].pop(cid, None)
         self.shares.forget(cid)
+        self.loans.forget(cid)
         self.apply(self.policy.disconnect(cid, self.now))
 
     # One rule for both settings, so that changes do not crowd out the turns they change.
@@ -318,6 +358,13 @@ class AutoMachine(ClockMachine):
                 self.queues[device].clear()
                 for cid in list(self.holders[device]):
                     self.end_hold(device, cid)
+                self.loans.device_gone(device)
+        elif (tq, mode) != (None, None) and (tq or self.tq, mode or self.policy.mode) != \
+                (self.tq, self.policy.mode):  # a running quantum is TQ long again
+            for holders in self.holders.values():
+                for hold in holders.values():
+                    if hold.dropped_at is None:
+                        hold.turn = None
         self.apply(self.policy.configure(self.now, tq=tq, mode=mode))
 
     # ----- invariants -----------------------------------------------------------------------

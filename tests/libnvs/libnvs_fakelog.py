@@ -117,3 +117,28 @@ def library_streams(events: list[Event], pid: int) -> set[str]:
 def exec_ends(events: list[Event], pid: int) -> dict[str, int]:
     """When the simulated device finished each op of `pid`, by the seq its submission logged."""
     return {e["seq"]: e.ns for e in events if e.pid == pid and e.name == "exec_end"}
+
+
+PAGE_SHIFT = 21  # the fake driver tracks where managed memory is in 2 MiB pages
+
+
+def host_pages_at_kernels(events: list[Event], pid: int) -> list[int]:
+    """For each kernel of `pid`, as the simulated device began it: how many 2 MiB pages its
+    prefetches had left on the host (0: all of its moved memory was back on the device)."""
+    submitted = {e["seq"]: e for e in prefetches(events, pid, True) + prefetches(events, pid, False)}
+    on_host: set[int] = set()
+    counts = []
+    for e in events:
+        if e.pid != pid:
+            continue
+        if e.name == "exec_end" and e.get("op") == "prefetch" and e["seq"] in submitted:
+            move = submitted[e["seq"]]
+            start = int(move["ptr"], 16) >> PAGE_SHIFT
+            pages = range(start, start + (int(move["size"]) >> PAGE_SHIFT))
+            if move["dst"] == "-1":
+                on_host.update(pages)
+            else:
+                on_host.difference_update(pages)
+        elif e.name == "exec_begin" and e.get("op") == "kernel":
+            counts.append(len(on_host))
+    return counts

@@ -61,6 +61,8 @@ class Hold:
     drop_reason: str = ""  # once dropped: why (policy.py's reasons)
     moved_so_far: int = 0  # once dropped: the most bytes its move's progress has reported
     moved_grew_at: float = float("-inf")  # and when that count last grew
+    lending: bool = False  # its idle hint hands its next idle gap to the waiter (gap_rules.py)
+    lender: int | None = None  # granted in that client's idle gap, which it gives back
 
 
 @dataclass
@@ -72,12 +74,28 @@ class Wait:
 
 
 @dataclass
+class Loan:
+    """A holder's idle gap, lent: whoever is granted the device before the lender asks again
+    gives it back then, until the lender's turn would have ended."""
+    lender: int
+    until: float  # when the lender's quantum would have ended
+
+
+@dataclass
 class Device:
     index: int
     holders: dict[int, Hold] = field(default_factory=dict)
     waiters: dict[int, Wait] = field(default_factory=dict)  # insertion order is FCFS order
     evictions: dict[int, tuple[float, int]] = field(default_factory=dict)  # client -> EVICT's
     # deadline and bytes
+    loan: Loan | None = None
+    # client -> until when it goes to the front of the queue when it asks again: it gave the
+    # device back to a lender, and would otherwise have been next
+    displaced: dict[int, float] = field(default_factory=dict)
+
+    def loan_at(self, now: float) -> Loan | None:
+        """Its loan, while the lender's turn would still last."""
+        return self.loan if self.loan is not None and now < self.loan.until else None
 
     @property
     def idle(self) -> bool:

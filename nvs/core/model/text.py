@@ -6,6 +6,8 @@ from __future__ import annotations
 # Why a hold ended, as status names it: the drop's reason, or how it ended without one.
 QUANTUM, SHARE, GPU_LIMIT, MEMORY, MODE = "quantum", "share", "gpu_limit", "memory", "mode"
 IDLE, RELEASED, REVOKED, GONE = "idle", "released", "revoked", "disconnected"
+GAP = "gap"  # it filled another's idle gap, and that one came back
+HOLD_ENDINGS = (QUANTUM, SHARE, GPU_LIMIT, MEMORY, MODE, GAP, IDLE, RELEASED, REVOKED, GONE)
 
 
 def printable(text: str, limit: int = 256) -> str:

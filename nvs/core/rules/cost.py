@@ -123,6 +123,12 @@ class Link:
         """A handoff that moves `out` bytes to the host and brings `back` bytes to the device."""
         return self.to_host.seconds(out) + self.to_device.seconds(back)
 
+    def loan_seconds(self, room: int, fetch: int) -> float:
+        """A holder's idle gap lent to a waiter and taken back: `room` bytes out and the
+        waiter's `fetch` bytes in, then as much room again out of the waiter and the holder's
+        moved-out bytes (the room) back in."""
+        return self.switch_seconds(room, fetch) + self.switch_seconds(room, room)
+
     def rates_view(self) -> dict:
         return {"to_host_gbps": round(self.to_host.bps / GB, 2),
                 "to_device_gbps": round(self.to_device.bps / GB, 2),

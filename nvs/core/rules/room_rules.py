@@ -114,14 +114,15 @@ class RoomRules:
     def _idle_hints(self, dev: Device, now: float) -> list:
         """IDLE_HINT for each holder whose advice changed: how long to keep the lock through an
         idle gap, from what handing it to the head waiter would move and whether anyone waits
-        (cost.idle_release_ms), and what its drop would
-        ask it to move out (so that it can get ready for that while it works)."""
+        (cost.idle_release_ms) or, where its gaps are worth lending, soon (gap_rules.py); and what
+        its drop would ask it to move out (so that it can get ready for that while it works)."""
         actions = []
-        contended = self._first_contender(dev, now) is not None
-        hint = idle_release_ms(self.switch_seconds(dev.index), self.tq, contended)
+        contender = self._first_contender(dev, now)
+        usual = idle_release_ms(self.switch_seconds(dev.index), self.tq, contender is not None)
         for cid, hold in dev.holders.items():
             if hold.dropped_at is not None:
                 continue
+            hint = self._gap_hint(dev, cid, hold, contender, now) or usual
             evict = self._evict_on_drop(dev, cid) if dev.waiters else 0
             if (hint, evict) != (hold.idle_hint_ms, hold.hint_evict_bytes):
                 hold.idle_hint_ms, hold.hint_evict_bytes = hint, evict

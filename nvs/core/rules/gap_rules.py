@@ -1,0 +1,130 @@
+"""The rules of idle gaps, as part of the policy core: a holder whose idle gaps outlast what
+handing the device to the waiter and back would move lends each gap, and takes the device back
+when it asks again.
+
+- Lending: while someone waits, a holder whose expected gap (gaps.py) is longer than the loan's
+  moves (cost.Link.loan_seconds, at the measured rates) is hinted to let go soon after its work
+  (IDLE_HINT below the floor), so its early release starts a loan: the waiter is granted as after
+  any release, for its usual quantum.
+- Coming back: while its turn would have lasted, the lender that asks again goes to the front of
+  the queue, and whoever holds the device on its loan is dropped at once (unless, in `auto`, the
+  lender fits beside it by now), moving out the room the lender's memory needs; the lender is
+  granted the rest of its turn (at least a minimum slice). The holder it displaced asks again
+  at the front too (behind the lender, while that one waits), as it would have been next.
+- Once the lender's turn would have ended the loan is over: who holds then goes on with its own
+  turn, and the lender asks again like anyone.
+- A holder filling a gap is hinted to let go soon after its own work as well: the lender's return
+  finds the device free, and its own gaps are seen. The loan outlasts such a release (the device
+  is not forgotten while lent): who asks next, the borrower again included, borrows too.
+
+Gangs neither lend nor borrow (their members hold together), and a device lends only while it
+has one holder: `on`, or `auto` among programs that do not fit together.
+
+A mixin of policy.Policy, as room_rules.py is: these methods read the policy's devices, clients,
+gap estimates and move rates. The arithmetic is in gaps.py and cost.py.
+"""
+
+from __future__ import annotations
+
+from ..model.actions import Log
+from ..model.state import Device, Hold, Loan
+from ..model.text import GAP
+from .cost import CONTENDED_IDLE_RELEASE_MS
+from .gaps import worth_lending
+
+
+class GapRules:
+    def _loan(self, dev: Device, now: float) -> Loan | None:
+        """The device's loan, while the lender's turn would still last; one that is over is
+        forgotten."""
+        dev.loan = dev.loan_at(now)
+        return dev.loan
+
+    def _loan_seconds(self, dev: Device, borrower: int) -> float:
+        """What lending the holder's gap to `borrower` and taking it back would move, in seconds
+        at the device's measured rates."""
+        room = self._room_for(dev, [borrower], len(dev.holders))
+        return self._link(dev.index).loan_seconds(room, self._to_fetch(dev.index, borrower))
+
+    def _lends(self, dev: Device, cid: int, contender: int | None) -> bool:
+        """Whether holder `cid` hands its next idle gap to `contender`, the first waiter."""
+        if contender is None or len(dev.holders) != 1 or \
+                self.gangs.of(cid) is not None or self.gangs.of(contender) is not None:
+            return False
+        return worth_lending(self.gaps.expected(cid, dev.index), self._loan_seconds(dev, contender))
+
+    def _gap_hint(self, dev: Device, cid: int, hold: Hold, contender: int | None,
+                  now: float) -> int | None:
+        """The idle hint of a holder that lends its gap or fills another's (let go soon after
+        the work); None for the usual one (room_rules.py)."""
+        loan = self._loan(dev, now)
+        borrowing = loan is not None and hold.lender == loan.lender
+        # A borrower lends nothing: the device is the lender's to come back to.
+        hold.lending = not borrowing and self._lends(dev, cid, contender)
+        return CONTENDED_IDLE_RELEASE_MS if hold.lending or borrowing else None
+
+    def _lend(self, dev: Device, cid: int, hold: Hold, now: float) -> list:
+        """A holder let go early: if its hint lent the gap, a loan begins, for the rest of its
+        turn."""
+        if not hold.lending or hold.dropped_at is not None or hold.quantum_end <= now:
+            return []
+        dev.loan = Loan(cid, hold.quantum_end)
+        gap = self.gaps.expected(cid, dev.index)
+        return [Log(f"lend {self.clients[cid]}: device {dev.index}, idle; its gaps last "
+                    f"{gap:.3f} s, {hold.quantum_end - now:.3f} s of its turn left")]
+
+    def _loan_terms(self, dev: Device, cid: int, turn: float,
+                    now: float) -> tuple[float, int | None, str]:
+        """(quantum, lender, log words) for a grant: a lender back gets the rest of its turn,
+        and the loan ends; anyone else granted during a loan borrows the device, which it gives
+        back if the lender asks again before its turn would have ended."""
+        loan = self._loan(dev, now)
+        if loan is None or self.gangs.of(cid) is not None:
+            return turn, None, ""
+        if loan.lender == cid:
+            dev.loan = None
+            rest = max(loan.until - now, self.min_slice_ms / 1000)
+            return rest, None, f", back from its idle gap, {rest:.3f} s of its turn left"
+        return turn, loan.lender, f", in the idle gap of {self.clients[loan.lender]}"
+
+    def _returning(self, dev: Device, cid: int, now: float) -> tuple[str, list]:
+        """A request, just queued, from a lender back from its gap (to the front, and whoever
+        holds on its loan drops) or from a client that gave the device back to one (to the
+        front, behind a lender still waiting): words for the request's log line, and the
+        drops."""
+        loan = self._loan(dev, now)
+        if loan is not None and loan.lender == cid:
+            self._queue_behind(dev, cid, None)
+            actions = []
+            # Those on its loan make way only for a lender that may run now and needs the room.
+            if self._eligible_at(cid, dev.index) <= now and \
+                    not self._fits_beside_holders(dev, cid):
+                for other, hold in list(dev.holders.items()):
+                    if hold.lender == cid and hold.dropped_at is None:
+                        dev.displaced[other] = loan.until
+                        actions += self._drop(dev, other, now, f"{self.clients[cid]} is back "
+                                              "from its idle gap", GAP)
+            return f", back from its idle gap, {loan.until - now:.3f} s of its turn left", actions
+        until = dev.displaced.pop(cid, None)
+        if until is None or now >= until:
+            return "", []
+        self._queue_behind(dev, cid, loan.lender if loan is not None else None)
+        return ", first again: it gave the device back to the client whose gap it filled", []
+
+    def _fits_beside_holders(self, dev: Device, cid: int) -> bool:
+        """Whether `cid` may hold the device beside those holding it and not asked to drop
+        (mode `auto`, when memory has changed since the loan began)."""
+        active = [other for other, hold in dev.holders.items() if hold.dropped_at is None]
+        total = sum(self.memory_of(other, dev.index) for other in active + [cid])
+        return self._budget(dev).fits(total, len(active) + 1)
+
+    def _queue_behind(self, dev: Device, cid: int, ahead: int | None) -> None:
+        """Move waiter `cid` to the front of the queue, or just behind `ahead` while that one
+        waits. Those it passes have their room asked again when their turn comes: what was made
+        for them may have gone to it."""
+        order = [other for other in dev.waiters if other != cid]
+        place = order.index(ahead) + 1 if ahead in order else 0
+        for other in order[place:]:
+            dev.waiters[other].room_asked = False
+        dev.waiters = {other: dev.waiters[other]
+                       for other in order[:place] + [cid] + order[place:]}

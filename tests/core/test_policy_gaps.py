@@ -1,0 +1,240 @@
+"""Idle gaps lent (gap_rules.py): a holder whose gaps outlast what lending the device and taking it
+back would move is hinted to let go soon; its early release lends the device to the waiter, and
+when it asks again it gets the device back at once, for the rest of its turn. Where the moves
+cost more than the gap, or the gap was never seen, the holder keeps its turn as before."""
+
+import pytest
+from policy_driver import Driver
+
+from gemshare_nvs import protocol as p
+from gemshare_nvs.core.rules.cost import CONTENDED_IDLE_RELEASE_MS, Link, Rate, margin
+from gemshare_nvs.core.rules.gaps import idle_waited_s
+from gemshare_nvs.observe.status import build_status
+
+G = 1 << 30
+M = 1 << 20
+CAPACITY = 24 * G
+RESERVE = 512 * M
+# 16 + 16 GiB and one context reserve in 24 GiB: 8.5 GiB over, plus the margin.
+ROOM = 8 * G + RESERVE + margin(CAPACITY)
+TQ = 10
+OUT_BPS, IN_BPS = 46e9, 43e9  # what an H200 measured
+LOAN_S = 2 * ROOM / OUT_BPS + 2 * ROOM / IN_BPS  # 0.86 s
+
+
+def link(out_bps: float = OUT_BPS, in_bps: float = IN_BPS) -> Link:
+    return Link(Rate(out_bps, measured=True), Rate(in_bps, measured=True))
+
+
+def busy(driver: Driver, cid: int, usage_s: float) -> None:
+    """Give the client a usage, as if it had held the device that long: a waiter that never ran
+    would be under its share and cut the holder's turn (share_rules.py), which is not tested
+    here."""
+    meter = driver.policy.usage.meter(cid, 0)
+    meter.value, meter.at = usage_s, driver.now
+
+
+def last_hint(driver: Driver, cid: int) -> int:
+    return next((hint.idle_release_ms for c, hint in reversed(driver.hints) if c == cid), 0)
+
+
+def see_gap(driver: Driver, cid: int, gap_s: float) -> None:
+    """The holder `cid` lets go early, as libnvs does its hinted idle time after its work, and
+    asks again `gap_s` after its work ended."""
+    idle = idle_waited_s(last_hint(driver, cid))
+    driver.release(cid, reason=p.ReleaseReason.IDLE)
+    driver.advance(gap_s - idle)
+    driver.request(cid)
+
+
+def pair(gap_s: float | None = 1.0, rates: Link | None = None, tq: int = TQ) -> Driver:
+    """Clients 1 and 2 of 16 GiB on a 24 GiB device with the given link. Client 1 has shown gaps
+    of `gap_s` (None: none) while it ran alone; then each ran. Now 1 holds and 2, as busy, waits:
+    its grant would bring back the room it moved out for 1."""
+    driver = Driver(tq=tq, limit=CAPACITY, answer_evictions=True)
+    driver.policy.links[0] = rates or link()
+    for cid in (1, 2):
+        driver.register(cid)
+    driver.mem(1, 16 * G, total=80 * G)
+    driver.request(1)
+    if gap_s is not None:
+        see_gap(driver, 1, gap_s)
+    driver.release(1)
+    driver.mem(2, 16 * G, total=80 * G)
+    for cid in (2, 1):  # each makes room for the other
+        driver.request(cid)
+        driver.release(cid)
+    driver.request(1)
+    busy(driver, 1, 5.0)
+    busy(driver, 2, 5.0)
+    driver.request(2)
+    driver.take_sent()
+    return driver
+
+
+def status(driver: Driver) -> dict:
+    return build_status(driver.policy, driver.now, 1_800_000_000.0, grace_ms=2000)
+
+
+def logged(driver: Driver, start: str) -> list[str]:
+    return [log.text for log in driver.logs if log.text.startswith(start)]
+
+
+def test_gaps_are_learned_from_early_releases_and_shown():
+    driver = pair(gap_s=None)
+    assert status(driver)["clients"][0]["gaps_s"] == {}
+    driver.advance(1.0)
+    hint = last_hint(driver, 1)
+    driver.release(1, reason=p.ReleaseReason.IDLE)  # 2 is granted
+    driver.advance(0.6)
+    driver.request(1)
+    gaps = {client["id"]: client["gaps_s"] for client in status(driver)["clients"]}
+    assert gaps == {1: {"0": pytest.approx(0.6 + hint / 1000, abs=0.001)}, 2: {}}
+
+
+def test_a_holder_whose_gaps_outlast_the_loan_is_hinted_to_let_go_soon():
+    driver = pair(gap_s=1.0)
+    assert LOAN_S == pytest.approx(0.857, abs=0.002)
+    assert last_hint(driver, 1) == CONTENDED_IDLE_RELEASE_MS
+    device = status(driver)["devices"][0]
+    assert device["loan_cost_s"] == pytest.approx(LOAN_S, abs=0.001)
+    assert device["loan"] is None  # nothing lent yet
+
+
+@pytest.mark.parametrize(("gap_s", "rates"), [
+    (0.5, link()),  # 0.5 s gaps beside a 0.86 s loan
+    (None, link()),  # gaps never seen
+    (0.5, link(0.5e9, 0.5e9)),  # 0.5 s gaps beside 500 MB/s moves
+])
+def test_a_holder_keeps_its_turn_where_the_loan_costs_more_than_its_gap(gap_s, rates):
+    driver = pair(gap_s=gap_s, rates=rates)
+    switch_s = rates.switch_seconds(ROOM, ROOM)
+    # Today's hint: keep the lock through gaps shorter than twice the switch.
+    assert last_hint(driver, 1) == min(round(2 * switch_s * 1000), TQ * 1000)
+    driver.advance(1.5)
+    driver.release(1, reason=p.ReleaseReason.IDLE)  # a longer gap than usual: 2 goes on
+    assert driver.holders() == [2]
+    assert "idle gap" not in logged(driver, "grant client 2")[-1]
+    driver.advance(1.0)
+    driver.request(1)  # and 1 waits for its turn, as before
+    assert driver.holders() == [2] and driver.waiters() == [1]
+    assert not [m for m in driver.take_sent(2) if isinstance(m, p.DropLock)]
+
+
+def lent(driver: Driver) -> float:
+    """Client 1 lets go 100 ms into a gap and 2 is granted in it; when 1's turn ends."""
+    until = driver.policy.devices[0].holders[1].quantum_end
+    driver.advance(0.1)
+    driver.release(1, reason=p.ReleaseReason.IDLE)
+    return until
+
+
+def test_an_early_release_lends_the_gap_until_the_lenders_turn_ends():
+    driver = pair()
+    until = lent(driver)
+    (lend,) = logged(driver, "lend client 1")
+    assert "gaps last 1.000 s" in lend
+    # 2's memory comes back beside what 1 moves out for it.
+    assert logged(driver, "evict client 1")[-1].endswith(
+        f"{ROOM // M} MiB to the host to make room for client 2 (pid 4002, proc)")
+    assert "in the idle gap of client 1" in logged(driver, "grant client 2")[-1]
+    assert driver.holders() == [2]
+    assert driver.policy.devices[0].holders[2].turn_s == TQ  # a whole turn, unless 1 comes back
+    # It fills a gap: it lets go soon after its own work, and its gaps are seen.
+    assert last_hint(driver, 2) == CONTENDED_IDLE_RELEASE_MS
+    device = status(driver)["devices"][0]
+    assert device["loan"] == {"lender": 1, "left_s": pytest.approx(until - driver.now, abs=1e-3),
+                              "borrowers": [2]}
+
+
+def test_the_lender_back_gets_the_device_within_one_move():
+    driver = pair()
+    until = lent(driver)
+    driver.take_sent()
+    driver.advance(0.9)
+    driver.request(1)  # its gap is over (or its gaps stopped): 2 drops at once
+    assert driver.take_sent(2) == [p.DropLock(0, 0, ROOM)]
+    assert driver.waiters() == [1]
+    move_s = ROOM / OUT_BPS
+    driver.advance(move_s)
+    driver.moved(2, ROOM, seconds=move_s)
+    driver.release(2)
+    (granted,) = driver.take_sent(1)
+    assert granted.flags & p.GRANT_OTHERS_RAN  # so it brings its memory back before it runs
+    back = logged(driver, "grant client 1")[-1]
+    assert "back from its idle gap" in back
+    hold = driver.policy.devices[0].holders[1]
+    assert hold.turn_s == pytest.approx(until - driver.now)  # the rest of its turn
+    assert status(driver)["devices"][0]["last_drop"] == {"client": 2, "reason": "gap"}
+    assert driver.policy.devices[0].loan is None
+
+
+def test_who_gave_the_device_back_is_next_again():
+    driver = pair()
+    driver.register(3)
+    driver.mem(3, 4 * G)
+    busy(driver, 3, 5.0)
+    lent(driver)
+    driver.request(3)  # behind 2's loan
+    driver.advance(0.9)
+    driver.request(1)
+    driver.moved(2, ROOM)
+    driver.release(2)
+    assert driver.holders() == [1] and driver.waiters() == [3]
+    driver.request(2)  # at once: it was dropped mid-work
+    assert driver.waiters() == [2, 3]
+    assert logged(driver, "request client 2")[-1].endswith(
+        "2 waiting, first again: it gave the device back to the client whose gap it filled")
+
+
+def test_a_loan_ends_with_the_lenders_turn():
+    driver = pair()
+    until = lent(driver)
+    driver.take_sent()
+    driver.now = until + 0.05  # 1 stayed away past the end of its turn, not of 2's
+    busy(driver, 1, 20.0)  # not under its share: nothing else cuts 2's turn
+    driver.request(1)
+    assert driver.holders() == [2] and driver.waiters() == [1]
+    assert not [m for m in driver.take_sent(2) if isinstance(m, p.DropLock)]
+    assert status(driver)["devices"][0]["loan"] is None
+    # 2 holds its own turn, from its grant.
+    granted_at = driver.policy.devices[0].holders[2].granted_at
+    driver.advance_to_deadline()
+    assert driver.now == pytest.approx(granted_at + TQ)
+    assert [type(m) for m in driver.take_sent(2)] == [p.DropLock]
+
+
+def test_a_lender_that_leaves_ends_the_loan():
+    driver = pair()
+    lent(driver)
+    driver.disconnect(1)
+    assert driver.policy.devices[0].loan is None
+    assert status(driver)["devices"][0]["loan"] is None
+
+
+def test_gaps_that_get_shorter_than_the_loan_end_the_lending():
+    driver = pair()
+    lent(driver)
+    driver.advance(0.2)
+    driver.request(1)  # back after 0.3 s: its gaps are 0.65 s on average now
+    driver.moved(2, ROOM)
+    driver.release(2)
+    driver.request(2)
+    assert driver.holders() == [1]
+    assert status(driver)["clients"][0]["gaps_s"] == {"0": pytest.approx(0.65)}
+    assert last_hint(driver, 1) == round(2 * driver.policy.switch_seconds(0) * 1000) > 250
+
+
+def test_a_borrower_that_lets_go_and_asks_again_still_borrows():
+    driver = pair()
+    lent(driver)
+    driver.advance(0.3)
+    driver.release(2, reason=p.ReleaseReason.IDLE)  # between two kernels; nobody waits
+    assert status(driver)["devices"][0]["loan"]["lender"] == 1  # the loan outlives the gap
+    driver.advance(0.05)
+    driver.request(2)
+    assert "in the idle gap of client 1" in logged(driver, "grant client 2")[-1]
+    driver.take_sent()
+    driver.advance(0.5)
+    driver.request(1)
+    assert [type(m) for m in driver.take_sent(2)] == [p.DropLock]
