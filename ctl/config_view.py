@@ -56,8 +56,7 @@ def config_view(config: Config) -> Group:
 
 
 def errors_view(error: ConfigError) -> Text:
-    count = len(error.problems)
-    text = Text(f"{error.path}: {count} problem{'' if count == 1 else 's'}; the scheduler "
+    text = Text(f"{error.path}: {error.words()}; the scheduler "
                 "would refuse this file as a whole\n", style="bold red")
     text.append("\n".join(error.lines()))
     return text

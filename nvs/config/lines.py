@@ -4,6 +4,10 @@ A key is found by its path: ("tq",) at the top level, ("rule", 2, "weight") in t
 [[rule]] table, ("rule", 2, "match", "user") inside that rule's match. The search reads the
 text as people write TOML (one key per line, tables under headers); where it cannot tell, it
 falls back to the enclosing table's line, and to None when even that is not found.
+
+`KeyLines` reads the text once: its lines, where the top level ends and where each [[rule]]
+table spans. A lookup then reads the top level or one rule's lines only, so finding the line of
+every rule of a file costs one pass over it, not one per rule.
 """
 
 from __future__ import annotations
@@ -27,48 +31,49 @@ def _header(key: str) -> re.Pattern:
     return re.compile(rf"^\s*\[{{1,2}}\s*(?:{re.escape(key)}|\"{re.escape(key)}\")\s*[\].]")
 
 
-def _first(lines: list[str], pattern: re.Pattern, start: int, end: int) -> int | None:
-    for index in range(start, end):
-        if pattern.search(lines[index]):
-            return index
-    return None
+class KeyLines:
+    """One file's text, read once for the lines of its keys."""
 
+    def __init__(self, text: str):
+        self.lines = text.splitlines()
+        headers = [index for index, line in enumerate(self.lines) if _HEADER.match(line)]
+        self.top_end = headers[0] if headers else len(self.lines)
+        # Each [[rule]] table: its header up to the next table that is not part of it. The
+        # search for that end stops at the next [[rule]], so each header is passed once.
+        self.rule_spans: list[tuple[int, int]] = []
+        for position, start in enumerate(headers):
+            if _RULE_HEADER.match(self.lines[start]):
+                end = next((later for later in headers[position + 1:]
+                            if not _RULE_PART.match(self.lines[later])), len(self.lines))
+                self.rule_spans.append((start, end))
 
-def _rule_span(lines: list[str], number: int) -> tuple[int, int] | None:
-    """The lines of the `number`-th [[rule]] table (from 1): its header up to the next table
-    that is not part of it."""
-    headers = [i for i, line in enumerate(lines) if _RULE_HEADER.match(line)]
-    if not 1 <= number <= len(headers):
+    def _first(self, pattern: re.Pattern, start: int, end: int) -> int | None:
+        for index in range(start, end):
+            if pattern.search(self.lines[index]):
+                return index
         return None
-    start = headers[number - 1]
-    end = next((i for i in range(start + 1, len(lines))
-                if _HEADER.match(lines[i]) and not _RULE_PART.match(lines[i])), len(lines))
-    return start, end
 
+    def line_of(self, path: tuple) -> int | None:
+        """The 1-based line where the key at `path` is given, or the nearest enclosing line."""
+        if path[0] != "rule" or len(path) == 1:
+            found = self._first(_assigns(path[0]), 0, self.top_end)
+            if found is None:
+                found = self._first(_header(path[0]), 0, len(self.lines))
+            return None if found is None else found + 1
+        if not 1 <= path[1] <= len(self.rule_spans):
+            # Rules written as an array of inline tables: point at `rule =`.
+            found = self._first(_assigns("rule"), 0, self.top_end)
+            return None if found is None else found + 1
+        start, end = self.rule_spans[path[1] - 1]
+        found = start
+        if len(path) > 2:
+            at = self._first(_assigns(path[2]), start + 1, end)
+            if at is None:
+                at = self._first(_header(f"rule.{path[2]}"), start + 1, end)
+            if at is not None:
+                found = at
+                if len(path) > 3:
+                    inner = self._first(_assigns(path[3], anywhere=True), at, end)
+                    found = at if inner is None else inner
+        return found + 1
 
-def line_of(text: str, path: tuple) -> int | None:
-    """The 1-based line where the key at `path` is given, or the nearest enclosing line."""
-    lines = text.splitlines()
-    top_end = _first(lines, _HEADER, 0, len(lines))
-    top_end = len(lines) if top_end is None else top_end
-    if path[0] != "rule" or len(path) == 1:
-        found = _first(lines, _assigns(path[0]), 0, top_end)
-        if found is None:
-            found = _first(lines, _header(path[0]), 0, len(lines))
-        return None if found is None else found + 1
-    span = _rule_span(lines, path[1])
-    if span is None:  # rules written as an array of inline tables: point at `rule =`
-        found = _first(lines, _assigns("rule"), 0, top_end)
-        return None if found is None else found + 1
-    start, end = span
-    found = start
-    if len(path) > 2:
-        at = _first(lines, _assigns(path[2]), start + 1, end)
-        if at is None:
-            at = _first(lines, _header(f"rule.{path[2]}"), start + 1, end)
-        if at is not None:
-            found = at
-            if len(path) > 3:
-                inner = _first(lines, _assigns(path[3], anywhere=True), at, end)
-                found = at if inner is None else inner
-    return found + 1

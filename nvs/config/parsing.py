@@ -1,9 +1,9 @@
 """The config file: scheduler settings, and the rules that give each client its terms.
 
-`parse(text, path)` turns the file's text into a `Config`, or raises `ConfigError` listing every
-problem with its line and key; nothing else is read or written (only user and group names are
-looked up, through `names`, which a test may replace). Values pass the same checks as on the
-command line and in gemsharectl (settings.py).
+`parse(text, path)` turns the file's text into a `Config`, or raises `ConfigError` listing its
+problems (the first MAX_LISTED_PROBLEMS) with their lines and keys; nothing else is read or
+written (only user and group names are looked up, through `names`, which a test may replace).
+Values pass the same checks as on the command line and in gemsharectl (settings.py).
 
     tq = 30                                  # settings: as the command line's, by their names
     [[rule]]                                 # rules, in order: the first that matches wins
@@ -25,7 +25,7 @@ from typing import Callable
 
 from ..core.model.terms import Identity, Terms
 from . import names as system_names
-from .lines import line_of
+from .lines import KeyLines
 from .settings import (
     CAPACITY_MIB,
     CONTEXT_RESERVE_MIB,
@@ -68,6 +68,9 @@ MATCH_KEYS = (*ID_KEYS, *NAME_KEYS, *TEXT_KEYS)
 ID_CHECKS = {name: WholeNumber(name, 0, 2 ** 32 - 2).check for name in ID_KEYS}
 # What makes a text value a pattern rather than the text itself (fnmatch's special characters).
 WILDCARD = re.compile(r"[*?\[]")
+# Problems listed with their lines; past these a refused file's further problems are counted
+# only, so that a huge bad file costs neither a search per problem nor a log line per problem.
+MAX_LISTED_PROBLEMS = 50
 
 
 @dataclass(frozen=True)
@@ -90,17 +93,33 @@ class Problem:
 
 
 class ConfigError(Exception):
-    """A file refused as a whole; `problems` says everything wrong with it, in file order."""
+    """A file refused as a whole; `problems` says what is wrong with it, in file order, and
+    `unlisted` how many more problems it has past MAX_LISTED_PROBLEMS."""
 
-    def __init__(self, path: str, problems: list[Problem]):
+    def __init__(self, path: str, problems: list[Problem], unlisted: int = 0):
         self.path = path
         self.problems = tuple(sorted(problems, key=lambda p: p.line or 0))
+        self.unlisted = unlisted
         first = self.problems[0]
         self.line, self.key, self.message = first.line, first.key, first.message
         super().__init__("; ".join(self.lines()))
 
+    @property
+    def count(self) -> int:
+        """Every problem found, listed or not."""
+        return len(self.problems) + self.unlisted
+
+    def words(self) -> str:
+        """"1 problem", "3 problems": how many, as messages say it."""
+        return f"{self.count} problem{'' if self.count == 1 else 's'}"
+
     def lines(self) -> list[str]:
-        return [problem.where(self.path) for problem in self.problems]
+        listed = [problem.where(self.path) for problem in self.problems]
+        if self.unlisted:
+            listed.append(f"{self.path}: {self.unlisted} more problem"
+                          f"{'' if self.unlisted == 1 else 's'} past the first "
+                          f"{len(self.problems)}, not listed")
+        return listed
 
 
 @dataclass(frozen=True)
@@ -154,11 +173,19 @@ class _Reader:
     """One pass over a parsed file, gathering problems instead of stopping at the first."""
 
     def __init__(self, text: str, path: str, names: Names):
-        self.text, self.path, self.names = text, path, names
+        self.lines, self.path, self.names = KeyLines(text), path, names
         self.problems: list[Problem] = []
+        self.unlisted = 0
+
+    @property
+    def failed(self) -> int:
+        return len(self.problems) + self.unlisted
 
     def refuse(self, path: tuple, key: str, message: str) -> None:
-        self.problems.append(Problem(line_of(self.text, path), key, message))
+        if len(self.problems) >= MAX_LISTED_PROBLEMS:
+            self.unlisted += 1
+            return
+        self.problems.append(Problem(self.lines.line_of(path), key, message))
 
     def checked(self, check, value, path: tuple, key: str):
         try:
@@ -179,7 +206,7 @@ class _Reader:
                 continue
             checked = self.checked(SETTING_CHECKS[key], value, (key,), key)
             if checked is not None:
-                settings[key], lines[key] = checked, line_of(self.text, (key,))
+                settings[key], lines[key] = checked, self.lines.line_of((key,))
         return Config(self.path, settings, lines, self.rules(data.get("rule", [])))
 
     def rules(self, tables) -> tuple[Rule, ...]:
@@ -191,7 +218,7 @@ class _Reader:
                      if (rule := self.rule(number, table)) is not None)
 
     def rule(self, number: int, table: dict) -> Rule | None:
-        here, before = ("rule", number), len(self.problems)
+        here, before = ("rule", number), self.failed
         for key in table.keys() - set(RULE_KEYS):
             self.refuse((*here, key), f"rule {number} {key}",
                         f"unknown key {shown(key)}{_suggestion(key, RULE_KEYS)}; a rule takes "
@@ -199,9 +226,9 @@ class _Reader:
         match = self.match(number, table.get("match"))
         values = tuple((key, self.checked(check, table[key], (*here, key), f"rule {number} {key}"))
                        for key, check in TERM_CHECKS.items() if key in table)
-        if len(self.problems) > before:
+        if self.failed > before:
             return None
-        line = line_of(self.text, here)
+        line = self.lines.line_of(here)
         return Rule(number, line, match, values,
                     f"config rule {number} ({located(self.path, line)})")
 
@@ -255,8 +282,11 @@ def parse(text: str, path: str, names: Names = Names()) -> Config:
     except tomllib.TOMLDecodeError as exc:
         line, message = _syntax_line(exc)
         raise ConfigError(path, [Problem(line, "", f"not valid TOML: {message}")]) from None
+    except RecursionError:  # arrays or inline tables nested past the parser's own stack
+        raise ConfigError(path, [Problem(None, "", "not valid TOML: arrays or tables nested "
+                                                   "too deeply")]) from None
     reader = _Reader(text, path, names)
     config = reader.config(data)
     if reader.problems:
-        raise ConfigError(path, reader.problems)
+        raise ConfigError(path, reader.problems, reader.unlisted)
     return config
