@@ -117,8 +117,7 @@ class Configuration:
 
     def refused(self, error: ConfigError, why: str) -> None:
         """A bad file: nothing changes."""
-        self.problem = f"{len(error.problems)} problem{'' if len(error.problems) == 1 else 's'}" \
-                       f": {error}"
+        self.problem = f"{error.words()}: {error}"
         kept = "the configuration loaded before stays" if self.config is not None \
             else "no config file is in force"
         for line in error.lines():
@@ -137,12 +136,14 @@ class Configuration:
                     self.path, why, time.strftime("%Y-%m-%d %H:%M:%S",
                                                   time.localtime(self.loaded_at)))
 
+    def runtime_after(self, request: SetRequest) -> dict:
+        """gemsharectl's settings as `request` would leave them; nothing changes yet."""
+        return {**({} if request.clear else self.layers.runtime), **request.values}
+
     def set(self, request: SetRequest, policy: Policy, now: float) -> list:
         """gemsharectl's setting changes, on top of everything else."""
         before = self.layers.values()
-        if request.clear:
-            self.layers.runtime.clear()
-        self.layers.runtime.update(request.values)
+        self.layers.runtime = self.runtime_after(request)
         return self._configure(policy, before, now, given=request.values)
 
     # ----- status ---------------------------------------------------------------------------

@@ -9,6 +9,11 @@ import os
 from pathlib import Path
 
 from .parsing import Config, ConfigError, Names, Problem, parse
+from .regular_file import NotReadable, read_regular
+
+# A config file is a few KiB; 1 MiB holds some 10,000 rules. Past it the file is refused
+# unread, so that reading and parsing it stay short.
+MAX_CONFIG_BYTES = 1 << 20
 
 # What changes when the file is rewritten, replaced or removed; None while there is no file.
 Signature = tuple[int, int, int, int] | None
@@ -16,14 +21,11 @@ Signature = tuple[int, int, int, int] | None
 
 def read(path: Path, names: Names = Names()) -> Config:
     """The file's Config; FileNotFoundError when there is no file, ConfigError when it cannot
-    be read or is not valid."""
+    be read (not a regular file, too big) or is not valid."""
     try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise
-    except OSError as exc:
-        raise ConfigError(str(path), [Problem(None, "", f"cannot read it: "
-                                                        f"{exc.strerror or exc}")]) from None
+        data = read_regular(path, MAX_CONFIG_BYTES)
+    except NotReadable as exc:
+        raise ConfigError(str(path), [Problem(None, "", str(exc))]) from None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:

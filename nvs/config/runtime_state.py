@@ -6,6 +6,11 @@ synced and renamed over it, so a crash leaves the old file or the new one, never
 When the directory cannot be written the changes still apply, until the scheduler stops; the
 reason is kept in `problem` for the log and for status.
 
+Whatever is found in the directory, the scheduler starts: the file is read only when it is a
+regular file of a bounded size holding JSON of a bounded depth, and anything else is ignored
+with one warning. Copies left half-written by a scheduler that stopped while saving
+(`.settings.json.*`) are removed when it starts again.
+
 Blocking: the server calls load and save off the event loop.
 """
 
@@ -18,13 +23,17 @@ import os
 import tempfile
 from pathlib import Path
 
-from ..protocol import Mode
+from ..protocol import MAX_JSON_DEPTH, Mode, json_depth
 from .layers import LIVE
 from .parsing import SETTING_CHECKS
+from .regular_file import NotReadable, kind_of, read_regular
 
 log = logging.getLogger("gemshare.scheduler")
 
 FILE_NAME = "settings.json"
+TEMPORARY_PREFIX = f".{FILE_NAME}."  # a copy being written, before it is renamed into place
+# The file holds a handful of settings: a few hundred bytes.
+MAX_STATE_BYTES = 64 << 10
 
 
 def as_json(value):
@@ -42,6 +51,18 @@ class StateFile:
     def _why_not_writable(self) -> str | None:
         if self.directory is None:
             return "no state directory was given (--state-dir)"
+        try:
+            return self._blocker()
+        except OSError as exc:
+            return f"cannot look at {self.directory}: {exc.strerror or exc}"
+
+    def _blocker(self) -> str | None:
+        """What stands in the way of writing the file, seen without writing anything."""
+        if self.directory.exists() and not self.directory.is_dir():
+            return f"{self.directory} is not a directory"
+        kind = self._file_kind()
+        if kind == "a directory":  # a rename cannot replace it, so no change could be kept
+            return f"{self.path} is {kind}, not a file; remove it"
         # The directory is made at the first change; until then its nearest existing parent
         # must let it be made.
         place = self.directory
@@ -51,19 +72,27 @@ class StateFile:
             return f"{place} is not writable by the scheduler"
         return None
 
+    def _file_kind(self) -> str | None:
+        """What the state file is when it is there but not a regular file; else None."""
+        try:
+            return kind_of(os.lstat(self.path).st_mode)
+        except OSError:
+            return None
+
     def load(self) -> dict:
         """The settings kept from the last run; entries that are no longer valid are left out
-        with a warning, and an unreadable file counts as empty."""
+        with a warning, and an unreadable file counts as empty (with one warning, or none where
+        `problem` already says why). Copies an earlier run left half-written are removed."""
         if self.path is None:
             return {}
+        self._remove_leftovers()
         try:
-            saved = json.loads(self.path.read_text(encoding="utf-8")).get("settings", {})
-            if not isinstance(saved, dict):
-                raise ValueError("'settings' is not an object")
+            saved = self._read()
         except FileNotFoundError:
             return {}
-        except (OSError, ValueError, AttributeError) as exc:
-            log.warning("ignoring the settings kept in %s: cannot read them (%s)", self.path, exc)
+        except (NotReadable, ValueError) as exc:
+            if self.problem is None:  # else the warning of `problem` says it (announce)
+                log.warning("ignoring the settings kept in %s: %s", self.path, exc)
             return {}
         kept = {}
         for name, value in saved.items():
@@ -75,6 +104,38 @@ class StateFile:
                 log.warning("ignoring a setting kept in %s: %s", self.path, exc)
         return kept
 
+    def _read(self) -> dict:
+        """The file's "settings" object; ValueError or NotReadable when it does not hold one."""
+        data = read_regular(self.path, MAX_STATE_BYTES)
+        try:
+            document = json.loads(data.decode("utf-8"))
+        except RecursionError:
+            raise ValueError(f"its JSON nests more than {MAX_JSON_DEPTH} levels deep") from None
+        if json_depth(document) > MAX_JSON_DEPTH:
+            raise ValueError(f"its JSON nests more than {MAX_JSON_DEPTH} levels deep")
+        saved = document.get("settings", {}) if isinstance(document, dict) else None
+        if not isinstance(saved, dict):
+            raise ValueError("it is not an object with a 'settings' object in it")
+        return saved
+
+    def _remove_leftovers(self) -> None:
+        """Remove the copies being written when an earlier scheduler stopped: nothing else
+        writes here, and they would pile up with every crash."""
+        removed = 0
+        try:
+            with os.scandir(self.directory) as entries:
+                for entry in entries:
+                    if entry.name.startswith(TEMPORARY_PREFIX) and \
+                            entry.is_file(follow_symlinks=False):
+                        with contextlib.suppress(OSError):
+                            os.unlink(entry.path)
+                            removed += 1
+        except OSError:
+            return  # no directory yet, or not one to list: nothing was left there
+        if removed:
+            log.info("removed %d unfinished cop%s of %s left by an earlier run", removed,
+                     "y" if removed == 1 else "ies", self.path)
+
     def save(self, values: dict) -> bool:
         """Replace the file with `values`; False (and `problem` says why) when it cannot be."""
         if self.directory is None:
@@ -83,7 +144,7 @@ class StateFile:
         temporary = None
         try:
             self.directory.mkdir(mode=0o755, parents=True, exist_ok=True)
-            with tempfile.NamedTemporaryFile("w", dir=self.directory, prefix=f".{FILE_NAME}.",
+            with tempfile.NamedTemporaryFile("w", dir=self.directory, prefix=TEMPORARY_PREFIX,
                                              delete=False, encoding="utf-8") as out:
                 temporary = out.name
                 out.write(text + "\n")
