@@ -240,6 +240,9 @@ class Settings:
     # A connection must say what it is (REGISTER or CONTROL) within this time, so that silent
     # connections cannot hold the connection slots.
     first_frame_seconds: float = 10.0
+    # A control connection that sends no request for this long is closed, so that connections
+    # left open hold no control slot for good (gemsharectl opens one per request).
+    control_idle_seconds: float = 60.0
 
     def clients_per_user(self) -> int:
         """The per-user cap in force: as given, else a share of max_clients; never above it."""

@@ -2,15 +2,23 @@
 
 --max-clients bounds everyone together; a user (root aside) may also hold at most
 `Settings.clients_per_user()` registered clients, and as many connections again that have not
-yet said what they are, so that another user, and root, always find room to register. Control
-connections have their own cap (--max-clients plus it bounds every connection).
+yet said what they are, so that another user, and root, always find room to register.
+
+Control connections have their own cap (--max-clients plus it bounds every connection), shared
+the same way: a user outside the control group may hold an eighth of it, and such users together
+all but a quarter, which stays for root and the control group; root is held to none of it, the
+control group to the whole cap.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
+from ..wire.conversation import CONTROL
+
 ROOT = 0
+CONTROL_PER_USER_SHARE = 8  # one user outside the control group: an eighth of the cap
+CONTROL_KEPT_SHARE = 4  # a quarter kept for root and the control group
 
 
 def refusal(conns: Iterable, uid: int, user: str, kind: str | None, cap: int) -> str | None:
@@ -28,3 +36,36 @@ def refusal(conns: Iterable, uid: int, user: str, kind: str | None, cap: int) ->
     return (f"{who} already has {held} clients, the most one user may have "
             f"(--max-clients-per-user {cap}); end some of them or ask the administrator to "
             "raise the cap")
+
+
+def control_room(cap: int) -> tuple[int, int]:
+    """(per user, for all users together) outside the control group, of `cap` control
+    connections."""
+    kept = max(1, cap // CONTROL_KEPT_SHARE)
+    return max(1, cap // CONTROL_PER_USER_SHARE), max(1, cap - kept)
+
+
+def control_refusal(conns: Iterable, uid: int, privileged: bool, cap: int) -> str | None:
+    """Why a connection of `uid` may not become a control connection beside the open `conns`
+    (each with .uid, .kind and .privileged: root or the control group); None when there is
+    room."""
+    if uid == ROOT:
+        return None
+    controls = [conn for conn in conns if conn.kind == CONTROL]
+    if len(controls) >= cap:
+        return (f"the scheduler already has {len(controls)} control connections open, its "
+                "limit; try again later")
+    if privileged:
+        return None
+    per_user, together = control_room(cap)
+    unprivileged = [conn for conn in controls if not conn.privileged]
+    mine = sum(1 for conn in unprivileged if conn.uid == uid)
+    if mine >= per_user:
+        return (f"uid {uid} already has {mine} control connections open, the most one user "
+                f"outside the control group may have; close one (a gemsharectl left running?) "
+                "or try again later")
+    if len(unprivileged) >= together:
+        return (f"users outside the control group already have {len(unprivileged)} control "
+                "connections open, all they may have together (the rest is kept for root and "
+                "the control group); try again later")
+    return None

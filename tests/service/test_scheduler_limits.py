@@ -8,7 +8,6 @@ from trio_peer import Peer
 
 from gemshare_nvs import protocol as p
 from gemshare_nvs.config.settings import (
-    DEFAULT_MAX_CONTROL,
     DEFAULT_MAX_REQUEST_BYTES,
     DEFAULT_OUTGOING_BYTES,
 )
@@ -128,30 +127,3 @@ async def test_incoming_frame_over_the_request_limit_is_refused_unread(inprocess
     await ok.send_raw(p.HEADER.pack(p.MAGIC, p.VERSION, p.MsgType.CONTROL, len(fits), 5) + fits)
     reply, seq = await ok.recv_with_seq()
     assert seq == 5 and reply.body["ok"] is True
-
-
-async def test_control_connections_are_capped_with_a_clear_refusal(inprocess_scheduler, caplog):
-    caplog.set_level(logging.INFO, "gemshare.scheduler")
-    running = await inprocess_scheduler()
-    open_ones = []
-    for _ in range(DEFAULT_MAX_CONTROL):
-        peer = await Peer.connect(running.socket)
-        assert (await peer.control({"op": "status"}))["ok"] is True
-        open_ones.append(peer)
-    extra = await Peer.connect(running.socket)
-    await extra.send(p.Control({"op": "status"}))
-    error, = await extra.closed_after()
-    assert error.code == p.ErrorCode.TOO_MANY_CLIENTS
-    assert f"{DEFAULT_MAX_CONTROL} control connections" in error.text
-    assert "control connections open" in caplog.text
-    client = await Peer.connect(running.socket)  # clients are counted apart
-    await client.register("client")
-    await open_ones.pop().aclose()
-    with trio.fail_after(DEADLINE):
-        while True:
-            again = await Peer.connect(running.socket)
-            await again.send(p.Control({"op": "status"}))
-            reply = await again.recv()
-            if isinstance(reply, p.ControlReply):
-                break
-            await trio.sleep(0.01)  # the closed one may not be forgotten yet
