@@ -66,12 +66,12 @@ def request(path: Path, body: dict, timeout: float, refused: str = "refused the 
     """Send one control request; returns the reply if it says ok, else raises CtlError (whose
     message says the scheduler `refused` when it found the request invalid).
 
-    The request carries the moment this gives up waiting for the reply, so that a scheduler
-    that reaches it later (stopped, overloaded) drops it instead of doing what was reported as
-    failed."""
+    The request carries a deadline a margin before this gives up waiting for the reply, so
+    that a scheduler that reaches it later (stopped, overloaded) drops it instead of doing what
+    was reported as failed, and one that applies it has the margin to get the reply here."""
     with _connect(path, timeout) as connection:
         try:
-            deadline = control.now_ms() + int(timeout * 1000)
+            deadline = control.sender_deadline(timeout)
             reply = connection.request({**body, control.DEADLINE_KEY: deadline})
         except SchedulerUnavailable as exc:
             raise CtlError(f"{exc}. Check the scheduler's log (journalctl -u gemshare-scheduler).",

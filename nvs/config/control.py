@@ -28,6 +28,10 @@ PID = WholeNumber("pid", 1, 1 << 22)  # the kernel's largest pid_max
 DEADLINE_KEY = "deadline_ms"
 DEADLINE_CLOCK = time.CLOCK_MONOTONIC
 DEADLINE = WholeNumber(DEADLINE_KEY, 0, (1 << 63) - 1)
+# A sender's deadline comes this share of its wait before it gives up (at most the cap): room
+# for the reply to reach it, and for it to be read, when either machine side is busy.
+DEADLINE_MARGIN_SHARE = 4
+DEADLINE_MARGIN_MAX_MS = 1000
 
 
 class Refused(Exception):
@@ -58,6 +62,14 @@ class ClientRequest:
 def now_ms() -> int:
     """The deadline clock's time now."""
     return time.clock_gettime_ns(DEADLINE_CLOCK) // 1_000_000
+
+
+def sender_deadline(wait_seconds: float) -> int:
+    """The deadline to send with a request whose sender waits `wait_seconds` for the reply
+    from now: a margin before it gives up, so that a change is either applied in time for its
+    reply to be read, or not at all."""
+    wait_ms = int(wait_seconds * 1000)
+    return now_ms() + wait_ms - min(wait_ms // DEADLINE_MARGIN_SHARE, DEADLINE_MARGIN_MAX_MS)
 
 
 def take_deadline(body: dict) -> int | None:

@@ -51,23 +51,23 @@ class Connection:
     def send(self, message) -> int:
         """Send one message; returns the sequence number it carried."""
         self._seq = (self._seq + 1) & protocol.MAX_SEQ
-        self._sock.sendall(protocol.encode(message, self._seq))
+        self.send_raw(protocol.encode(message, self._seq))
         return self._seq
 
     def send_raw(self, data: bytes) -> None:
+        self._sock.settimeout(self.timeout)  # recv may have left it at none
         self._sock.sendall(data)
 
     def recv(self, timeout: float | None = None):
         """The next (message, seq); raises SchedulerUnavailable if the scheduler hangs up."""
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
         while (item := self._decoder.next()) is None:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError(f"no answer from the scheduler on {self.path} in time")
-            self._sock.settimeout(remaining)
+            # Past the deadline one last look, without waiting: an answer that came in time
+            # counts even when this process was slow to get to it.
+            self._sock.settimeout(max(0.0, deadline - time.monotonic()))
             try:
                 data = self._sock.recv(65536)
-            except socket.timeout:
+            except (socket.timeout, BlockingIOError):
                 raise TimeoutError(f"no answer from the scheduler on {self.path} in time") from None
             except ConnectionResetError:
                 data = b""

@@ -1,8 +1,14 @@
 """`deadline_ms` in a control request: the sender's deadline on the monotonic clock. Past it
 the request is dropped, not applied; without it a request is valid as it always was."""
 
+import json
 import time
 
+import pytest
+import trio
+from trio_peer import Peer
+
+from gemshare_nvs import protocol as p
 from gemshare_nvs.config import control
 
 
@@ -48,3 +54,30 @@ def test_deadline_that_is_not_a_whole_number_is_refused(scheduler):
 def test_the_shared_clock_is_the_monotonic_one():
     before = now_ms()
     assert before <= control.now_ms() <= now_ms()
+
+
+async def wait_until(condition) -> None:
+    with trio.fail_after(30):  # only catches hangs
+        while not condition():
+            await trio.sleep(0.02)
+
+
+@pytest.mark.parametrize("wait_ms, applied", [(300, False), (30_000, True)],
+                         ids=["its deadline passes meanwhile", "in time"])
+async def test_a_change_held_up_by_a_slow_save_applies_only_before_its_deadline(
+        inprocess_scheduler, short_tmp_dirs, wait_ms, applied):
+    running = await inprocess_scheduler(state_dir=short_tmp_dirs())
+    server = running.server
+    peer = await Peer.connect(running.socket)
+    deadline = control.now_ms() + wait_ms
+    async with server._saving:  # an earlier change still being written: a slow disk
+        await peer.send(p.Control({"op": "set", "tq": 7, "deadline_ms": deadline}))
+        await wait_until(lambda: server._saving.statistics().tasks_waiting == 1)
+        if not applied:
+            await wait_until(lambda: control.now_ms() > deadline)
+        assert server.policy.tq == 30  # nothing applies before its turn to be written
+    reply = (await peer.recv()).body
+    assert reply["ok"] is applied, reply
+    assert server.policy.tq == (7 if applied else 30)
+    kept = json.loads(server.configuration.state.path.read_text())["settings"]
+    assert kept == ({"tq": 7} if applied else {})
