@@ -6,31 +6,35 @@ Also runnable as `python -m gemshare_nvs.daemon`.
 
 from __future__ import annotations
 
-import logging
-import signal
-import sys
-import time
+from .service import early_signals
 
-import trio
+# First, before the imports below take their while: a SIGHUP meanwhile must not kill the start.
+early_signals.hold()
 
-from .config.configuration import Configuration
-from .config.parsing import ConfigError
-from .config.settings import Settings
-from .observe.metrics import registry_for
-from .observe.metrics_http import bind_metrics
-from .observe.metrics_http import serve as serve_metrics
-from .observe.tcp_address import AddressError
-from .observe.summary import summary_line
-from .service import command_line, fd_limits, journal, sdnotify
-from .service.gpus import Gpus
-from .service.log_rate import PeerRateLimit
-from .service.server import Server
-from .wire.listener import ListenerError, Listening, open_listener
+import logging  # noqa: E402
+import signal  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+
+import trio  # noqa: E402
+
+from .config.configuration import Configuration  # noqa: E402
+from .config.parsing import ConfigError  # noqa: E402
+from .config.settings import Settings  # noqa: E402
+from .observe.metrics import registry_for  # noqa: E402
+from .observe.metrics_http import bind_metrics  # noqa: E402
+from .observe.metrics_http import serve as serve_metrics  # noqa: E402
+from .observe.summary import summary_line  # noqa: E402
+from .observe.tcp_address import AddressError  # noqa: E402
+from .service import command_line, fd_limits, journal, sdnotify  # noqa: E402
+from .service.gpus import Gpus  # noqa: E402
+from .service.log_rate import PeerRateLimit  # noqa: E402
+from .service.server import Server  # noqa: E402
+from .wire.listener import ListenerError, Listening, open_listener  # noqa: E402
 
 log = logging.getLogger("gemshare.scheduler")
 
-HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
-IGNORED_UNTIL_RUNNING = (signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, *early_signals.HELD)
 
 
 def setup_logging(debug: bool) -> PeerRateLimit:
@@ -64,6 +68,8 @@ async def run(settings: Settings, configuration: Configuration,
     # Signals are caught before the socket exists, so a SIGTERM that follows the first
     # connection always ends in a clean exit.
     with trio.open_signal_receiver(*HANDLED_SIGNALS) as signals:
+        for signum in early_signals.replay():
+            log.info("%s came while starting: acting on it now", signal.Signals(signum).name)
         gpus = Gpus()
         log.info("GPU information: %s", "from NVML" if gpus.available else gpus.reason)
         configuration.announce()
@@ -143,7 +149,7 @@ async def _watchdog(interval: float) -> None:
 async def _flush_periodically(rate_limit: PeerRateLimit) -> None:
     """Say how many lines each noisy peer had left out, also when it has gone quiet."""
     while True:
-        await trio.sleep(rate_limit.window)
+        await trio.sleep(rate_limit.report_seconds)
         rate_limit.flush()
 
 
@@ -156,9 +162,6 @@ def _notify(state: str) -> None:
 
 
 def main(argv=None) -> int:
-    # Until the signal receiver is in place, a SIGHUP or SIGUSR1 sent early must not kill us.
-    for signum in IGNORED_UNTIL_RUNNING:
-        signal.signal(signum, signal.SIG_IGN)
     settings = command_line.read(argv)
     rate_limit = setup_logging(settings.debug)
     fit_connections(settings)

@@ -6,7 +6,8 @@ will not do) and returns once it accepts connections. Options become command-lin
 `tq=1, grace_ms=500, anti_thrash="off", debug=True` -> `--tq 1 --grace-ms 500 --anti-thrash off
 --debug`. Keyword-only extras: `env={...}` adds environment variables, `directory=` uses a
 directory you made (the socket is `directory/scheduler.sock`), `wrapper=[...]` puts a command in
-front (it must exec the rest), `pass_fds=` keeps descriptors open in the child. Everything
+front (it must exec the rest), `pass_fds=` keeps descriptors open in the child, `wait=False`
+returns at once (call `.wait_until_accepting()` when it should be listening). Everything
 started is stopped at teardown. A test scheduler reads `gemshare.toml` and keeps its settings in
 `state/` of its own directory, never the machine's, unless `config=` or `state_dir=` say where.
 
@@ -93,7 +94,7 @@ class RunningScheduler:
     """A gemshare-scheduler process of a test."""
 
     def __init__(self, directory: Path, env: dict | None = None, wrapper: list[str] = (),
-                 pass_fds=(), **options):
+                 pass_fds=(), wait: bool = True, **options):
         self.directory = directory
         self.socket = directory / "scheduler.sock"
         self._log_path = directory / "scheduler.log"
@@ -102,6 +103,10 @@ class RunningScheduler:
             [*wrapper, *scheduler_command(self.socket, **options)], stdin=subprocess.DEVNULL,
             stdout=self._log_file, stderr=subprocess.STDOUT, cwd=REPO,
             env=scheduler_environment(env), pass_fds=pass_fds)
+        if wait:
+            self.wait_until_accepting()
+
+    def wait_until_accepting(self) -> None:
         try:
             wait_until_accepting(self.socket, self.process, self._log_path)
         except BaseException:

@@ -70,6 +70,10 @@ class Conn:
     queued_bytes: int = 0  # and their bytes
     user: str = ""  # the peer's user and group names, as config rules match them
     group: str = ""
+    # Whether the peer may change settings (root or the control group), and why not; looked
+    # up when it becomes a control connection.
+    privileged: bool = False
+    unprivileged_why: str = ""
 
     @property
     def pid(self) -> int:
@@ -83,8 +87,23 @@ class Conn:
     def gid(self) -> int:
         return self.peer.gid
 
+    @property
+    def peer_key(self) -> str:
+        """Whose budget of log lines this connection's doings spend (log_rate.py): its uid's,
+        since a user may open any number of connections."""
+        return peer_key(self.uid)
+
     def __str__(self) -> str:
         return f"connection {self.id} (pid {self.pid}, uid {self.uid})"
+
+
+def peer_key(uid: int) -> str:
+    return f"uid {uid}"
+
+
+def caused_by(key: str | None) -> dict:
+    """logging's `extra` for a line that `key`'s doings caused: it spends that peer's budget."""
+    return {} if key is None else {"peer": key}
 
 
 # Each client message as the policy event it is: (policy, connection, message, now) -> actions.
@@ -158,7 +177,7 @@ class Server:
             except OSError as exc:
                 if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
                     log.warning("accept failed (%s); retrying shortly", exc.strerror,
-                                extra={"peer": "the listening socket"})
+                                extra=caused_by("the listening socket"))
                     await trio.sleep(ACCEPT_BACKOFF)
                     continue
                 if exc.errno in (errno.ECONNABORTED, errno.EPROTO):
@@ -174,7 +193,7 @@ class Server:
 
     def _start_refusal(self, nursery: trio.Nursery, sock, cid: int, peer: str,
                        why: str) -> None:
-        log.warning("refused connection %d: %s", cid, why, extra={"peer": peer})
+        log.warning("refused connection %d: %s", cid, why, extra=caused_by(peer))
         if self._refusing >= MAX_REFUSING:
             sock.close()
             return
@@ -198,7 +217,8 @@ class Server:
         try:
             peer = peer_credentials(sock)
         except OSError as exc:
-            log.warning("connection %d dropped: no peer credentials (%s)", cid, exc.strerror)
+            log.warning("connection %d dropped: no peer credentials (%s)", cid, exc.strerror,
+                        extra=caused_by("connections without credentials"))
             sock.close()
             return
         why = fair_slots.refusal(self.conns.values(), peer.uid, "", None,
@@ -207,7 +227,7 @@ class Server:
             why = (f"the scheduler already has {len(self.conns)} connections; try again later "
                    "or raise --max-clients")
         if why is not None:
-            log.warning("refused connection %d: %s", cid, why, extra={"peer": f"uid {peer.uid}"})
+            log.warning("refused connection %d: %s", cid, why, extra=caused_by(peer_key(peer.uid)))
             self._refusing += 1
             await self._refuse(sock, why)
             return
@@ -223,11 +243,9 @@ class Server:
                     conn.reader.deadline = trio.current_time() + self.settings.first_frame_seconds
                     with conn.reader:
                         await self._read_loop(conn)
-                    if conn.kind is None and conn.ending is None:
-                        self._apply([Close(conn.id, "no REGISTER or CONTROL within "
-                                           f"{self.settings.first_frame_seconds:g} s of "
-                                           "connecting", p.ErrorCode.PROTOCOL)])
-                    self._apply(self._forget(conn))
+                    if conn.ending is None:
+                        self._ran_out_of_time(conn)
+                    self._apply(self._forget(conn), conn.peer_key)
                     conn.outbox.close()  # the writer sends what is queued, then ends
                     conn.scope.deadline = trio.current_time() + FLUSH_SECONDS
         except Exception:
@@ -235,10 +253,23 @@ class Server:
             log.exception("internal error serving %s; closing it", conn)
             conn.ending = "internal error"
         finally:
-            self._apply(self._forget(conn))
+            self._apply(self._forget(conn), conn.peer_key)
             sock.close()
             del self.conns[cid]
-            log.debug("%s closed: %s", conn, conn.ending or "closed")
+            log.debug("%s closed: %s", conn, conn.ending or "closed",
+                      extra=caused_by(conn.peer_key))
+
+    def _ran_out_of_time(self, conn: Conn) -> None:
+        """The reader's deadline passed: the first frame's, or a control connection's idle
+        one."""
+        if conn.kind is None:
+            self._apply([Close(conn.id, "no REGISTER or CONTROL within "
+                               f"{self.settings.first_frame_seconds:g} s of connecting",
+                               p.ErrorCode.PROTOCOL)])
+        elif conn.kind == CONTROL:
+            conn.ending = f"no request within {self.settings.control_idle_seconds:g} s"
+            log.info("closing %s: %s, so that it holds no control slot", conn, conn.ending,
+                     extra=caused_by(conn.peer_key))
 
     async def _read_loop(self, conn: Conn) -> None:
         while True:
@@ -249,7 +280,8 @@ class Server:
             if not data:
                 if conn.decoder.inside_frame:  # worth a line: a peer that crashed or misframes
                     log.info("%s (%s) closed by the peer inside a frame", conn,
-                             conn.kind or "before its first frame")
+                             conn.kind or "before its first frame",
+                             extra=caused_by(conn.peer_key))
                 conn.ending = conn.ending or ("closed by the peer inside a frame"
                                               if conn.decoder.inside_frame
                                               else "closed by the peer")
@@ -262,7 +294,7 @@ class Server:
                         break
                     await self._dispatch(conn, *item)
                 except p.ProtocolError as exc:
-                    self._apply([Close(conn.id, str(exc), exc.code)])
+                    self._apply([Close(conn.id, str(exc), exc.code)], conn.peer_key)
                     return
                 if conn.ending:
                     return
@@ -282,7 +314,7 @@ class Server:
     async def _dispatch(self, conn: Conn, message, seq: int) -> None:
         kind = next_kind(conn.kind, message)
         if kind == CONTROL and conn.kind is None:
-            self._check_control_room()
+            await self._admit_control(conn)
         if type(message) is p.Register:
             conn.user, conn.group = await trio.to_thread.run_sync(names_of, conn.uid, conn.gid)
             # Checked and counted with no wait between, so that registrations of one user at
@@ -294,7 +326,7 @@ class Server:
         conn.kind = kind
         conn.reader.deadline = math.inf  # it has said what it is: no first-frame deadline
         if type(message) is p.Ping:  # liveness: answered here, at once; the policy never hears
-            self._apply([Send(conn.id, p.Pong(message.token))])
+            self._apply([Send(conn.id, p.Pong(message.token))], conn.peer_key)
             return
         event = POLICY_EVENTS.get(type(message))
         if event is not None:
@@ -302,16 +334,21 @@ class Server:
         else:
             reply = await self._control(conn, message.body)
             actions = [Send(conn.id, _Reply(reply, seq))]
-        self._apply(actions)
+            # Idle from now on: a connection that asks nothing more gives its slot back.
+            conn.reader.deadline = trio.current_time() + self.settings.control_idle_seconds
+        self._apply(actions, conn.peer_key)
 
-    def _check_control_room(self) -> None:
+    async def _admit_control(self, conn: Conn) -> None:
         """Control connections are capped on their own, so that the replies being built and
-        queued at once stay bounded whatever the client limit."""
-        open_now = sum(1 for other in self.conns.values() if other.kind == CONTROL)
-        if open_now >= self.settings.max_control:
-            raise p.ProtocolError(f"the scheduler already has {open_now} control connections "
-                                  "open, its limit; try again later",
-                                  p.ErrorCode.TOO_MANY_CLIENTS)
+        queued at once stay bounded whatever the client limit, and shared so that no user
+        outside the control group can take them all (fair_slots.py)."""
+        conn.privileged, conn.unprivileged_why = await trio.to_thread.run_sync(
+            may_control, conn.uid, conn.gid, conn.peer.groups, self.settings.control_group)
+        # Checked and counted (the caller sets the kind) with no wait between.
+        why = fair_slots.control_refusal(self.conns.values(), conn.uid, conn.privileged,
+                                         self.settings.max_control)
+        if why is not None:
+            raise p.ProtocolError(why, p.ErrorCode.TOO_MANY_CLIENTS)
 
     async def _control(self, conn: Conn, body: dict) -> dict:
         try:
@@ -319,47 +356,55 @@ class Server:
             op = control.operation(body)
             if op == "status":
                 return {"ok": True, "status": await self.status()}
-            allowed, why = await trio.to_thread.run_sync(
-                may_control, conn.uid, conn.gid, conn.peer.groups, self.settings.control_group)
-            if not allowed:
-                raise control.Refused("permission", why)
-            # The last check before anything changes: nothing below waits before applying.
-            control.check_deadline(deadline, op)
+            if not conn.privileged:
+                raise control.Refused("permission", conn.unprivileged_why)
+            control.check_deadline(deadline, op)  # checked again right before anything changes
             if op == "set":
-                return await self._set(conn, control.parse_set(body))
+                return await self._set(conn, control.parse_set(body), deadline)
             if op == "client":
                 return self._client(conn, control.parse_client(body))
             control.parse_reload(body)
-            return await self._reload_op(conn)
+            return await self._reload_op(conn, deadline)
         except control.Refused as refusal:
             if refusal.code == "expired":
                 log.warning("control %s: dropped a request its sender gave up on: %s", conn,
-                            refusal, extra={"peer": f"uid {conn.uid}"})
+                            refusal, extra=caused_by(conn.peer_key))
             else:
-                log.info("control %s refused: %s", conn, refusal)
+                log.info("control %s refused: %s", conn, refusal, extra=caused_by(conn.peer_key))
             return refusal.reply()
 
-    async def _set(self, conn: Conn, request: control.SetRequest) -> dict:
-        log.info("control %s: set %s", conn, ", ".join(
-            [*(["clear"] if request.clear else []),
-             *(f"{k}={as_json(v)}" for k, v in request.values.items())]))
-        self._apply(self.configuration.set(request, self.policy, trio.current_time()))
+    async def _set(self, conn: Conn, request: control.SetRequest, deadline: int | None) -> dict:
+        """Write the change to the state file first, then apply it and reply with no wait
+        between: a slow disk delays the change, but cannot make it happen after the sender's
+        deadline, when it has reported that nothing changed."""
+        async with self._saving:  # one change at a time, in the order asked
+            kept = await self._keep_settings(self.configuration.runtime_after(request))
+            try:
+                control.check_deadline(deadline, "set")
+            except control.Refused:
+                if kept:  # the file goes back to what stays in force
+                    await self._keep_settings(dict(self.configuration.layers.runtime))
+                raise
+            log.info("control %s: set %s", conn, ", ".join(
+                [*(["clear"] if request.clear else []),
+                 *(f"{k}={as_json(v)}" for k, v in request.values.items())]),
+                extra=caused_by(conn.peer_key))
+            self._apply(self.configuration.set(request, self.policy, trio.current_time()),
+                        conn.peer_key)
         reply = {"ok": True, "tq": self.policy.tq, "anti_thrash": self.policy.mode.label}
         if "min_slice_ms" in request.values or request.clear:
             reply["min_slice_ms"] = self.configuration.layers.value("min_slice_ms")
-        if not await self._keep_settings() and self.settings.state_dir is not None:
+        if not kept and self.settings.state_dir is not None:
             reply["temporary"] = self.configuration.state.problem
         return reply
 
-    async def _keep_settings(self) -> bool:
-        """Write gemsharectl's settings to the state file; whether they were kept."""
+    async def _keep_settings(self, values: dict) -> bool:
+        """Write `values`, gemsharectl's settings, to the state file; whether they were kept."""
         state = self.configuration.state
         if state.directory is None:
             return False
-        async with self._saving:  # FIFO: the last change is the last written
-            before = state.problem
-            values = dict(self.configuration.layers.runtime)
-            kept = await trio.to_thread.run_sync(state.save, values)
+        before = state.problem
+        kept = await off_loop(state.save, values)
         if not kept and state.problem != before:
             self.configuration.warn_temporary()
         elif kept and before:
@@ -374,39 +419,49 @@ class Server:
             raise control.Refused("invalid", f"{exc}; nothing was changed") from None
         log.info("control %s: client pid %d %s", conn, request.pid, ", ".join(
             [*(["reset"] if request.reset else []),
-             *(f"{k}={'none' if v is None else v}" for k, v in request.values.items())]))
-        self._apply(actions)
+             *(f"{k}={'none' if v is None else v}" for k, v in request.values.items())]),
+            extra=caused_by(conn.peer_key))
+        self._apply(actions, conn.peer_key)
         return {"ok": True, "pid": request.pid, "reset": request.reset, **request.values}
 
-    async def _reload_op(self, conn: Conn) -> dict:
-        problem = await self.reload(f"asked by {conn}")
+    async def _reload_op(self, conn: Conn, deadline: int | None) -> dict:
+        problem = await self.reload(f"asked by {conn}", deadline, conn.peer_key)
         if problem is not None:
             raise control.Refused("invalid", problem)
         return {"ok": True, "config": self.configuration.status()["config"]}
 
     # ----- the config file ------------------------------------------------------------------
 
-    async def reload(self, why: str) -> str | None:
+    async def reload(self, why: str, deadline: int | None = None,
+                     cause: str | None = None) -> str | None:
         """Read the config file and put it in force if it is good; else keep what is in force.
-        None when it was loaded, else what kept it out."""
+        None when it was loaded, else what kept it out. A good file read after `deadline` (a
+        control request's) is not put in force: control.Refused ("expired")."""
         path = self.settings.config
         if path is None:
-            log.info("reload (%s): this scheduler runs without a config file", why)
+            log.info("reload (%s): this scheduler runs without a config file", why,
+                     extra=caused_by(cause))
             return ("it runs without a config file (started with --config \"\"), so there is "
                     "nothing to read; start it with --config FILE to have one")
         async with self._reloading:
             # Taken before reading: a change made while reading is seen at the next poll.
-            signature = await trio.to_thread.run_sync(config_file.signature, path)
-            self.configuration.signature = signature
+            seen_before = self.configuration.signature
+            self.configuration.signature = await off_loop(config_file.signature, path)
             try:
-                config = await trio.to_thread.run_sync(config_file.read, path)
+                config = await off_loop(config_file.read, path)
             except FileNotFoundError:
                 self.configuration.vanished(why)
                 return f"{path} does not exist; the configuration in force stays"
             except ConfigError as error:
                 self.configuration.refused(error, why)
                 return f"{error}; the configuration in force stays"
-            self._apply(self.configuration.loaded(config, self.policy, trio.current_time(), why))
+            try:
+                control.check_deadline(deadline, "reload")
+            except control.Refused:
+                self.configuration.signature = seen_before  # the watcher still takes it in
+                raise
+            self._apply(self.configuration.loaded(config, self.policy, trio.current_time(), why),
+                        cause)
             return None
 
     async def _watch_config(self) -> None:
@@ -414,7 +469,7 @@ class Server:
         path = self.settings.config
         while True:
             await trio.sleep(CONFIG_POLL_SECONDS)
-            signature = await trio.to_thread.run_sync(config_file.signature, path)
+            signature = await off_loop(config_file.signature, path)
             if signature != self.configuration.signature:
                 await self.reload("the file changed" if signature is not None
                                   else "the file was removed")
@@ -441,19 +496,21 @@ class Server:
 
     # ----- carrying out the policy's actions --------------------------------------------
 
-    def _apply(self, actions) -> None:
+    def _apply(self, actions, cause: str | None = None) -> None:
+        """Carry out the policy's actions; `cause` is the peer whose doing they are (its
+        peer_key), whose budget their log lines spend."""
         # A batch's log lines go out before its frames (which may leave at once): whoever sees a
         # grant can already read the lines that explain it.
         pending = deque()
         for action in actions:
             if isinstance(action, Log):
-                self._log(action)
+                self._log(action, cause)
             else:
                 pending.append(action)
         while pending:
             action = pending.popleft()
             if isinstance(action, Log):  # from a connection dropped on the way
-                self._log(action)
+                self._log(action, cause)
                 continue
             conn = self.conns.get(action.client)
             if conn is None:
@@ -462,13 +519,13 @@ class Server:
                 full = self._queue(conn, action.message)
                 if full:
                     log.warning("%s dropped: it does not read (%s)", conn, full,
-                                extra={"peer": f"uid {conn.uid}"})
+                                extra=caused_by(conn.peer_key))
                     conn.ending = conn.ending or "outgoing queue full"
                     conn.scope.cancel()
                     pending.extend(self._forget(conn))
             elif isinstance(action, Close):
                 log.warning("closing %s: %s", conn, action.reason,
-                            extra={"peer": f"uid {conn.uid}"})
+                            extra=caused_by(conn.peer_key))
                 if action.code is not None and conn.ending is None:
                     self._queue(conn, p.Error(action.code, action.reason))
                 conn.ending = conn.ending or action.reason
@@ -478,10 +535,10 @@ class Server:
         self._timer_scope.deadline = math.inf if deadline is None else deadline
 
     @staticmethod
-    def _log(action: Log) -> None:
+    def _log(action: Log, cause: str | None) -> None:
         level = logging.DEBUG if action.debug else logging.WARNING if action.warning else \
             logging.INFO
-        log.log(level, "%s", action.text)
+        log.log(level, "%s", action.text, extra=caused_by(cause))
 
     def _queue(self, conn: Conn, message) -> str | None:
         """How the connection's outgoing queue is full, when it is; else None."""
@@ -537,6 +594,12 @@ class Server:
             with self._timer_scope:
                 await trio.sleep_forever()
             self._apply(self.policy.tick(trio.current_time()))
+
+
+async def off_loop(function, *args):
+    """Blocking file work, in a thread. Left to finish alone when the scheduler stops, so that
+    a file on a hung network mount cannot hold up its exit."""
+    return await trio.to_thread.run_sync(function, *args, abandon_on_cancel=True)
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,9 @@
 scheduler, and every exit leaves neither the socket nor the lock file behind."""
 
 import signal
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -56,3 +58,27 @@ def test_after_every_other_signal_sigterm_still_cleans_up(scheduler):
     assert scheduler.process.wait(15) == 0
     assert not scheduler.socket.exists() and not lock.exists()
     assert "SIGTERM received: stopping" in scheduler.log()
+
+
+def test_signals_while_the_libraries_are_imported_neither_kill_nor_get_lost(
+        scheduler_factory, short_tmp_dirs):
+    """SIGHUP, SIGUSR1 and SIGUSR2 sent while the scheduler still imports its libraries (held
+    there, right before Trio's import) are acted on once it runs."""
+    directory = short_tmp_dirs()
+    paused, go = directory / "paused", directory / "go"
+    pause = [sys.executable, str(Path(__file__).with_name("import_pause.py")), "trio",
+             str(paused), str(go)]
+    running = scheduler_factory(directory=directory, wrapper=pause, wait=False)
+    deadline = time.monotonic() + LOG_TIMEOUT
+    while not paused.exists():
+        assert running.process.poll() is None, running.log()
+        assert time.monotonic() < deadline, running.log()
+        time.sleep(0.02)
+    for signum in (signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
+        running.process.send_signal(signum)
+    go.touch()
+    running.wait_until_accepting()
+    log = wait_for_log(running, "SIGUSR2 received: status")
+    assert "SIGHUP came while starting: acting on it now" in log
+    assert "(SIGHUP)" in log and "SIGUSR1 received: status" in log
+    assert running.stop() == 0

@@ -1,0 +1,34 @@
+"""Signals that come while the scheduler is still starting.
+
+Importing the scheduler's libraries takes a while (a few tenths of a second, longer on a busy
+machine), and reading its files may too. A SIGHUP, SIGUSR1 or SIGUSR2 then, left to its default
+action, would kill it: `hold` is called first thing, and keeps them until the server is ready,
+when `replay` sends them again to the handlers now in place (a reload, a status line). SIGTERM
+and SIGINT keep their usual action meanwhile: they end a start at once, before the socket exists.
+"""
+
+from __future__ import annotations
+
+import signal
+
+HELD = (signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+_pending: list[int] = []
+
+
+def _keep(signum: int, frame) -> None:
+    if signum not in _pending:  # two SIGHUPs before the start are one reload after it
+        _pending.append(signum)
+
+
+def hold() -> None:
+    for signum in HELD:
+        signal.signal(signum, _keep)
+
+
+def replay() -> list[int]:
+    """Raise again the signals that came while held, in their order; which they were. Call it
+    once the handlers that act on them are in place."""
+    came, _pending[:] = list(_pending), []
+    for signum in came:
+        signal.raise_signal(signum)
+    return came
