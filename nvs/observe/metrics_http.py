@@ -2,9 +2,13 @@
 
 The socket is bound before the scheduler starts, so that a taken or bad address stops the start
 with a message naming it. Each scrape is answered by a task of the nursery that serves the
-socket (no thread of its own: the metrics read the policy in the event loop, between events),
-and only a few at a time, each with a deadline, so that a peer that connects and says nothing
-holds nothing for long.
+socket (no thread of its own: the metrics read the policy in the event loop, between events).
+
+Peers that connect and say nothing, or a byte a second, must not keep Prometheus out (with a
+`0.0.0.0` bind they may be anywhere on the network): a request's head must come whole within
+HEAD_SECONDS, and when the connections served at once (MAX_SCRAPES, MAX_PER_PEER from one
+address) are all taken, a new one takes the place of the oldest that has not sent its request
+yet (scrape_slots.py). A scraper sends its request at once, so it is the slow ones that go.
 """
 
 from __future__ import annotations
@@ -16,14 +20,17 @@ import trio
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import CollectorRegistry
 
+from .scrape_slots import Scrape, ScrapeSlots
 from .tcp_address import bind, bound_address
 
 log = logging.getLogger("gemshare.scheduler")
 
 PATH = "/metrics"
 MAX_HEAD_BYTES = 8192  # a scrape's request line and headers are a few hundred bytes
-REQUEST_SECONDS = 10.0  # to send the request and take the whole answer
-MAX_SCRAPES = 8  # answered at once; a connection past them is closed unanswered
+HEAD_SECONDS = 2.0  # to send them, from connecting
+ANSWER_SECONDS = 10.0  # then to take the whole answer
+MAX_SCRAPES = 64  # connections served at once
+MAX_PER_PEER = 16  # of them from one address
 
 
 def bind_metrics(host: str, port: int) -> socket.socket:
@@ -35,7 +42,7 @@ async def serve(sock: socket.socket, registry: CollectorRegistry) -> None:
     """Answer scrapes on `sock` until cancelled; the socket is closed on the way out."""
     listener = trio.SocketListener(trio.socket.from_stdlib_socket(sock))
     log.info("serving metrics on http://%s%s", bound_address(sock), PATH)
-    answering = 0
+    slots = ScrapeSlots(MAX_SCRAPES, MAX_PER_PEER)
     async with listener, trio.open_nursery() as nursery:
         while True:
             try:
@@ -45,36 +52,50 @@ async def serve(sock: socket.socket, registry: CollectorRegistry) -> None:
                             extra={"peer": "the metrics socket"})
                 await trio.sleep(0.1)
                 continue
-            if answering >= MAX_SCRAPES:
-                await stream.aclose()
+            scrape = slots.admit(_peer_address(stream))
+            if scrape is None:  # every slot answers a request: this one waits for none
+                await trio.aclose_forcefully(stream)
                 continue
-            answering += 1
-
-            async def answer(stream=stream):
-                nonlocal answering
-                try:
-                    await _answer(stream, registry)
-                except Exception:  # a bug must cost one scrape, not the scheduler
-                    log.exception("metrics: internal error answering a scrape")
-                finally:
-                    answering -= 1
-            nursery.start_soon(answer)
+            nursery.start_soon(_serve_one, stream, registry, slots, scrape)
 
 
-async def _answer(stream: trio.SocketStream, registry: CollectorRegistry) -> None:
+def _peer_address(stream: trio.SocketStream) -> str:
     try:
-        with trio.move_on_after(REQUEST_SECONDS):
-            head = await _read_head(stream)
-            if head is not None:
-                await stream.send_all(_response(head, registry))
-    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-        pass  # the scraper went away
+        return str(stream.socket.getpeername()[0])
+    except OSError:  # gone already
+        return ""
+
+
+async def _serve_one(stream: trio.SocketStream, registry: CollectorRegistry,
+                     slots: ScrapeSlots, scrape: Scrape) -> None:
+    try:
+        with scrape.scope:
+            await _answer(stream, registry, scrape)
+    except Exception:  # a bug must cost one scrape, not the scheduler
+        log.exception("metrics: internal error answering a scrape")
     finally:
+        slots.release(scrape)
         await trio.aclose_forcefully(stream)
 
 
+async def _answer(stream: trio.SocketStream, registry: CollectorRegistry,
+                  scrape: Scrape) -> None:
+    head = None
+    try:
+        with trio.move_on_after(HEAD_SECONDS):
+            head = await _read_head(stream)
+        if head is None or not scrape.reading:
+            return  # closed, too much, too slow
+        scrape.reading = False  # from here on its slot is not given away
+        with trio.move_on_after(ANSWER_SECONDS):
+            await stream.send_all(_response(head, registry))
+    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+        pass  # the scraper went away
+
+
 async def _read_head(stream: trio.SocketStream) -> bytes | None:
-    """The request up to its blank line; None when the peer closed or sent too much first."""
+    """The request up to its blank line; None when the peer closed or sent too much first.
+    Cancelled when it is too slow."""
     head = b""
     while b"\r\n\r\n" not in head and b"\n\n" not in head:
         if len(head) > MAX_HEAD_BYTES:

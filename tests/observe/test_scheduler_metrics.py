@@ -15,6 +15,7 @@ import pytest
 from metrics_scrape import metrics_url, scrape
 
 from gemshare_nvs import protocol as p
+from gemshare_nvs.observe.metrics_http import HEAD_SECONDS, MAX_PER_PEER, MAX_SCRAPES
 
 
 def listening_tcp_ports(pid: int) -> set[int]:
@@ -147,26 +148,30 @@ def test_what_peers_send_never_stops_the_metrics_or_the_scheduler(scheduler_fact
     assert raw_request(url, b"X" * 100_000) == b""  # too much before a blank line
     head = raw_request(url, b"HEAD /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 200") and head.endswith(b"\r\n\r\n")
-    # Silent peers past the number answered at once are let go; scrapes go on.
-    host, port = url.split("/")[2].rsplit(":", 1)
-    silent = [socket.create_connection((host, int(port)), timeout=10) for _ in range(12)]
-    try:
-        time.sleep(0.2)
-        for conn in silent[8:]:
-            assert conn.recv(1) == b""  # closed unanswered
-        for conn in silent[:8]:
-            conn.close()
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                assert scrape(url).value("gemshare_clients_connected") == 0
-                break
-            except (urllib.error.URLError, ConnectionError):
-                assert time.monotonic() < deadline
-                time.sleep(0.05)
-    finally:
-        for conn in silent:
-            conn.close()
     with running.connect() as control:
         assert control.request({"op": "status"})["ok"]
+    assert running.process.poll() is None
+
+
+def test_slow_and_silent_peers_neither_keep_scrapes_out_nor_stay(scheduler_factory):
+    running = scheduler_factory(metrics="127.0.0.1:0")
+    url = metrics_url(running)
+    host, port = url.split("/")[2].rsplit(":", 1)
+    # More than every slot, each taken by a peer that sends a byte of its request and no more.
+    slow = [socket.create_connection((host, int(port)), timeout=10)
+            for _ in range(MAX_SCRAPES + MAX_PER_PEER)]
+    try:
+        for conn in slow:
+            conn.sendall(b"G")
+        for _ in range(3):  # as Prometheus would, from the same address as all of them
+            assert scrape(url).value("gemshare_clients_connected") == 0
+        for conn in slow:  # none is held past the deadline for a request's head
+            conn.settimeout(HEAD_SECONDS + 10)
+            try:
+                assert conn.recv(1) == b""
+            except ConnectionResetError:
+                pass
+    finally:
+        for conn in slow:
+            conn.close()
     assert running.process.poll() is None
