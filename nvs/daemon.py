@@ -35,6 +35,10 @@ from .wire.listener import ListenerError, Listening, open_listener  # noqa: E402
 log = logging.getLogger("gemshare.scheduler")
 
 HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, *early_signals.HELD)
+# How long a thread may hold Python's lock while the event loop wants it (Python's default is 5
+# ms): a thread parsing a big config file would otherwise add that to every wake-up of the loop,
+# and to each handoff during a reload (bench/abuse.py measures it).
+GIL_SWITCH_SECONDS = 0.0005
 
 
 def setup_logging(debug: bool) -> PeerRateLimit:
@@ -162,6 +166,7 @@ def _notify(state: str) -> None:
 
 
 def main(argv=None) -> int:
+    sys.setswitchinterval(GIL_SWITCH_SECONDS)
     settings = command_line.read(argv)
     rate_limit = setup_logging(settings.debug)
     fit_connections(settings)

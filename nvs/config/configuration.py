@@ -19,7 +19,7 @@ from .layers import AT_START, LIVE, Layers, command_line_layer
 from .parsing import Config, ConfigError
 from .runtime_state import StateFile, as_json
 from .settings import Settings
-from .shadows import shadows
+from .shadows import Shadow, shadows
 
 log = logging.getLogger("gemshare.scheduler")
 
@@ -61,7 +61,7 @@ class Configuration:
         """Log where the starting configuration came from."""
         if self.config is not None:
             log.info("config %s: %s%s", self.path, _rules(self.config), self._settings_words())
-            _warn_dead_rules(self.config)
+            _warn_dead_rules(self.config, shadows(self.config))
         elif self.path is not None:
             log.info("no config file at %s: command-line settings only, no rules", self.path)
         if self.layers.runtime:
@@ -95,14 +95,16 @@ class Configuration:
         return policy.configure(now, tq=changed.get("tq"), mode=changed.get("anti_thrash"),
                                 min_slice_ms=changed.get("min_slice_ms"))
 
-    def loaded(self, config: Config, policy: Policy, now: float, why: str) -> list:
-        """A new good file: its rules and settings apply (below gemsharectl's changes)."""
+    def loaded(self, config: Config, dead: list[Shadow], policy: Policy, now: float,
+               why: str) -> list:
+        """A new good file: its rules and settings apply (below gemsharectl's changes). `dead`
+        are its rules that can never match (file.read_with_dead_rules)."""
         before = self.layers.values()
         self.layers.config = config
         self.loaded_at, self.problem = time.time(), None
         log.info("config %s reloaded (%s): %s%s", self.path, why, _rules(config),
                  self._settings_words())
-        _warn_dead_rules(config)
+        _warn_dead_rules(config, dead)
         for name in AT_START:
             if self.layers.value(name) != self.started[name]:
                 log.warning("config %s: %s %s takes effect when the scheduler restarts (now %s)",
@@ -169,7 +171,7 @@ def _rules(config: Config) -> str:
     return f"{len(config.rules)} rule{'' if len(config.rules) == 1 else 's'}"
 
 
-def _warn_dead_rules(config: Config) -> None:
+def _warn_dead_rules(config: Config, dead: list[Shadow]) -> None:
     """A rule that can never match is allowed, but most likely not what was meant."""
-    for shadow in shadows(config):
+    for shadow in dead:
         log.warning("config %s", shadow.warning(config.path))

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from .parsing import Config, ConfigError, Names, Problem, parse
 from .regular_file import NotReadable, read_regular
+from .shadows import Shadow, shadows
 
 # A config file is a few KiB; 1 MiB holds some 10,000 rules. Past it the file is refused
 # unread, so that reading and parsing it stay short.
@@ -32,6 +33,13 @@ def read(path: Path, names: Names = Names()) -> Config:
         line = data[:exc.start].count(b"\n") + 1
         raise ConfigError(str(path), [Problem(line, "", "not UTF-8 text")]) from None
     return parse(text, str(path), names)
+
+
+def read_with_dead_rules(path: Path) -> tuple[Config, list[Shadow]]:
+    """read(path), and the rules of it that can never match: both take a while for a big
+    file, so they are worked out together, off the event loop."""
+    config = read(path)
+    return config, shadows(config)
 
 
 def read_if_present(path: Path | None) -> Config | None:

@@ -20,12 +20,12 @@ import difflib
 import re
 import sys
 from dataclasses import dataclass, field
-from fnmatch import fnmatchcase
 from typing import Callable
 
 from ..core.model.terms import Identity, Terms
 from . import names as system_names
 from .lines import KeyLines
+from .rules import ID_KEYS, MATCH_KEYS, NAME_KEYS, TEXT_KEYS, WILDCARD, Rule, RuleIndex, located
 from .settings import (
     CAPACITY_MIB,
     CONTEXT_RESERVE_MIB,
@@ -59,15 +59,7 @@ TERM_CHECKS = {"weight": WEIGHT.check, "gpu_limit": GPU_LIMIT.check,
                "memory_limit": MEMORY_LIMIT.check, "sm_share": SM_SHARE.check,
                "mps": check_flag("mps")}
 RULE_KEYS = ("match", *TERM_CHECKS)
-ID_KEYS = ("uid", "gid")
-NAME_KEYS = ("user", "group")  # must name an account that exists
-# Text a client reports about itself, with the most characters it can have: a longer value in a
-# rule could never match. Shell wildcards (*, ?, [...]) may stand for any part.
-TEXT_KEYS = {"process": 15, "pod": 255, "namespace": 63, "label": 63}
-MATCH_KEYS = (*ID_KEYS, *NAME_KEYS, *TEXT_KEYS)
 ID_CHECKS = {name: WholeNumber(name, 0, 2 ** 32 - 2).check for name in ID_KEYS}
-# What makes a text value a pattern rather than the text itself (fnmatch's special characters).
-WILDCARD = re.compile(r"[*?\[]")
 # Problems listed with their lines; past these a refused file's further problems are counted
 # only, so that a huge bad file costs neither a search per problem nor a log line per problem.
 MAX_LISTED_PROBLEMS = 50
@@ -123,45 +115,24 @@ class ConfigError(Exception):
 
 
 @dataclass(frozen=True)
-class Rule:
-    number: int  # from 1, in file order
-    line: int | None
-    match: tuple[tuple[str, object], ...]  # (key, value), every one must hold
-    values: tuple[tuple[str, object], ...]  # checked terms, by TERM_NAMES
-    source: str  # as status names it
-
-    def matches(self, identity: Identity) -> bool:
-        for key, wanted in self.match:
-            have = getattr(identity, key)
-            if key in TEXT_KEYS:
-                if not fnmatchcase(have, wanted):
-                    return False
-            elif have != wanted:
-                return False
-        return True
-
-
-@dataclass(frozen=True)
 class Config:
     path: str
     settings: dict = field(default_factory=dict)  # checked values of the settings given
     setting_lines: dict = field(default_factory=dict)  # and where
     rules: tuple[Rule, ...] = ()
+    index: RuleIndex = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        # Made with the Config, where the file is read: off the event loop.
+        object.__setattr__(self, "index", RuleIndex(self.rules))
 
     def terms(self, identity: Identity) -> Terms:
         """The terms of the first rule that matches `identity`; defaults when none does."""
-        for rule in self.rules:
-            if rule.matches(identity):
-                return Terms().with_values(dict(rule.values), rule.source)
-        return Terms()
+        rule = self.index.first_for(identity)
+        return Terms() if rule is None else Terms().with_values(dict(rule.values), rule.source)
 
     def source(self, setting: str) -> str:
         return f"config ({located(self.path, self.setting_lines.get(setting))})"
-
-
-def located(path: str, line: int | None) -> str:
-    """`path:line`, or the path alone when the line is not known."""
-    return f"{path}:{line}" if line else path
 
 
 def _suggestion(key: str, known) -> str:

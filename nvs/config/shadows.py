@@ -16,7 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
-from .parsing import TEXT_KEYS, WILDCARD, Config, Rule, located
+from .parsing import Config
+from .rules import TEXT_KEYS, WILDCARD, Rule, RuleIndex, holds_for_all, located
 
 
 @dataclass(frozen=True)
@@ -34,69 +35,20 @@ class Shadow:
 def shadows(config: Config) -> list[Shadow]:
     """Each rule of `config` that can never match, in file order, with the rule shadowing it."""
     found = []
-    earlier = _EarlierRules()
+    earlier = RuleIndex()  # the rules before `later`
     for later in config.rules:
-        by = earlier.first_covering(later)
+        by = earlier.first(dict(later.match), lambda rule: _covers(rule, later))
         if by is not None:
             found.append(Shadow(later, by))
         earlier.add(later)
     return found
 
 
-class _EarlierRules:
-    """The rules seen so far, kept so that finding the first one that covers a later rule does
-    not compare it with every one of them: the rules whose match needs only plain values are
-    looked up by those values, one lookup per set of keys that such rules use, and only rules
-    with a wildcard are compared one by one (those whose keys the later rule has)."""
-
-    def __init__(self):
-        # keys a match needs (sorted) -> their values -> the first rule needing exactly them
-        self._plain: dict[tuple, dict[tuple, Rule]] = {}
-        # keys a match needs (sorted) -> the rules with a wildcard among them, in file order
-        self._patterned: dict[tuple, list[Rule]] = {}
-
-    def add(self, rule: Rule) -> None:
-        needs = _needs(rule)
-        keys = tuple(sorted(needs))
-        if any(_is_pattern(key, value) for key, value in needs.items()):
-            self._patterned.setdefault(keys, []).append(rule)
-        else:
-            self._plain.setdefault(keys, {}).setdefault(tuple(needs[key] for key in keys), rule)
-
-    def first_covering(self, later: Rule) -> Rule | None:
-        wanted = dict(later.match)
-        candidates = []
-        for keys, by_values in self._plain.items():
-            if all(key in wanted for key in keys):
-                rule = by_values.get(tuple(wanted[key] for key in keys))
-                if rule is not None:
-                    candidates.append(rule)
-        for keys, rules in self._patterned.items():
-            if all(key in wanted for key in keys):
-                rule = next((rule for rule in rules if _covers(rule, later)), None)
-                if rule is not None:
-                    candidates.append(rule)
-        return min(candidates, key=lambda rule: rule.number, default=None)
-
-
-def _needs(rule: Rule) -> dict:
-    """The keys of a rule's match that some client fails: all but text keys of "*"."""
-    return {key: value for key, value in rule.match if not _holds_for_all(key, value)}
-
-
-def _is_pattern(key: str, value) -> bool:
-    return key in TEXT_KEYS and isinstance(value, str) and bool(WILDCARD.search(value))
-
-
 def _covers(earlier: Rule, later: Rule) -> bool:
     """Whether every client that `later` matches is matched by `earlier`."""
     wanted = dict(later.match)
-    return all(_holds_for_all(key, value) or (key in wanted and _takes(key, value, wanted[key]))
+    return all(holds_for_all(key, value) or (key in wanted and _takes(key, value, wanted[key]))
                for key, value in earlier.match)
-
-
-def _holds_for_all(key: str, value) -> bool:
-    return key in TEXT_KEYS and value == "*"
 
 
 def _takes(key: str, earlier, later) -> bool:

@@ -448,7 +448,7 @@ class Server:
             seen_before = self.configuration.signature
             self.configuration.signature = await off_loop(config_file.signature, path)
             try:
-                config = await off_loop(config_file.read, path)
+                config, dead = await off_loop(config_file.read_with_dead_rules, path)
             except FileNotFoundError:
                 self.configuration.vanished(why)
                 return f"{path} does not exist; the configuration in force stays"
@@ -460,8 +460,8 @@ class Server:
             except control.Refused:
                 self.configuration.signature = seen_before  # the watcher still takes it in
                 raise
-            self._apply(self.configuration.loaded(config, self.policy, trio.current_time(), why),
-                        cause)
+            self._apply(self.configuration.loaded(config, dead, self.policy,
+                                                  trio.current_time(), why), cause)
             return None
 
     async def _watch_config(self) -> None:

@@ -1,11 +1,14 @@
 """Config.terms: the first rule whose every match key holds gives a client's terms, with the
-rule named as their source; a client no rule matches gets the defaults."""
+rule named as their source; a client no rule matches gets the defaults. The rules are looked up
+by their values (rules.py), never in another order than the file's."""
 
 from __future__ import annotations
 
 import textwrap
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gemshare_nvs.config.parsing import Names, parse
 from gemshare_nvs.core.model.terms import Identity, Terms
@@ -80,3 +83,36 @@ def test_ids_and_names_match_exactly():
 def test_a_label_is_matched_as_given_not_as_a_prefix():
     assert RULES.terms(client(label="notebook2")) == Terms()
     assert RULES.terms(client(label="Notebook")) == Terms()
+
+
+# Small alphabets, so that rules and clients often meet.
+TEXTS = st.sampled_from(["a", "b", "ab", "*", "a*", "?", "[ab]", ""])
+MATCHES = st.dictionaries(
+    st.sampled_from(["uid", "gid", "user", "group", "process", "pod", "namespace", "label"]),
+    st.integers(0, 2), min_size=1)
+
+
+def rule_text(number: int, match: dict) -> str:
+    """A [[rule]] table: ids as numbers, names as alice or bob, text keys from TEXTS."""
+    words = []
+    for key, pick in match.items():
+        if key in ("uid", "gid"):
+            words.append(f"{key} = {pick}")
+        elif key in ("user", "group"):
+            words.append(f'{key} = "{("alice", "bob", "alice")[pick]}"')
+        else:
+            words.append(f'{key} = "{("a", "*", "a*")[pick]}"')
+    return f"[[rule]]\nmatch = {{ {', '.join(words)} }}\nweight = {number}\n"
+
+
+@given(st.lists(MATCHES, max_size=12), st.integers(0, 2), st.integers(0, 2),
+       st.sampled_from(["alice", "bob"]), TEXTS, TEXTS, TEXTS, TEXTS)
+def test_the_rule_found_is_the_first_in_file_order_that_matches(matches, uid, gid, user, process,
+                                                                pod, namespace, label):
+    config = parse("".join(rule_text(n, m) for n, m in enumerate(matches, 1)), PATH,
+                   Names(user_exists=lambda name: True, group_exists=lambda name: True))
+    identity = Identity(uid=uid, user=user, gid=gid, group=user, process=process, pod=pod,
+                        namespace=namespace, label=label)
+    first = next((rule for rule in config.rules if rule.matches(identity)), None)
+    assert config.terms(identity) == (Terms() if first is None else
+                                      Terms().with_values(dict(first.values), first.source))

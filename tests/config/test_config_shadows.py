@@ -4,9 +4,11 @@ lines; rules that some client could still reach are not."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gemshare_nvs.config.parsing import Names, parse
-from gemshare_nvs.config.shadows import shadows
+from gemshare_nvs.config.shadows import _covers, shadows
 
 PATH = "/etc/gemshare/gemshare.toml"
 NAMES = Names(user_exists=lambda name: name in ("alice", "bob"),
@@ -57,3 +59,21 @@ def test_the_warning_names_both_rules_and_their_lines():
     assert shadow.warning(PATH) == (
         f"{PATH}:6: rule 2 (line 6) can never match: rule 1 (line 2) comes first and matches "
         "every client it would; put the narrower rule first, or remove rule 2")
+
+
+MATCH_VALUES = {"uid": ("1", "2"), "user": ('"alice"', '"bob"'),
+                "process": ('"py"', '"*"', '"p*"'), "label": ('"nb"', '"*"', '"n?"')}
+
+
+@given(st.lists(st.dictionaries(st.sampled_from(sorted(MATCH_VALUES)), st.integers(0, 2),
+                                min_size=1), max_size=12))
+def test_the_rule_named_is_the_first_earlier_one_that_covers(matches):
+    config = parse(rules(*(", ".join(f"{key} = {MATCH_VALUES[key][pick % len(MATCH_VALUES[key])]}"
+                                     for key, pick in match.items()) for match in matches)),
+                   PATH, NAMES)
+    expected = []
+    for index, later in enumerate(config.rules):
+        by = next((rule for rule in config.rules[:index] if _covers(rule, later)), None)
+        if by is not None:
+            expected.append((later.number, by.number))
+    assert [(shadow.rule.number, shadow.by.number) for shadow in shadows(config)] == expected
