@@ -148,14 +148,19 @@ clean:
 #                  writes the results
 # make bench-soak  a long run compressed into minutes (BENCH_SOAK_SECONDS, default 180): the
 #                  scheduler's memory, descriptors and handoff latency before and after
+# make bench-abuse what one unprivileged local user (uid 65534 when run as root) can take from
+#                  the others: control connections, the log, metrics, reloads, start-up
 # make bench-gpu   the same layer on a real GPU; BENCH_PYTHON is the Python with PyTorch
 BENCH_PYTHON ?= python3
-.PHONY: bench-cpu bench-soak bench-gpu
+.PHONY: bench-cpu bench-soak bench-abuse bench-gpu
 bench-cpu: lib fakecuda venv
 	GEMSHARE_BUILD_DIR=$(abspath $(BUILD)) $(VENV)/bin/python bench/run_cpu.py
 
 bench-soak: lib fakecuda venv
 	GEMSHARE_BUILD_DIR=$(abspath $(BUILD)) $(VENV)/bin/python bench/soak.py
+
+bench-abuse: lib fakecuda venv
+	GEMSHARE_BUILD_DIR=$(abspath $(BUILD)) $(VENV)/bin/python bench/abuse.py
 
 bench-gpu: lib venv
 	GEMSHARE_BUILD_DIR=$(abspath $(BUILD)) BENCH_PYTHON=$(BENCH_PYTHON) \

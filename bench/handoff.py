@@ -17,6 +17,7 @@ and only once every program is running (after the start signal and a short warm-
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
 import time
@@ -88,10 +89,14 @@ def client_steps(ready: Path, go: Path, rounds: int) -> list:
     return ["init", "touch-file", ready, "wait-file", go, *turn * rounds]
 
 
-def measure(clients: int, seconds: float, directory: Path) -> Handoffs:
-    """Runs `clients` programs for `seconds` after they are all ready; their handoffs."""
+def measure(clients: int, seconds: float, directory: Path, args=(),
+            during=contextlib.nullcontext) -> Handoffs:
+    """Runs `clients` programs for `seconds` after they are all ready; their handoffs. `args`
+    go on the scheduler's command line; `during(scheduler)` is a context that runs beside the
+    measured seconds (other work the scheduler must do meanwhile)."""
     directory.mkdir(parents=True)
-    scheduler = SchedulerProcess(directory, anti_thrash="on")
+    # A config file given in `args` may take the scheduler a while to read.
+    scheduler = SchedulerProcess(directory, args=args, start_timeout=300, anti_thrash="on")
     gpu = FakeGpu(directory, scheduler.socket)
     # More turns than the run can use: the programs are stopped when time is up.
     rounds = math.ceil((seconds + 5) * 1000 / SLEEP_MS)
@@ -102,10 +107,11 @@ def measure(clients: int, seconds: float, directory: Path) -> Handoffs:
                     for index in range(clients)]
         for index in range(clients):
             wait_file(gpu.path(f"ready-{index}"), timeout=120)
-        go.touch()
-        start_ns = time.monotonic_ns()  # CLOCK_MONOTONIC, as in the fake driver's log
-        time.sleep(WARMUP_S + seconds)
-        end_ns = time.monotonic_ns()
+        with during(scheduler):
+            go.touch()
+            start_ns = time.monotonic_ns()  # CLOCK_MONOTONIC, as in the fake driver's log
+            time.sleep(WARMUP_S + seconds)
+            end_ns = time.monotonic_ns()
         scheduler.check_running()
         for program in programs:
             if program.process.poll() is not None:

@@ -14,22 +14,29 @@ from pathlib import Path
 ISOLATED = ("--config", "", "--state-dir", "")
 
 
+def scheduler_command(socket_path: Path, args=(), **options) -> list[str]:
+    """The command line of a bench's scheduler (SchedulerProcess says what the arguments do)."""
+    command = [sys.executable, "-m", "gemshare_nvs.daemon", "--socket", str(socket_path),
+               *ISOLATED]
+    for name, value in options.items():
+        command += ["--" + name.replace("_", "-"), str(value)]
+    return command + list(args)
+
+
 class SchedulerProcess:
-    def __init__(self, directory: Path, env: dict | None = None, args=(), **options):
+    def __init__(self, directory: Path, env: dict | None = None, args=(),
+                 start_timeout: float = 15.0, **options):
         """`options` become flags (capacity_mib=1024 -> --capacity-mib 1024) and `args` follow
         them as given, so that a flag there wins; `env` replaces the inherited environment.
-        There is no config file or state directory unless `options` or `args` name one."""
+        There is no config file or state directory unless `options` or `args` name one. It
+        must listen within `start_timeout` seconds."""
         self.socket = directory / "scheduler.sock"
         self.log_path = directory / "scheduler.log"
-        command = [sys.executable, "-m", "gemshare_nvs.daemon", "--socket", str(self.socket),
-                   *ISOLATED]
-        for name, value in options.items():
-            command += ["--" + name.replace("_", "-"), str(value)]
-        command += list(args)
+        command = scheduler_command(self.socket, args, **options)
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log,
                                             stderr=subprocess.STDOUT, env=env)
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + start_timeout
         while not self._accepting():
             if self.process.poll() is not None or time.monotonic() > deadline:
                 self.stop()
