@@ -26,7 +26,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -38,7 +37,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import handoff  # noqa: E402
-from run_cpu import BUILD, REPO, environment  # noqa: E402
+from run_cpu import built_results, title  # noqa: E402
 from scheduler_process import SchedulerProcess, scheduler_command  # noqa: E402
 
 from gemshare_nvs.wire.connection import Connection  # noqa: E402
@@ -339,10 +338,7 @@ def signals_part(directory: Path, delays_ms: tuple[int, ...]) -> dict:
 # ----- the run --------------------------------------------------------------------------------
 
 def run(plan: Plan) -> dict:
-    subprocess.run(["make", "-s", "-C", str(REPO), "lib", "fakecuda", f"BUILD={BUILD}"],
-                   check=True)
-    results: dict = {"environment": environment(), "quick": plan is QUICK,
-                     "abuser_uid": ABUSER}
+    results = built_results(plan is QUICK, abuser_uid=ABUSER)
     with tempfile.TemporaryDirectory(prefix="gs-abuse-", dir="/tmp") as scratch:
         directory = Path(scratch)
         os.chmod(directory, 0o755)  # the abuser reaches the sockets in it
@@ -372,10 +368,7 @@ def run(plan: Plan) -> dict:
 
 
 def print_table(results: dict) -> None:
-    env = results["environment"]
-    quick = " | QUICK MODE: not for publishing" if results["quick"] else ""
-    print(f"\nbench-abuse | {env['cpus']} CPUs, {env['cpu_model']} | {env['revision']} | "
-          f"{env['date']} | abuser uid {results['abuser_uid']}{quick}")
+    print(title(f"bench-abuse | abuser uid {results['abuser_uid']}", results))
     for part in ("control", "logs", "metrics", "handoff", "reload", "state", "signals"):
         for key, value in results.get(part, {}).items():
             shown = value if key != "error" else value.splitlines()[0]

@@ -72,10 +72,16 @@ def environment() -> dict:
             "loadavg_1min_before": os.getloadavg()[0]}
 
 
-def run(plan: Plan, rounds: int) -> dict:
+def built_results(quick: bool, **first) -> dict:
+    """Builds the library and the fake driver as needed; the results a fake-driver bench
+    starts from: the machine, whether the run is a quick one, and `first`."""
     subprocess.run(["make", "-s", "-C", str(REPO), "lib", "fakecuda", f"BUILD={BUILD}"],
                    check=True)
-    results: dict = {"environment": environment(), "quick": plan is QUICK}
+    return {"environment": environment(), "quick": quick, **first}
+
+
+def run(plan: Plan, rounds: int) -> dict:
+    results = built_results(plan is QUICK)
     details: dict = {}
     with tempfile.TemporaryDirectory(prefix="gs-bench-", dir="/tmp") as scratch:
         directory = Path(scratch)
@@ -115,12 +121,17 @@ def verdict(key: str, value: float) -> str:
     return f"target < {target:g}: " + ("met" if value < target else "MISSED")
 
 
-def print_table(results: dict) -> None:
+def title(bench: str, results: dict) -> str:
+    """A bench's first line: what ran, where, on which code, how busy the machine was."""
     env = results["environment"]
     quick = " | QUICK MODE: not for publishing" if results["quick"] else ""
-    print(f"\nbench-cpu | {env['cpus']} CPUs, {env['cpu_model']} | Linux {env['kernel']} | "
-          f"Python {env['python']} | {env['revision']} | {env['date']} | load "
-          f"{env['loadavg_1min_before']:.2f} -> {env['loadavg_1min_after']:.2f}{quick}")
+    return (f"\n{bench} | {env['cpus']} CPUs, {env['cpu_model']} | Linux {env['kernel']} | "
+            f"Python {env['python']} | {env['revision']} | {env['date']} | load "
+            f"{env['loadavg_1min_before']:.2f} -> {env['loadavg_1min_after']:.2f}{quick}")
+
+
+def print_table(results: dict) -> None:
+    print(title("bench-cpu", results))
     details = results["details"]
     print(f"{'lock handoff (release -> next launch)':<40}{'p50 us':>10}{'p90 us':>10}"
           f"{'p99 us':>10}{'max us':>10}{'samples':>9}")

@@ -28,7 +28,6 @@ import math
 import os
 import random
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -44,13 +43,12 @@ import handoff  # noqa: E402
 import libnvs_fakelog  # noqa: E402  (on the path through handoff)
 import test_scheduler_fuzz_frames as fuzz  # noqa: E402
 from libnvs_programs import FakeGpu, wait_file  # noqa: E402
-from run_cpu import environment  # noqa: E402
+from run_cpu import built_results, title  # noqa: E402
 from scheduler_process import SchedulerProcess  # noqa: E402
 from scheduler_scale import resident_kib  # noqa: E402
 
 from gemshare_nvs.wire.connection import Connection  # noqa: E402
 
-BUILD = Path(os.environ.get("GEMSHARE_BUILD_DIR") or REPO / "build").resolve()
 SEED = 20261125
 
 
@@ -220,10 +218,7 @@ def settle(socket: Path, seconds: float = 10.0) -> int:
 
 
 def run(plan: Plan, seconds: float) -> dict:
-    subprocess.run(["make", "-s", "-C", str(REPO), "lib", "fakecuda", f"BUILD={BUILD}"],
-                   check=True)
-    results: dict = {"environment": environment(), "quick": plan is QUICK,
-                     "soak_seconds": seconds}
+    results = built_results(plan is QUICK, soak_seconds=seconds)
     with tempfile.TemporaryDirectory(prefix="gs-soak-", dir="/tmp") as scratch:
         directory = Path(scratch)
         scheduler = SchedulerProcess(directory, anti_thrash="on")
@@ -298,11 +293,7 @@ def run(plan: Plan, seconds: float) -> dict:
 
 
 def print_table(results: dict) -> None:
-    env = results["environment"]
-    quick = " | QUICK MODE: not for publishing" if results["quick"] else ""
-    print(f"\nbench-soak | {results['soak_seconds']:g} s | {env['cpus']} CPUs, "
-          f"{env['cpu_model']} | {env['revision']} | {env['date']} | load "
-          f"{env['loadavg_1min_before']:.2f} -> {env['loadavg_1min_after']:.2f}{quick}")
+    print(title(f"bench-soak | {results['soak_seconds']:g} s", results))
     print(f"{'':<32}{'start':>10}{'end':>10}{'peak':>10}")
     print(f"{'scheduler VmRSS (MiB)':<32}{results['soak_rss_start_mib']:>10.1f}"
           f"{results['soak_rss_end_mib']:>10.1f}{results['soak_rss_peak_mib']:>10.1f}")
