@@ -16,7 +16,7 @@ import pytest
 from gemshare_ctl import app as ctl_app
 from gemshare_ctl import client as ctl_client
 from gemshare_nvs import protocol
-from gemshare_nvs.wire.connection import Connection, SchedulerUnavailable
+from gemshare_nvs.wire.connection import Connection
 
 REPO = Path(__file__).resolve().parents[2]
 NOBODY = 65534
@@ -119,20 +119,6 @@ def run_as_nobody(args: list[str]) -> tuple[int, str]:
             time.sleep(0.01)
         out.seek(0)
         return os.waitstatus_to_exitcode(done[1]), out.read().decode(errors="replace")
-
-
-def wait_until_listening(path: Path, process, timeout: float = 15.0) -> None:
-    """Return once something accepts connections on `path`; fail if `process` exits first."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            pytest.fail(f"the scheduler exited with status {process.returncode} before listening")
-        try:
-            Connection(path, timeout=1.0).close()
-            return
-        except SchedulerUnavailable:
-            time.sleep(0.02)
-    pytest.fail(f"nothing listened on {path} within {timeout} s")
 
 
 def make_variables() -> list[str]:

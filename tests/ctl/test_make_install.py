@@ -14,7 +14,9 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
-from ctl_helpers import REPO, make_variables, wait_until_listening
+from ctl_helpers import REPO, make_variables
+
+from gemshare_nvs.service.readiness import wait_until_listening
 
 PREFIX = "/usr"
 PKGDIR = f"{PREFIX}/lib/gemshare/python"
@@ -118,11 +120,12 @@ def test_staged_commands_run_on_their_own_folder(staged, tmp_path):
     socket = directory / "scheduler.sock"
     env = {k: v for k, v in os.environ.items() if k not in ("GEMSHARE_SOCKET", "NOTIFY_SOCKET",
                                                             "LISTEN_FDS", "LISTEN_PID")}
-    log = (directory / "scheduler.log").open("wb")
+    log_path = directory / "scheduler.log"
+    log = log_path.open("wb")
     scheduler = subprocess.Popen([*scheduler_cmd, "--socket", str(socket)], env=env,
                                  stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
     try:
-        wait_until_listening(socket, scheduler)
+        wait_until_listening(log_path, socket, scheduler, timeout=60)
         change = subprocess.run([*ctl_cmd, "--socket", str(socket), "--set-tq", "9"],
                                 capture_output=True, text=True, timeout=60, env=env)
         assert change.returncode == 0, change.stderr
