@@ -1,4 +1,5 @@
-# make              build libnvs.so (gcc alone; no CUDA toolkit needed)
+# make              build libnvs.so for x86_64 and aarch64, for glibc 2.17 and newer
+#                   (libnvs/build.mk; no CUDA toolkit needed)
 # make test         every test, in a virtualenv this Makefile creates (.venv)
 # make scheduler    build, install into .venv and run the scheduler in the foreground
 # make install      library, Python package and systemd units under PREFIX (DESTDIR for staging)
@@ -41,7 +42,7 @@ UNITS := gemshare-scheduler.service gemshare-scheduler.socket
 DOCS := README.md LICENSE CHANGELOG.md $(wildcard docs/*.md) libnvs/README.md bench/README.md
 
 .PHONY: all lib fakecuda venv test scheduler install uninstall clean
-all: lib
+all: libs
 
 include libnvs/build.mk
 include tests/fakecuda/build.mk
@@ -53,7 +54,7 @@ $(VENV)/.installed: pyproject.toml
 	$(VENV)/bin/python -m pip install -q -e '.[test]'
 	touch $@
 
-test: lib fakecuda venv
+test: libs fakecuda fakecuda-cross venv
 	GEMSHARE_BUILD_DIR=$(abspath $(BUILD)) $(VENV)/bin/python -m pytest
 
 # Root gets the system socket; anyone else a private one, and their own group as the control
