@@ -121,6 +121,17 @@ def run_as_nobody(args: list[str]) -> tuple[int, str]:
         return os.waitstatus_to_exitcode(done[1]), out.read().decode(errors="replace")
 
 
+# pip's words when PyPI cannot be reached; then the test cannot run here, which is no failure.
+OFFLINE_SIGNS = ("NewConnectionError", "Temporary failure in name resolution",
+                 "No matching distribution found", "Network is unreachable")
+
+
+def skip_if_pypi_unreachable(result, what: str) -> None:
+    """Skip the test if `what` (a finished make that runs pip) failed for want of PyPI."""
+    if result.returncode != 0 and any(sign in result.stderr for sign in OFFLINE_SIGNS):
+        pytest.skip(f"{what} needs PyPI, which cannot be reached here")
+
+
 def make_variables() -> list[str]:
     """BUILD and VENV for a make run from a test: the build dir and virtualenv in use."""
     build = os.environ.get("GEMSHARE_BUILD_DIR", str(REPO / "build"))
