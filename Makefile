@@ -59,8 +59,14 @@ $(VENV)/.installed: pyproject.toml
 	$(VENV)/bin/python -m pip install -q -e '.[test]'
 	touch $@
 
+# The tests run in parallel (pytest-xdist), two per CPU: most of their time goes to waiting for
+# the processes they start. Each file's tests run on one worker, so that a fixture a module
+# shares (make install, make dist, a compilation) is made once; no file is more than a few
+# percent of the whole.
+TEST_WORKERS ?= $(shell echo $$((2 * $$(nproc 2>/dev/null || echo 1))))
 test: libs fakecuda fakecuda-cross venv
-	GEMSHARE_BUILD_DIR=$(abspath $(BUILD)) $(VENV)/bin/python -m pytest
+	GEMSHARE_BUILD_DIR=$(abspath $(BUILD)) $(VENV)/bin/python -m pytest -n $(TEST_WORKERS) \
+		--dist loadfile
 
 # Root gets the system socket; anyone else a private one, and their own group as the control
 # group so that gemsharectl may change settings. GEMSHARE_SOCKET, when set, wins.
@@ -83,7 +89,8 @@ scheduler: lib venv
 # of its own, so it can be staged under DESTDIR and moved into place. The commands in BINDIR are
 # small launchers that run the pinned interpreter isolated (-I: no PYTHONPATH or current
 # directory; -S: no site-packages) on that folder. pip builds a local project in place, so it
-# gets a copy under $(BUILD) to keep build files out of the source tree.
+# gets a copy under $(BUILD) to keep build files out of the source tree (one of its own, so that
+# two makes at once do not meet).
 install: lib venv
 	@built=$$($(VENV)/bin/python -c '$(PYTHON_VERSION)'); \
 	if [ -z "$(INSTALL_BY_ENV)" ]; then \
@@ -99,12 +106,11 @@ install: lib venv
 	fi
 	install -d $(DESTDIR)$(PKGDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(SYSTEMDUNITDIR) $(DESTDIR)$(DOCDIR)
 	install -m 0755 $(BUILD)/libnvs.so $(DESTDIR)$(PKGDIR)/libnvs.so
-	rm -rf $(DESTDIR)$(PKGDIR)/python $(BUILD)/python-src
-	mkdir -p $(BUILD)/python-src && cp -R $(PYTHON_SOURCES) $(BUILD)/python-src/
+	rm -rf $(DESTDIR)$(PKGDIR)/python
+	source=$$(mktemp -d $(BUILD)/python-src.XXXXXX) && cp -R $(PYTHON_SOURCES) $$source/ && \
 	$(VENV)/bin/python -m pip install -q --disable-pip-version-check --no-warn-script-location \
-		--no-compile --target $(DESTDIR)$(PKGDIR)/python $(BUILD)/python-src
-	rm -rf $(DESTDIR)$(PKGDIR)/python/bin $(addprefix $(DESTDIR)$(PKGDIR)/python/,$(STRAY)) \
-		$(BUILD)/python-src
+		--no-compile --target $(DESTDIR)$(PKGDIR)/python $$source && rm -rf $$source
+	rm -rf $(DESTDIR)$(PKGDIR)/python/bin $(addprefix $(DESTDIR)$(PKGDIR)/python/,$(STRAY))
 	@# Where a wheel carries the library, a link to it: gemsharectl library-path finds it there.
 	ln -sfn ../../libnvs.so $(DESTDIR)$(PKGDIR)/python/gemshare_nvs/libnvs.so
 	@# Bytecode made here names the final paths (-d), not the staging ones, in tracebacks.
@@ -145,9 +151,9 @@ uninstall:
 clean:
 	rm -rf $(BUILD) $(DIST)
 
-# Each wheel is the package built by pip from a copy of the sources (one of its own, so that two
-# makes at once do not meet) with that architecture's library inside it, tagged for the glibc the
-# library needs (manylinux_2_17_ARCH): nothing else in it depends on the machine.
+# Each wheel is the package built by pip from a copy of the sources, as for make install, with
+# that architecture's library inside it, tagged for the glibc the library needs
+# (manylinux_2_17_ARCH): nothing else in it depends on the machine.
 MANYLINUX := manylinux_$(subst .,_,$(GLIBC_FLOOR))
 dist: venv $(LIBNVS_ARCHES:%=$(BUILD)/%/libnvs.so)
 	@for arch in $(LIBNVS_ARCHES); do \
