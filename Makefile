@@ -1,16 +1,20 @@
-# make              build libnvs.so (gcc alone; no CUDA toolkit needed)
+# make              build libnvs.so for x86_64 and aarch64, for glibc 2.17 and newer
+#                   (libnvs/build.mk; no CUDA toolkit needed)
 # make test         every test, in a virtualenv this Makefile creates (.venv)
+# make dist         a wheel per architecture in dist/, each carrying its libnvs.so
 # make scheduler    build, install into .venv and run the scheduler in the foreground
 # make install      library, Python package and systemd units under PREFIX (DESTDIR for staging)
 # make uninstall    remove what make install put under PREFIX
 PREFIX ?= /usr/local
 BINDIR ?= $(PREFIX)/bin
 LIBDIR ?= $(PREFIX)/lib
-# The Python package and its dependencies live in a private folder, away from site-packages.
+# The Python package and its dependencies live in a private folder, away from site-packages;
+# the library beside it, at $(PKGDIR)/libnvs.so, where the device plugin looks by default.
 PKGDIR ?= $(LIBDIR)/gemshare
 SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
 DOCDIR ?= $(PREFIX)/share/doc/gemshare
 BUILD ?= build
+DIST ?= dist
 VENV ?= .venv
 CC ?= cc
 # The interpreter the installed commands run on, looked up on the target when they start: by
@@ -41,9 +45,11 @@ UNITS := gemshare-scheduler.service gemshare-scheduler.socket
 DROP_IN_EXAMPLES := metrics.conf.example mps.conf.example
 # The README and every page it links, at the same relative paths, so the links work installed.
 DOCS := README.md LICENSE CHANGELOG.md $(wildcard docs/*.md) libnvs/README.md bench/README.md
+# What pip builds the package from: make install and make dist build from a copy of these.
+PYTHON_SOURCES := pyproject.toml README.md LICENSE nvs ctl plugin
 
-.PHONY: all lib fakecuda venv test scheduler install uninstall clean
-all: lib
+.PHONY: all lib fakecuda venv test dist scheduler install uninstall clean
+all: libs
 
 include libnvs/build.mk
 include tests/fakecuda/build.mk
@@ -55,8 +61,14 @@ $(VENV)/.installed: pyproject.toml
 	$(VENV)/bin/python -m pip install -q -e '.[test]'
 	touch $@
 
-test: lib fakecuda venv
-	GEMSHARE_BUILD_DIR=$(abspath $(BUILD)) $(VENV)/bin/python -m pytest
+# The tests run in parallel (pytest-xdist), two per CPU: most of their time goes to waiting for
+# the processes they start. Each file's tests run on one worker, so that a fixture a module
+# shares (make install, make dist, a compilation) is made once; no file is more than a few
+# percent of the whole.
+TEST_WORKERS ?= $(shell echo $$((2 * $$(nproc 2>/dev/null || echo 1))))
+test: libs fakecuda fakecuda-cross venv
+	GEMSHARE_BUILD_DIR=$(abspath $(BUILD)) $(VENV)/bin/python -m pytest -n $(TEST_WORKERS) \
+		--dist loadfile
 
 # Root gets the system socket; anyone else a private one, and their own group as the control
 # group so that gemsharectl may change settings. GEMSHARE_SOCKET, when set, wins.
@@ -79,7 +91,8 @@ scheduler: lib venv
 # of its own, so it can be staged under DESTDIR and moved into place. The commands in BINDIR are
 # small launchers that run the pinned interpreter isolated (-I: no PYTHONPATH or current
 # directory; -S: no site-packages) on that folder. pip builds a local project in place, so it
-# gets a copy under $(BUILD) to keep build files out of the source tree.
+# gets a copy under $(BUILD) to keep build files out of the source tree (one of its own, so that
+# two makes at once do not meet).
 install: lib venv
 	@built=$$($(VENV)/bin/python -c '$(PYTHON_VERSION)'); \
 	if [ -z "$(INSTALL_BY_ENV)" ]; then \
@@ -93,14 +106,15 @@ install: lib venv
 	    exit 1; \
 	  fi; \
 	fi
-	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(SYSTEMDUNITDIR) $(DESTDIR)$(DOCDIR)
-	install -m 0755 $(BUILD)/libnvs.so $(DESTDIR)$(LIBDIR)/libnvs.so
-	rm -rf $(DESTDIR)$(PKGDIR)/python $(BUILD)/python-src
-	mkdir -p $(BUILD)/python-src && cp -R pyproject.toml README.md nvs ctl plugin $(BUILD)/python-src/
+	install -d $(DESTDIR)$(PKGDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(SYSTEMDUNITDIR) $(DESTDIR)$(DOCDIR)
+	install -m 0755 $(BUILD)/libnvs.so $(DESTDIR)$(PKGDIR)/libnvs.so
+	rm -rf $(DESTDIR)$(PKGDIR)/python
+	source=$$(mktemp -d $(BUILD)/python-src.XXXXXX) && cp -R $(PYTHON_SOURCES) $$source/ && \
 	$(VENV)/bin/python -m pip install -q --disable-pip-version-check --no-warn-script-location \
-		--no-compile --target $(DESTDIR)$(PKGDIR)/python $(BUILD)/python-src
-	rm -rf $(DESTDIR)$(PKGDIR)/python/bin $(addprefix $(DESTDIR)$(PKGDIR)/python/,$(STRAY)) \
-		$(BUILD)/python-src
+		--no-compile --target $(DESTDIR)$(PKGDIR)/python $$source && rm -rf $$source
+	rm -rf $(DESTDIR)$(PKGDIR)/python/bin $(addprefix $(DESTDIR)$(PKGDIR)/python/,$(STRAY))
+	@# Where a wheel carries the library, a link to it: gemsharectl library-path finds it there.
+	ln -sfn ../../libnvs.so $(DESTDIR)$(PKGDIR)/python/gemshare_nvs/libnvs.so
 	@# Bytecode made here names the final paths (-d), not the staging ones, in tracebacks.
 	$(VENV)/bin/python -m compileall -q -d $(PKGDIR)/python $(DESTDIR)$(PKGDIR)/python
 	@built=$$($(VENV)/bin/python -c 'import sys; print("%d, %d" % sys.version_info[:2])'); \
@@ -135,13 +149,26 @@ install: lib venv
 	done
 
 uninstall:
-	rm -f $(DESTDIR)$(LIBDIR)/libnvs.so
 	rm -f $(addprefix $(DESTDIR)$(BINDIR)/,$(PROGRAMS))
 	rm -f $(addprefix $(DESTDIR)$(SYSTEMDUNITDIR)/,$(UNITS))
 	rm -rf $(DESTDIR)$(PKGDIR) $(DESTDIR)$(DOCDIR)
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) $(DIST)
+
+# Each wheel is the package built by pip from a copy of the sources, as for make install, with
+# that architecture's library inside it, tagged for the glibc the library needs
+# (manylinux_2_17_ARCH): nothing else in it depends on the machine.
+MANYLINUX := manylinux_$(subst .,_,$(GLIBC_FLOOR))
+dist: venv $(LIBNVS_ARCHES:%=$(BUILD)/%/libnvs.so)
+	@for arch in $(LIBNVS_ARCHES); do \
+	  source=$$(mktemp -d $(BUILD)/dist-src.XXXXXX) && cp -R $(PYTHON_SOURCES) $$source/ && \
+	  cp $(BUILD)/$$arch/libnvs.so $$source/nvs/libnvs.so && \
+	  $(VENV)/bin/python -m pip wheel -q --disable-pip-version-check --no-deps -w $(DIST) \
+	    --config-settings=--build-option=--plat-name=$(MANYLINUX)_$$arch $$source && \
+	  rm -rf $$source || exit 1; \
+	done
+	@ls $(DIST)/*-$(MANYLINUX)_*.whl
 
 # make bench-cpu   benchmarks on the fake driver, no GPU needed: lock handoff, launch overhead,
 #                  scheduler scale, a pair with idle gaps (bench/README.md); BENCH_JSON=path also

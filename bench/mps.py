@@ -9,8 +9,8 @@ Side by side in one run, on one GPU (bench/gpu/infer_loop.py, each request synch
 - alone: one small loop with no layer and under `auto --mps` (what MPS costs a program alone).
 - mixed: two small loops beside a trainer that does not fit with them (--capacity-mib), under
   `auto --mps`: the trainer gets its quanta and memory moves, the loops run through MPS between.
-- classroom: six programs with a 0.4 s burst every 4 s (bench/gpu/matmul_bursts.py) beside a
-  trainer that never pauses (bench/gpu/matmul_trainer.py): no layer, and `auto --mps` without
+- classroom: six programs with a 0.4 s burst every 4 s (bench/gpu/matmul_bursts.py), started
+  out of step (one every 0.67 s), beside a trainer that never pauses (bench/gpu/matmul_trainer.py): no layer, and `auto --mps` without
   and with an sm_share for the trainer (MPS_TRAINER_SM_SHARE, default 50).
 
 Environment: MPS_SECONDS (each loop's window, default 10), MPS_ROUNDS (default 1),
@@ -47,6 +47,7 @@ SETUPS = ("none", "mps", "auto", "auto_mps")
 MIXED_SIZE, MIXED_CAPACITY_MIB = 32768, 13 * 1024
 TRAINER_SM_SHARE = int(os.environ.get("MPS_TRAINER_SM_SHARE", "50"))
 BURSTS, BURST_GAP_S, PROGRAMS = 5, 3.6, 6
+STAGGER_S = (BURST_GAP_S + 0.4) / PROGRAMS  # one burst every 4 s each, out of step
 
 
 @contextmanager
@@ -211,9 +212,12 @@ def classroom(python: str, library: Path, where: Path, name: str, programs: int,
                         raise RuntimeError((directory / "trainer.err").read_text()[-500:])
                     time.sleep(0.05)
             began = time.monotonic()
-            bursts = [launch([python, str(HERE / "matmul_bursts.py"), "--bursts", str(BURSTS),
-                              "--gap-s", str(BURST_GAP_S)], env, directory / f"bursts{index}")
-                      for index in range(programs)]
+            bursts = []
+            for index in range(programs):  # spread over the period, as users come and go
+                bursts.append(launch([python, str(HERE / "matmul_bursts.py"), "--bursts",
+                                      str(BURSTS), "--gap-s", str(BURST_GAP_S)], env,
+                                     directory / f"bursts{index}"))
+                time.sleep(STAGGER_S)
             processes += bursts
             time.sleep(SECONDS if programs == 0 else min(SECONDS, BURSTS * BURST_GAP_S / 2))
             through = mps_clients(sched)  # while every program runs

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import signal
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
+
+from gemshare_nvs.service.readiness import NotListening, wait_until_listening
 
 # No config file and no state directory: /etc/gemshare/gemshare.toml and the settings kept in
 # /var/lib/gemshare would give the bench's scheduler other settings and rules than it asked for.
 ISOLATED = ("--config", "", "--state-dir", "")
+START_TIMEOUT_S = 60  # only a scheduler that hangs or dies takes so long to say it listens
 
 
 def scheduler_command(socket_path: Path, args=(), **options) -> list[str]:
@@ -36,16 +37,11 @@ class SchedulerProcess:
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log,
                                             stderr=subprocess.STDOUT, env=env)
-        deadline = time.monotonic() + start_timeout
-        while not self._accepting():
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"scheduler did not start:\n{self.log_path.read_text()}")
-            time.sleep(0.02)
-
-    def _accepting(self) -> bool:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-            return probe.connect_ex(str(self.socket)) == 0
+        try:
+            wait_until_listening(self.log_path, self.socket, self.process, start_timeout)
+        except NotListening as failure:
+            self.stop()
+            raise RuntimeError(f"scheduler did not start: {failure}") from None
 
     def check_running(self) -> None:
         """Raises, with the scheduler's log, if it has exited: a run without it measured nothing."""

@@ -24,7 +24,6 @@ bench works, publishes nothing), BENCH_JSON=path, GEMSHARE_BUILD_DIR (default <r
 from __future__ import annotations
 
 import json
-import math
 import os
 import random
 import signal
@@ -40,9 +39,8 @@ REPO = BENCH.parent
 sys.path.insert(0, str(BENCH))
 sys.path.insert(0, str(REPO / "tests" / "wire"))
 import handoff  # noqa: E402
-import libnvs_fakelog  # noqa: E402  (on the path through handoff)
 import test_scheduler_fuzz_frames as fuzz  # noqa: E402
-from libnvs_programs import FakeGpu, wait_file  # noqa: E402
+from libnvs_programs import FakeGpu  # noqa: E402
 from run_cpu import built_results, title  # noqa: E402
 from scheduler_process import SchedulerProcess  # noqa: E402
 from scheduler_scale import resident_kib  # noqa: E402
@@ -176,32 +174,6 @@ def control_traffic(socket: Path, plan: Plan, stop: threading.Event, counters: C
             time.sleep(0.1)
 
 
-def measure_handoffs(socket: Path, seconds: float, directory: Path) -> handoff.Handoffs:
-    """handoff.measure's two programs, against the soak's scheduler."""
-    directory.mkdir(parents=True)
-    gpu = FakeGpu(directory, socket)
-    rounds = math.ceil((seconds + 5) * 1000 / handoff.SLEEP_MS)
-    env = {"GEMSHARE_IDLE_RELEASE_MS": str(handoff.IDLE_RELEASE_MS)}
-    go = gpu.path("go")
-    try:
-        programs = [gpu.start(handoff.client_steps(gpu.path(f"ready-{i}"), go, rounds), env=env)
-                    for i in range(2)]
-        for i in range(2):
-            wait_file(gpu.path(f"ready-{i}"), timeout=120)
-        go.touch()
-        start_ns = time.monotonic_ns()
-        time.sleep(handoff.WARMUP_S + seconds)
-        end_ns = time.monotonic_ns()
-        for program in programs:
-            if program.process.poll() is not None or program.result().gemshare_lines():
-                raise RuntimeError(f"a handoff program failed:\n"
-                                   f"{program.result().describe()[-3000:]}")
-    finally:
-        gpu.stop_all()
-    events = libnvs_fakelog.read_events(gpu.log)
-    return handoff.handoffs_from_log(events, start_ns + int(handoff.WARMUP_S * 1e9), end_ns, 2)
-
-
 def snapshot(pid: int) -> dict:
     return {"rss_mib": round(rss_mib(pid), 2), "fds": open_fds(pid)}
 
@@ -225,8 +197,8 @@ def run(plan: Plan, seconds: float) -> dict:
         pid = scheduler.process.pid
         try:
             start = snapshot(pid)
-            first = measure_handoffs(scheduler.socket, plan.handoff_seconds,
-                                     directory / "handoff-start").summary()
+            first = handoff.measure_on(scheduler.socket, 2, plan.handoff_seconds,
+                                       directory / "handoff-start").summary()
             counters = Counters()
             stop = threading.Event()
             live_pids: list = []
@@ -256,8 +228,8 @@ def run(plan: Plan, seconds: float) -> dict:
             with Connection(scheduler.socket, timeout=10) as connection:
                 connection.request({"op": "set", "clear": True})
             clients_left = settle(scheduler.socket)
-            last = measure_handoffs(scheduler.socket, plan.handoff_seconds,
-                                    directory / "handoff-end").summary()
+            last = handoff.measure_on(scheduler.socket, 2, plan.handoff_seconds,
+                                      directory / "handoff-end").summary()
             clients_left = max(clients_left, settle(scheduler.socket))
             end = snapshot(pid)
             scheduler.check_running()

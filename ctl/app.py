@@ -38,6 +38,7 @@ from gemshare_nvs.config.settings import (
     modes_starting,
 )
 from gemshare_nvs.config.shadows import shadows
+from gemshare_nvs.library import LibraryMissing, library_path
 from gemshare_nvs.version import version
 from gemshare_nvs.wire.connection import DEFAULT_SOCKET, socket_path
 
@@ -51,6 +52,7 @@ DEFAULT_TIMEOUT_S = 5.0
 TIMEOUT_MIN_S, TIMEOUT_MAX_S = 0.1, 3600.0
 DEFAULT_INTERVAL_S, INTERVAL_MIN_S, INTERVAL_MAX_S = 1.0, 0.1, 60.0
 CHECK_FAILED = 1  # config check's status for a file with problems, as test(1) or grep would
+LIBRARY_MISSING = 1  # library-path's status when there is none, as which(1) would
 PID = WholeNumber("pid", 1, 1 << 22)  # Linux's largest pid_max
 SOCKET_HELP = f"Scheduler socket. Default: $GEMSHARE_SOCKET, else {DEFAULT_SOCKET}."
 TIMEOUT_HELP = (f"How long to wait for the scheduler's answer, {TIMEOUT_MIN_S:g} to "
@@ -67,6 +69,7 @@ EPILOG = f"""\
   gemsharectl client 4242 --weight 2 --memory-limit 8GiB
   gemsharectl config check {DEFAULT_CONFIG}
   gemsharectl config reload
+  LD_PRELOAD=$(gemsharectl library-path) python train.py
 
 [bold]Environment[/bold]
   GEMSHARE_SOCKET  the scheduler socket when --socket is not given
@@ -80,7 +83,7 @@ EPILOG = f"""\
      change settings (root and members of the scheduler's control group, default
      '{DEFAULT_CONTROL_GROUP}', may; anyone may read the status)
   'config check' exits {ExitCode.OK:d} for a valid file, {CHECK_FAILED} for a missing one or one with
-  problems.
+  problems; 'library-path' exits {LIBRARY_MISSING} when this installation has no library.
 """
 
 app = typer.Typer(
@@ -394,6 +397,15 @@ def config_reload(ctx: typer.Context, socket: SocketAfter = None,
     rules = loaded.get("rules", 0)
     typer.echo(f"gemshare-scheduler on {target.socket}: reloaded {loaded.get('path')}, "
                f"{rules} rule{'' if rules == 1 else 's'}")
+
+
+@app.command("library-path")
+def library_path_command() -> None:
+    """Print the absolute path of libnvs.so, the library to preload into each CUDA program: LD_PRELOAD=$(gemsharectl library-path) python train.py. It is the one this installation carries (a wheel's, make install's, the image's) or, run from a source tree, the one make built there."""
+    try:
+        typer.echo(library_path())
+    except LibraryMissing as missing:
+        _fail(CtlError(str(missing), LIBRARY_MISSING))
 
 
 def main() -> None:

@@ -15,7 +15,7 @@ class ExitCode(enum.IntEnum):
 class CtlError(Exception):
     """A failure to report in one line (no traceback) and exit with `exit_code`."""
 
-    def __init__(self, message: str, exit_code: ExitCode):
+    def __init__(self, message: str, exit_code: int):
         super().__init__(message)
         self.message = message
         self.exit_code = exit_code

@@ -1,10 +1,33 @@
-# Builds $(BUILD)/libnvs.so from libnvs/*/*.c with gcc alone. Owned by the libnvs work.
-#   make lib                      build/libnvs.so
+# Builds libnvs.so from libnvs/*/*.c; no CUDA toolkit needed. Owned by the libnvs work.
+#   make lib                      build/libnvs.so, for this machine's architecture
+#   make libs                     build/x86_64/libnvs.so and build/aarch64/libnvs.so (and lib)
+#   make lib PORTABLE=0           build/libnvs.so with $(CC), for this machine's glibc only
 #   make lib SANITIZE=thread      build/tsan/libnvs.so (ThreadSanitizer, for the many-threads test;
 #                                 preload libtsan.so first, see libnvs/README.md)
 #   make check-cuda-api           prove libnvs/cuda/cuda_api.h and hooks.def against cuda.h, or
 #                                 skip
+#
+# The library is preloaded into programs of any image, so it is built against glibc 2.17
+# (CentOS 7, the oldest any CUDA release still supports) with Zig's C compiler, which carries
+# every glibc's symbol versions and builds for either architecture from one machine. Zig comes
+# from PyPI (ziglang, pinned) into $(TOOLS), which `make clean` keeps. build/libnvs.so is a copy
+# of the build for this machine, renewed whenever the chosen one differs.
+BUILD ?= build
+CC ?= cc
+PYTHON ?= python3
 CUDA_INCLUDE ?= /usr/local/cuda/include
+PORTABLE ?= 1
+TOOLS ?= .tools
+GLIBC_FLOOR := 2.17
+LIBNVS_ARCHES := x86_64 aarch64
+HOST_ARCH := $(shell uname -m)
+ZIGLANG_VERSION := 0.17.1
+ZIG_DIR := $(TOOLS)/ziglang-$(ZIGLANG_VERSION)
+ZIG := $(ZIG_DIR)/ziglang/zig
+# Zig's compiler for one architecture and glibc $(GLIBC_FLOOR), or the one given second:
+# $(call zig_cc,aarch64) or $(call zig_cc,aarch64,2.28). Zig turns the undefined-behaviour
+# sanitizer on by default in some modes; the library never wants it.
+zig_cc = $(ZIG) cc -target $(1)-linux-gnu.$(or $(2),$(GLIBC_FLOOR)) -fno-sanitize=undefined
 
 # One folder per part (libnvs/README.md); includes name the folder: #include "base/log.h".
 # cuda_api_check.c is a compile-time proof, never part of the library.
@@ -16,19 +39,43 @@ LIBNVS_CFLAGS := -std=gnu11 -O2 -g -fPIC -fvisibility=hidden -Wall -Wextra -Werr
 LIBNVS_LDFLAGS := -shared -Wl,-z,defs
 LIBNVS_LIBS := -ldl -pthread
 
-ifeq ($(SANITIZE),thread)
-LIBNVS_OUT := $(BUILD)/tsan/libnvs.so
-LIBNVS_CFLAGS += -fsanitize=thread -O1
-LIBNVS_LIBS += -fsanitize=thread
+ifeq ($(PORTABLE),1)
+LIBNVS_CHOSEN := $(BUILD)/$(HOST_ARCH)/libnvs.so
 else
-LIBNVS_OUT := $(BUILD)/libnvs.so
+LIBNVS_CHOSEN := $(BUILD)/host/libnvs.so
 endif
 
-.PHONY: lib check-cuda-api
-lib: $(LIBNVS_OUT)
-$(LIBNVS_OUT): $(LIBNVS_DEPS)
+.PHONY: lib libs zig check-cuda-api FORCE
+ifeq ($(SANITIZE),thread)
+# The ThreadSanitizer runtime is the host compiler's, so is this build.
+lib: $(BUILD)/tsan/libnvs.so
+else
+lib: $(BUILD)/libnvs.so
+endif
+libs: lib $(LIBNVS_ARCHES:%=$(BUILD)/%/libnvs.so)
+zig: $(ZIG)
+
+$(BUILD)/libnvs.so: $(LIBNVS_CHOSEN) FORCE
+	@cmp -s $< $@ || cp $< $@
+
+$(LIBNVS_ARCHES:%=$(BUILD)/%/libnvs.so): $(BUILD)/%/libnvs.so: $(LIBNVS_DEPS) | $(ZIG)
+	@mkdir -p $(dir $@)
+	$(call zig_cc,$*) $(LIBNVS_CFLAGS) $(LIBNVS_LDFLAGS) -o $@ $(LIBNVS_SRC) $(LIBNVS_LIBS)
+
+$(BUILD)/host/libnvs.so: $(LIBNVS_DEPS)
 	@mkdir -p $(dir $@)
 	$(CC) $(LIBNVS_CFLAGS) $(LIBNVS_LDFLAGS) -o $@ $(LIBNVS_SRC) $(LIBNVS_LIBS)
+
+$(BUILD)/tsan/libnvs.so: $(LIBNVS_DEPS)
+	@mkdir -p $(dir $@)
+	$(CC) $(LIBNVS_CFLAGS) -fsanitize=thread -O1 $(LIBNVS_LDFLAGS) -o $@ $(LIBNVS_SRC) \
+		$(LIBNVS_LIBS) -fsanitize=thread
+
+$(ZIG):
+	$(PYTHON) -m pip install -q --disable-pip-version-check --no-warn-script-location \
+		--root-user-action=ignore --target $(ZIG_DIR) ziglang==$(ZIGLANG_VERSION) || { \
+	    echo "cannot install Zig (ziglang $(ZIGLANG_VERSION)) from PyPI into $(ZIG_DIR);" \
+	         "make PORTABLE=0 builds with $(CC) for this machine's glibc only" >&2; exit 1; }
 
 check-cuda-api:
 	@if [ -f "$(CUDA_INCLUDE)/cuda.h" ] && [ -f "$(CUDA_INCLUDE)/cudaTypedefs.h" ]; then \

@@ -29,6 +29,7 @@ from .observe.tcp_address import AddressError  # noqa: E402
 from .service import command_line, fd_limits, journal, sdnotify  # noqa: E402
 from .service.gpus import Gpus  # noqa: E402
 from .service.log_rate import PeerRateLimit  # noqa: E402
+from .service.readiness import LISTENING  # noqa: E402
 from .service.server import Server  # noqa: E402
 from .wire.listener import ListenerError, Listening, open_listener  # noqa: E402
 
@@ -106,7 +107,7 @@ async def run(settings: Settings, configuration: Configuration,
 def _announce(settings: Settings, start: dict, listening: Listening) -> None:
     capacity = ("the GPU's" if start["capacity_mib"] is None
                 else f"at most {start['capacity_mib']} MiB")
-    log.info("listening on %s%s: tq %d s, anti-thrash %s, min slice %d ms, grace %d ms, "
+    log.info(LISTENING + "%s%s: tq %d s, anti-thrash %s, min slice %d ms, grace %d ms, "
              "context reserve %d MiB, capacity %s, max %d clients (%d per user), %d control "
              "connections, control group %s, MPS %s",
              listening.path, " (socket from systemd)" if listening.inherited else "",
@@ -114,7 +115,7 @@ def _announce(settings: Settings, start: dict, listening: Listening) -> None:
              start["context_reserve_mib"], capacity, settings.max_clients,
              settings.clients_per_user(), settings.max_control, settings.control_group,
              "on" if start["mps"] else "off")
-    _notify("READY=1\nSTATUS=listening on " + str(listening.path))
+    _notify("READY=1\nSTATUS=" + LISTENING + str(listening.path))
 
 
 async def _on_signals(signals, scope: trio.CancelScope, server: Server) -> None:

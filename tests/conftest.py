@@ -2,7 +2,8 @@
 
 `scheduler_factory(**options)` starts a real `gemshare-scheduler` process on a socket in a fresh
 short temporary directory (Unix socket paths are limited to 107 bytes, so pytest's long tmp_path
-will not do) and returns once it accepts connections. Options become command-line flags:
+will not do) and returns once its log says it listens (a connection alone would be taken into the
+socket's backlog before the scheduler serves). Options become command-line flags:
 `tq=1, grace_ms=500, anti_thrash="off", debug=True` -> `--tq 1 --grace-ms 500 --anti-thrash off
 --debug`. Keyword-only extras: `env={...}` adds environment variables, `directory=` uses a
 directory you made (the socket is `directory/scheduler.sock`), `wrapper=[...]` puts a command in
@@ -23,23 +24,23 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
 from inprocess import InProcess
 
 from gemshare_nvs.config.settings import Settings
+from gemshare_nvs.service.readiness import wait_until_listening
 from gemshare_nvs.service.server import Server
 from gemshare_nvs.wire.connection import Connection
 from gemshare_nvs.wire.listener import open_listener
 
 REPO = Path(__file__).resolve().parent.parent
-START_TIMEOUT = 15.0
+# Generous: only a scheduler that hangs or dies should take so long, even on a loaded machine.
+START_TIMEOUT = 60.0
 STOP_TIMEOUT = 10.0
 # Variables that would make a test scheduler act as a systemd service by accident.
 SERVICE_VARIABLES = ("LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES", "NOTIFY_SOCKET",
@@ -72,24 +73,6 @@ def scheduler_environment(extra: dict | None = None) -> dict:
     return env
 
 
-def wait_until_accepting(path: Path, process: subprocess.Popen, log_file: Path,
-                         timeout: float = START_TIMEOUT) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"gemshare-scheduler exited with status {process.returncode} "
-                               f"before listening:\n{log_file.read_text()}")
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-            try:
-                probe.connect(str(path))
-                return
-            except OSError:
-                pass
-        time.sleep(0.02)
-    raise RuntimeError(f"gemshare-scheduler did not listen on {path} within {timeout} s:\n"
-                       f"{log_file.read_text()}")
-
-
 class RunningScheduler:
     """A gemshare-scheduler process of a test."""
 
@@ -108,7 +91,7 @@ class RunningScheduler:
 
     def wait_until_accepting(self) -> None:
         try:
-            wait_until_accepting(self.socket, self.process, self._log_path)
+            wait_until_listening(self._log_path, self.socket, self.process, START_TIMEOUT)
         except BaseException:
             self.stop()
             raise

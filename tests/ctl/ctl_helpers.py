@@ -16,7 +16,7 @@ import pytest
 from gemshare_ctl import app as ctl_app
 from gemshare_ctl import client as ctl_client
 from gemshare_nvs import protocol
-from gemshare_nvs.wire.connection import Connection, SchedulerUnavailable
+from gemshare_nvs.wire.connection import Connection
 
 REPO = Path(__file__).resolve().parents[2]
 NOBODY = 65534
@@ -121,18 +121,15 @@ def run_as_nobody(args: list[str]) -> tuple[int, str]:
         return os.waitstatus_to_exitcode(done[1]), out.read().decode(errors="replace")
 
 
-def wait_until_listening(path: Path, process, timeout: float = 15.0) -> None:
-    """Return once something accepts connections on `path`; fail if `process` exits first."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            pytest.fail(f"the scheduler exited with status {process.returncode} before listening")
-        try:
-            Connection(path, timeout=1.0).close()
-            return
-        except SchedulerUnavailable:
-            time.sleep(0.02)
-    pytest.fail(f"nothing listened on {path} within {timeout} s")
+# pip's words when PyPI cannot be reached; then the test cannot run here, which is no failure.
+OFFLINE_SIGNS = ("NewConnectionError", "Temporary failure in name resolution",
+                 "No matching distribution found", "Network is unreachable")
+
+
+def skip_if_pypi_unreachable(result, what: str) -> None:
+    """Skip the test if `what` (a finished make that runs pip) failed for want of PyPI."""
+    if result.returncode != 0 and any(sign in result.stderr for sign in OFFLINE_SIGNS):
+        pytest.skip(f"{what} needs PyPI, which cannot be reached here")
 
 
 def make_variables() -> list[str]:

@@ -14,14 +14,14 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
-from ctl_helpers import REPO, make_variables, wait_until_listening
+from ctl_helpers import REPO, make_variables, skip_if_pypi_unreachable
+
+from gemshare_nvs.service.readiness import wait_until_listening
+from gemshare_plugin.cli import DEFAULT_LIBRARY
 
 PREFIX = "/usr"
 PKGDIR = f"{PREFIX}/lib/gemshare/python"
 INSTALL_TIMEOUT = 300
-# pip's words when PyPI cannot be reached; then the test cannot run here, which is no failure.
-OFFLINE_SIGNS = ("NewConnectionError", "Temporary failure in name resolution",
-                 "No matching distribution found", "Network is unreachable")
 
 
 @pytest.fixture(scope="module")
@@ -33,8 +33,7 @@ def staged(tmp_path_factory) -> Path:
         ["make", "-C", str(REPO), "install", f"DESTDIR={destdir}", f"PREFIX={PREFIX}",
          *make_variables()], capture_output=True, text=True, timeout=INSTALL_TIMEOUT,
         stdin=subprocess.DEVNULL)
-    if result.returncode != 0 and any(sign in result.stderr for sign in OFFLINE_SIGNS):
-        pytest.skip("make install needs PyPI, which cannot be reached here")
+    skip_if_pypi_unreachable(result, "make install")
     assert result.returncode == 0, result.stdout + result.stderr
     return destdir
 
@@ -50,7 +49,9 @@ def staged_launcher(destdir: Path, name: str, scratch: Path) -> list[str]:
 
 def test_expected_files_are_in_place(staged):
     usr = staged / "usr"
-    assert (usr / "lib/libnvs.so").read_bytes()[:4] == b"\x7fELF"
+    # Where the device plugin and the image have it; the package links to it.
+    assert (usr / "lib/gemshare/libnvs.so").read_bytes()[:4] == b"\x7fELF"
+    assert os.readlink(usr / "lib/gemshare/python/gemshare_nvs/libnvs.so") == "../../libnvs.so"
     for name in ("gemshare-scheduler", "gemsharectl"):
         launcher = usr / "bin" / name
         assert os.access(launcher, os.X_OK), launcher
@@ -120,11 +121,12 @@ def test_staged_commands_run_on_their_own_folder(staged, tmp_path):
     socket = directory / "scheduler.sock"
     env = {k: v for k, v in os.environ.items() if k not in ("GEMSHARE_SOCKET", "NOTIFY_SOCKET",
                                                             "LISTEN_FDS", "LISTEN_PID")}
-    log = (directory / "scheduler.log").open("wb")
+    log_path = directory / "scheduler.log"
+    log = log_path.open("wb")
     scheduler = subprocess.Popen([*scheduler_cmd, "--socket", str(socket)], env=env,
                                  stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
     try:
-        wait_until_listening(socket, scheduler)
+        wait_until_listening(log_path, socket, scheduler, timeout=60)
         change = subprocess.run([*ctl_cmd, "--socket", str(socket), "--set-tq", "9"],
                                 capture_output=True, text=True, timeout=60, env=env)
         assert change.returncode == 0, change.stderr
@@ -141,6 +143,21 @@ def test_staged_commands_run_on_their_own_folder(staged, tmp_path):
             scheduler.wait()
         log.close()
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_staged_library_path_is_the_installed_library(staged, tmp_path):
+    shown = subprocess.run([*staged_launcher(staged, "gemsharectl", tmp_path), "library-path"],
+                           capture_output=True, text=True, timeout=60)
+    assert (shown.returncode, shown.stdout) == (0, f"{staged}/usr/lib/gemshare/libnvs.so\n"), \
+        shown.stderr
+
+
+def test_the_plugins_default_library_is_where_make_install_puts_it():
+    assert DEFAULT_LIBRARY == "/usr/local/lib/gemshare/libnvs.so"
+    dry_run = subprocess.run(["make", "-C", str(REPO), "-n", "install", *make_variables()],
+                             capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert dry_run.returncode == 0, dry_run.stderr
+    assert f" {DEFAULT_LIBRARY}\n" in dry_run.stdout  # PREFIX=/usr/local by default
 
 
 def test_launchers_find_python3_on_the_path_by_default(staged):

@@ -11,7 +11,9 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from ctl_helpers import REPO, make_variables, wait_until_listening
+from ctl_helpers import REPO, make_variables
+
+from gemshare_nvs.service.readiness import wait_until_listening
 
 
 def test_make_scheduler_runs_in_the_foreground_and_prints_the_socket(ctl):
@@ -31,7 +33,7 @@ def test_make_scheduler_runs_in_the_foreground_and_prints_the_socket(ctl):
                                 env=env, stdin=subprocess.DEVNULL, stdout=sink,
                                 stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        wait_until_listening(socket, make, timeout=240)  # may build and install first
+        wait_until_listening(output, socket, make, timeout=300)  # may build and install first
         printed = output.read_text()
         assert f"export GEMSHARE_SOCKET={socket}" in printed, printed
         assert "LD_PRELOAD=" in printed and "libnvs.so" in printed, printed

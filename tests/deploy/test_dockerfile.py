@@ -79,6 +79,14 @@ def test_it_builds_libnvs_with_the_projects_own_rules_in_a_stage_of_its_own():
     assert library == ["/usr/local/lib/gemshare/libnvs.so"]
 
 
+def test_the_package_in_the_image_links_to_its_library():
+    """So that `gemsharectl library-path` in the image prints the library, as after make install."""
+    runs = [rest for word, rest in final_stage() if word == "RUN"]
+    assert any(run.startswith("ln -s /usr/local/lib/gemshare/libnvs.so ")
+               and "gemshare_nvs.__file__" in run and run.endswith('/libnvs.so"')
+               for run in runs), runs
+
+
 def test_entrypoint_and_default_command_are_the_projects():
     final = dict((word, rest) for word, rest in final_stage() if word in ("ENTRYPOINT", "CMD"))
     entrypoint, command = json.loads(final["ENTRYPOINT"]), json.loads(final["CMD"])

@@ -18,6 +18,7 @@ PACKAGE = "gemshare_nvs"
 MAY_IMPORT = {
     "protocol": set(),
     "version": set(),
+    "library": set(),
     "core.model": {"protocol"},
     "core.rules": {"core.model", "protocol"},
     "core": {"core.rules", "core.model", "protocol"},

@@ -7,6 +7,7 @@ FAKECUDA_SHARED_DEVICE) and one scheduler socket. Stand-ins print one line per s
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import subprocess
@@ -34,10 +35,14 @@ SCRUBBED = {"LD_PRELOAD", "LD_LIBRARY_PATH"}
 
 
 def make(*targets: str, **variables: str) -> None:
-    """Builds with the top-level Makefile into BUILD; a failure shows make's output."""
+    """Builds with the top-level Makefile into BUILD; a failure shows make's output. One make at
+    a time: tests run in parallel processes, and two makes of one file would write it at once."""
     command = ["make", "-s", *targets, f"BUILD={BUILD}",
                *(f"{k}={v}" for k, v in variables.items())]
-    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
+    BUILD.mkdir(parents=True, exist_ok=True)
+    with open(BUILD / ".make.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} failed ({done.returncode}):\n"
                            f"{done.stdout}\n{done.stderr}")
