@@ -71,8 +71,9 @@ async def _serve_one(stream: trio.SocketStream, registry: CollectorRegistry,
     try:
         with scrape.scope:
             await _answer(stream, registry, scrape)
-    except Exception:  # a bug must cost one scrape, not the scheduler
-        log.exception("metrics: internal error answering a scrape")
+    except Exception:  # a bug must cost one scrape, not the scheduler (nor flood the log)
+        log.exception("metrics: internal error answering a scrape",
+                      extra={"peer": f"metrics peer {scrape.peer}"})
     finally:
         slots.release(scrape)
         await trio.aclose_forcefully(stream)
@@ -119,7 +120,7 @@ def _response(head: bytes, registry: CollectorRegistry) -> bytes:
     try:
         body = generate_latest(registry)
     except Exception:  # a bug in a report must not cost the scheduler
-        log.exception("metrics: cannot render them")
+        log.exception("metrics: cannot render them", extra={"peer": "metrics scrapes"})
         return _reply(500, "Internal Server Error", b"cannot render the metrics\n")
     return _reply(200, "OK", body, CONTENT_TYPE_LATEST, head_only=method == b"HEAD")
 

@@ -227,7 +227,8 @@ class Server:
             why = (f"the scheduler already has {len(self.conns)} connections; try again later "
                    "or raise --max-clients")
         if why is not None:
-            log.warning("refused connection %d: %s", cid, why, extra=caused_by(peer_key(peer.uid)))
+            log.warning("refused connection %d: %s", cid, why,
+                        extra=caused_by(peer_key(peer.uid)))
             self._refusing += 1
             await self._refuse(sock, why)
             return
@@ -235,7 +236,7 @@ class Server:
         conn = Conn(cid, trio.SocketStream(sock), peer, outbox, inbox,
                     p.FrameDecoder(self.settings.max_request_bytes))
         self.conns[cid] = conn
-        log.debug("%s opened", conn)
+        log.debug("%s opened", conn, extra=caused_by(conn.peer_key))
         try:
             with conn.scope:
                 async with trio.open_nursery() as nursery:
@@ -250,7 +251,8 @@ class Server:
                     conn.scope.deadline = trio.current_time() + FLUSH_SECONDS
         except Exception:
             # A bug must cost one connection, not every client's lock: log it loudly.
-            log.exception("internal error serving %s; closing it", conn)
+            log.exception("internal error serving %s; closing it", conn,
+                          extra=caused_by(conn.peer_key))
             conn.ending = "internal error"
         finally:
             self._apply(self._forget(conn), conn.peer_key)
