@@ -65,8 +65,12 @@ $(VENV)/.installed: pyproject.toml
 # the processes they start. Each file's tests run on one worker, so that a fixture a module
 # shares (make install, make dist, a compilation) is made once; no file is more than a few
 # percent of the whole.
-TEST_WORKERS ?= $(shell echo $$((2 * $$(nproc 2>/dev/null || echo 1))))
-test: libs fakecuda fakecuda-cross venv
+# What the tests need is made first, all at once: the virtualenv's downloads and the builds
+# overlap.
+CPUS := $(shell nproc 2>/dev/null || echo 1)
+TEST_WORKERS ?= $(shell echo $$((2 * $(CPUS))))
+test:
+	@$(MAKE) --no-print-directory -j$(CPUS) libs fakecuda fakecuda-cross venv
 	GEMSHARE_BUILD_DIR=$(abspath $(BUILD)) $(VENV)/bin/python -m pytest -n $(TEST_WORKERS) \
 		--dist loadfile
 

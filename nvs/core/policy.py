@@ -397,6 +397,11 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules):
                     hold.revoke_at = max(hold.revoke_at, now + self.grace_s)
             return [Log(f"moving {client}: device {device}, {size} bytes to the "
                         f"{'host' if to_host else 'device'} so far", debug=True)]
+        if hold is not None and hold.dropped_at is not None and not to_host:
+            # Dropped while its memory came back: the move out the drop asked for starts only
+            # now, so it gets the time it would have had from the drop, from now on.
+            hold.revoke_at = max(hold.revoke_at, now + self.grace_s +
+                                 self._link(device).to_host.seconds(hold.drop_evict))
         seconds = elapsed_us / 1e6
         believed = self.residency.moved_out(device, cid, size) if to_host else size
         if hold is not None and not to_host:  # a holder's memory is all back once it says so
@@ -722,7 +727,7 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules):
         self.credit.asked_out(dev.index, cid, evict)
         if evict:
             self.tallies.evicted(dev.index)
-        hold.dropped_at, hold.drop_reason = now, reason
+        hold.dropped_at, hold.drop_reason, hold.drop_evict = now, reason, evict
         hold.revoke_at = now + self.grace_s + self._link(dev.index).to_host.seconds(evict)
         ordinal = self.clients[cid].numbering.own_ordinal(dev.index)
         return [Send(cid, p.DropLock(ordinal, 0, evict)),

@@ -94,6 +94,22 @@ def test_a_holder_that_moves_slower_than_the_grace_is_not_revoked():
     assert driver.take_sent()[0] == (1, p.LockRevoked(0))
 
 
+def test_a_holder_dropped_while_its_memory_comes_back_gets_its_move_outs_time_from_then():
+    """Its memory back, it only then starts the move out the drop asked for: no sooner than
+    after a report of that move (at most one every 250 ms), nor than the move may take."""
+    driver = pair(grace=2.0)
+    driver.advance_to_deadline()
+    evict = drop_bytes(driver, 1)
+    driver.advance(1.9)
+    driver.moved(1, 4 * G, to_host=False, done=False)  # still coming back when dropped
+    driver.advance(1.9)
+    driver.moved(1, 8 * G, to_host=False, seconds=3.8)  # back: the move out starts now
+    back = driver.now
+    assert driver.policy.next_deadline() == pytest.approx(back + 2.0 + evict / DEFAULT_TO_HOST_BPS)
+    driver.advance_to_deadline()
+    assert driver.take_sent()[0] == (1, p.LockRevoked(0))  # silent after that: revoked
+
+
 def test_a_move_whose_count_stops_growing_is_revoked_after_the_stall_limit():
     driver = pair(grace=2.0)
     driver.advance_to_deadline()

@@ -54,6 +54,7 @@ class Hold:
     quantum_end: float
     dropped_at: float | None = None  # when DROP_LOCK was sent
     revoke_at: float = 0.0  # once dropped: grace, plus the time its move out may take
+    drop_evict: int = 0  # once dropped: the bytes its DROP_LOCK asked it to move out
     idle_hint_ms: int = 0  # the last IDLE_HINT sent for this hold
     hint_evict_bytes: int = 0  # and the move out it announced
     turn_s: float = 0.0  # its quantum: TQ, shorter for a light weight beside heavier waiters
