@@ -137,7 +137,8 @@ def mps_line(status: dict) -> Text | None:
                     "as plain contexts", style="yellow")
     clients, user = mps.get("clients", 0), mps.get("user")
     whose = f", serving uid {user}" if user is not None else ""
-    restarts = f", started again {mps['restarts']} times" if mps.get("restarts") else ""
+    count = mps.get("restarts") or 0
+    restarts = f", started again {count} time{'' if count == 1 else 's'}" if count else ""
     adopted = " (adopted)" if mps.get("adopted") else ""
     return Text(f"MPS: control daemon at {mps.get('pipe_directory')}{adopted}: {clients} "
                 f"client{'' if clients == 1 else 's'} through it{whose}{restarts}", style="dim")

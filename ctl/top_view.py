@@ -10,7 +10,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from .render import MISSING, human_bytes, human_duration, last_drop, local_time
+from .render import MISSING, human_bytes, human_duration, last_drop, local_time, mps_line
 
 WARMING_UP = "warming up"
 _STATE_STYLES = {"holding": "bold green", "waiting": "yellow", "idle": "dim"}
@@ -94,7 +94,11 @@ def clients_table(status: dict, shares: dict) -> Table:
 def top_view(status: dict, shares: dict, socket: str, *, span_s: float = 0.0,
              live: bool = False) -> Group:
     """Everything one frame shows. `shares` maps client id to a share or None (warming up)."""
-    parts = [_header(status, socket, span_s, live), devices_table(status)]
+    parts = [_header(status, socket, span_s, live)]
+    mps = mps_line(status)
+    if mps is not None:
+        parts.append(mps)
+    parts.append(devices_table(status))
     if status.get("clients"):
         parts.append(clients_table(status, shares))
     else:

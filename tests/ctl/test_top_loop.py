@@ -148,3 +148,15 @@ def test_frame_says_warming_up_and_no_clients():
     assert text.count(WARMING_UP) == 2
     assert "q quits" not in text
     assert "No clients connected." in render(top_view({"devices": []}, {}, "/s"))
+
+
+def test_the_view_says_where_the_mps_daemon_stands_when_the_scheduler_runs_one():
+    running = {"enabled": True, "running": True, "pipe_directory": "/run/gemshare/mps/pipe",
+               "clients": 3, "user": 1000, "restarts": 1}
+    text = render(top_view({"devices": [], "mps": running}, {}, "/s"))
+    assert ("MPS: control daemon at /run/gemshare/mps/pipe: 3 clients through it, serving uid "
+            "1000, started again 1 time") in text
+    down = {"enabled": True, "running": False, "problem": "nvidia-cuda-mps-control is not on PATH"}
+    assert "MPS: not running (nvidia-cuda-mps-control is not on PATH)" in \
+        render(top_view({"devices": [], "mps": down}, {}, "/s"))
+    assert "MPS" not in render(top_view({"devices": [], "mps": {"enabled": False}}, {}, "/s"))
