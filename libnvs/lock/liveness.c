@@ -21,7 +21,7 @@ bool gs_liveness_heard(struct gs_session *s, int64_t now)
     /* Whatever the scheduler had queued for the old conversation (a grant, a drop) is stale:
      * it has forgotten nothing, while this side has run unscheduled since. A fresh registration
      * sets both sides straight; the scheduler frees the old connection's locks as it closes. */
-    gs_warn("the scheduler at %s answers again after %lld ms; rejoining it",
+    gs_warn("the scheduler at %s answers again after %lld ms running unscheduled; rejoining it",
             gs_config()->socket_path, (long long)(now - l->silent_since));
     l->unanswered = false;
     l->silence_told = false;
@@ -69,7 +69,7 @@ void gs_liveness_give_up(struct gs_session *s, int64_t now)
             gs_config()->scheduler_timeout_ms);
     l->unanswered = true;
     l->silence_told = true;
-    l->silent_since = l->ping_sent;
+    l->silent_since = now; /* the line that it answers again counts the time run unscheduled */
     l->watching = false;
     /* The outage has had its line: a connection that breaks meanwhile adds none. */
     s->outage_reported = true;

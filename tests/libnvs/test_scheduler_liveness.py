@@ -46,6 +46,7 @@ def test_a_stopped_scheduler_frees_its_waiters_and_both_rejoin_when_it_answers(g
         wait_for(lambda: "has not answered" in holder.result().stderr, "the holder giving up")
     finally:
         os.kill(scheduler.process.pid, signal.SIGCONT)
+        resumed = time.monotonic_ns()
 
     # Both rejoin: new registrations, not the stale connections.
     def rejoined():
@@ -62,6 +63,11 @@ def test_a_stopped_scheduler_frees_its_waiters_and_both_rejoin_when_it_answers(g
         assert "has not answered" in lines[0] and "GEMSHARE_SCHEDULER_TIMEOUT_MS" in lines[0], \
             result.stderr
         assert "answers again" in lines[1], result.stderr
+    # The waiter says how long it ran unscheduled: from giving up (just before its launch) to
+    # the answer, not from the PING the scheduler left unanswered a whole timeout earlier.
+    unscheduled_ms = int(re.search(r"answers again after (\d+) ms running unscheduled",
+                                   results[waiter.pid].stderr)[1])
+    assert unscheduled_ms <= (resumed - launch) / 1e6 + TIMEOUT_MS / 2, results[waiter.pid].stderr
 
     # After the rejoin each asked for the lock again and was granted it once, in turns that
     # never overlap.
