@@ -21,7 +21,7 @@ struct gs_liveness {
     int64_t ping_sent;
     uint64_t token;
     bool unanswered;    /* the scheduler stopped answering: running unscheduled */
-    int64_t silent_since; /* when the unanswered PING went out */
+    int64_t silent_since; /* when this side gave up on it (its "has not answered" line) */
     /* The outage had its "not answered" line and awaits its "answers again" one, over a new
      * connection if this one broke meanwhile (a scheduler killed by its watchdog). */
     bool silence_told;
