@@ -120,6 +120,14 @@ def test_oversub_prints_every_scenario_and_mode(capsys):
         in out
 
 
+def test_oversub_refuses_gaps_no_scenario_has(monkeypatch, tmp_path):
+    monkeypatch.setenv("OVERSUB_GAPS", "1,0.3")
+    result = run_gpu.oversub.measure(sys.executable, tmp_path / "libnvs.so", tmp_path)
+    assert result["skipped"] == ("OVERSUB_GAPS names 0.3, which no scenario has (the scenarios' "
+                                 "gaps: 0, 0.2, 0.5, 1)")
+    assert not any(tmp_path.iterdir())  # nothing ran
+
+
 def test_oversub_skipped_says_why(capsys):
     reason = run_gpu.oversub.refusal(16, [81559, 40000])
     assert "40000 MiB free" in reason and run_gpu.oversub.refusal(16, [81559]) is None

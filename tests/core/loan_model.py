@@ -62,13 +62,13 @@ class LoanModel:
         queue.insert(place, entry)
         return True, []
 
-    def granted(self, device: int, cid: int, now: float,
-                min_slice_s: float) -> tuple[float | None, int | None]:
+    def granted(self, device: int, cid: int, now: float, min_slice_s: float,
+                tq: float) -> tuple[float | None, int | None]:
         """(its quantum if not TQ, its lender if it borrows) for a grant."""
         loan = self.active(device, now)
         if loan is None:
             return None, None
         if loan[0] == cid:
             del self.loans[device]
-            return max(loan[1] - now, min_slice_s), None
+            return min(max(loan[1] - now, min_slice_s), tq), None
         return None, loan[0]

@@ -212,7 +212,7 @@ class AutoMachine(ClockMachine):
         assert bool(message.flags & p.GRANT_AFTER_WAIT) == (not fresh)
         hold = self.holders[device][cid] = Hold(self.now)
         hold.turn, hold.lender = self.loans.granted(device, cid, self.now,
-                                                    DEFAULT_MIN_SLICE_MS / 1000)
+                                                    DEFAULT_MIN_SLICE_MS / 1000, self.tq)
         assert message.quantum_ms == round((self.tq if hold.turn is None else hold.turn) * 1000)
         self.shares.granted(cid, device, self.now)
 

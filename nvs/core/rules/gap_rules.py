@@ -75,15 +75,16 @@ class GapRules:
 
     def _loan_terms(self, dev: Device, cid: int, turn: float,
                     now: float) -> tuple[float, int | None, str]:
-        """(quantum, lender, log words) for a grant: a lender back gets the rest of its turn,
-        and the loan ends; anyone else granted during a loan borrows the device, which it gives
-        back if the lender asks again before its turn would have ended."""
+        """(quantum, lender, log words) for a grant of quantum `turn`: a lender back gets the
+        rest of its turn (no more than `turn`, which a shorter TQ set since may have cut), and
+        the loan ends; anyone else granted during a loan borrows the device, which it gives back
+        if the lender asks again before its turn would have ended."""
         loan = self._loan(dev, now)
         if loan is None or self.gangs.of(cid) is not None:
             return turn, None, ""
         if loan.lender == cid:
             dev.loan = None
-            rest = max(loan.until - now, self.min_slice_ms / 1000)
+            rest = min(max(loan.until - now, self.min_slice_ms / 1000), turn)
             return rest, None, f", back from its idle gap, {rest:.3f} s of its turn left"
         return turn, loan.lender, f", in the idle gap of {self.clients[loan.lender]}"
 
