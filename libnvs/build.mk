@@ -11,7 +11,7 @@
 # (CentOS 7, the oldest any CUDA release still supports) with Zig's C compiler, which carries
 # every glibc's symbol versions and builds for either architecture from one machine. Zig comes
 # from PyPI (ziglang, pinned) into $(TOOLS), which `make clean` keeps. build/libnvs.so is a copy
-# of the build for this machine, renewed whenever the chosen one differs.
+# of the build for this machine, renewed whenever the chosen one (PORTABLE) differs.
 BUILD ?= build
 CC ?= cc
 PYTHON ?= python3
@@ -55,8 +55,10 @@ endif
 libs: lib $(LIBNVS_ARCHES:%=$(BUILD)/%/libnvs.so)
 zig: $(ZIG)
 
+# Renamed into place, never written over: programs running now keep the library they mapped.
 $(BUILD)/libnvs.so: $(LIBNVS_CHOSEN) FORCE
-	@cmp -s $< $@ || cp $< $@
+	@cmp -s $< $@ || { cp $< $@.new && mv -f $@.new $@; }
+FORCE:
 
 $(LIBNVS_ARCHES:%=$(BUILD)/%/libnvs.so): $(BUILD)/%/libnvs.so: $(LIBNVS_DEPS) | $(ZIG)
 	@mkdir -p $(dir $@)
