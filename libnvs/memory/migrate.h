@@ -13,7 +13,8 @@
 /* What one move did. */
 struct gs_move {
     uint64_t bytes;      /* arrived where they were sent (to the device without waiting: queued) */
-    uint64_t elapsed_us; /* from the first prefetch to the last arrival (or the last queued) */
+    uint64_t elapsed_us; /* from the first prefetch to the last arrival (or the last queued),
+                          * less the time staging memory took to pin */
     size_t ranges;       /* prefetched ranges, the split one included */
     bool waited;         /* it waited until the memory arrived */
     bool failed;         /* the driver refused part of it: the rest stays where it was */

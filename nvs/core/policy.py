@@ -153,7 +153,8 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules):
                  capacity_limit: int | None = None, nvml_uuids: dict[str, int] | None = None,
                  rules: Callable[[Identity], Terms] = no_rules,
                  min_slice_ms: int = DEFAULT_MIN_SLICE_MS,
-                 gang_timeout_s: float = DEFAULT_GANG_TIMEOUT_S, mps: bool = False):
+                 gang_timeout_s: float = DEFAULT_GANG_TIMEOUT_S, mps: bool = False,
+                 link_priors: dict[int, float] | None = None):
         self.tq = tq
         self.min_slice_ms = min_slice_ms
         self.rules = rules
@@ -174,6 +175,8 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules):
         self.residency = Residency()
         self.credit = MoveCredit()  # the bytes of reported moves that may teach a rate
         self.links: dict[int, Link] = {}  # device -> its measured moves, kept while we run
+        # device -> what its host link is expected to carry (NVML; cost.link_prior_bps)
+        self.link_priors = dict(link_priors or {})
         self.grants: dict[int, int] = {}  # device -> grants made on it so far
         self.tallies = Tallies()  # what reports count besides: holds ended, waits, moves
         # device -> (client, why) of the hold there that ended last: with nobody waiting, that
@@ -411,7 +414,7 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules):
         refused = []
         if size > 0:  # clamped to its memory there: a client names no device it has none on
             self.tallies.moved_bytes(device, to_host, size)
-            if not self.links.setdefault(device, Link()).record(to_host, size, seconds, counted):
+            if not self.links.setdefault(device, self._link(device)).record(to_host, size, seconds, counted):
                 refused = self._refused_rate(client, device, counted, seconds)
         rate = f" ({size / seconds / GB:.1f} GB/s)" if seconds > 0 else ""
         failed = ", cut short: the driver refused the rest" if flags & p.MOVED_FAILED else ""
@@ -589,6 +592,7 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules):
             loan_left_s=loan.until - now if loan else None,
             borrowers=[cid for cid, hold in holds.items() if loan and hold.lender == loan.lender],
             link=copy.deepcopy(self.links.get(index)),
+            link_prior_bps=self.link_priors.get(index),
             slices={cid: now - hold.granted_at for cid, hold in holds.items()},
             turns={cid: hold.turn_s for cid, hold in holds.items()},
             last_end=self.last_end.get(index))

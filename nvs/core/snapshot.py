@@ -36,6 +36,7 @@ class DeviceSnapshot:
     loan_left_s: float | None  # until the lender's turn would end
     borrowers: list[int]  # holders granted in the lender's gap, who give it back
     link: Link | None  # what the moves so far have shown; None before any
+    link_prior_bps: float | None  # what its host link is expected to carry (NVML), if known
     slices: dict[int, float]  # holder -> seconds held in this grant
     turns: dict[int, float]  # holder -> its quantum in this grant, seconds
     last_end: tuple[int, str] | None  # (client, why) of the hold that ended last

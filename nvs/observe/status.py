@@ -59,6 +59,9 @@ def _device_entry(dev: DeviceSnapshot, gpu: dict) -> dict:
         # Idle gaps: what lending the holder's gap to the head waiter and back would move, and
         # whose gap is lent now (null: none), until when, and to whom.
         "loan_cost_s": round(dev.loan_seconds, 3),
+        # Before moves have shown the rates, switches and loans are expected to move at this
+        # (from the PCIe link NVML names; null: the low defaults).
+        "link_prior_gbps": round(dev.link_prior_bps / 1e9, 2) if dev.link_prior_bps else None,
         "loan": {"lender": dev.lender, "left_s": round(dev.loan_left_s, 3),
                  "borrowers": dev.borrowers} if dev.lender is not None else None,
         "evicting": dev.evicting,

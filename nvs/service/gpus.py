@@ -1,7 +1,8 @@
 """Device names and memory from NVML, when pynvml is importable and a driver answers.
 
-The only place that calls NVML. What does not change while we run (each GPU's index, name, UUID
-and total memory) is read once, at start; a status request asks only for the memory in use.
+The only place that calls NVML. What does not change while we run (each GPU's index, name, UUID,
+total memory and the widest, fastest PCIe link it can have) is read once, at start; a status
+request asks only for the memory in use.
 
 Without pynvml or a driver (CI, containers without a GPU) `Gpus.available` is False and the
 scheduler runs exactly as before: its status lacks names and memory figures, and mode auto takes
@@ -11,6 +12,8 @@ each device's capacity from what the clients' drivers report instead.
 from __future__ import annotations
 
 import warnings
+
+from ..core.rules.cost import link_prior_bps
 
 
 class Gpus:
@@ -43,9 +46,30 @@ class Gpus:
                     "index": index,
                     "name": name.decode() if isinstance(name, bytes) else name,
                     "uuid": uuid.decode() if isinstance(uuid, bytes) else uuid,
-                    "memory_total_bytes": int(total)}))
+                    "memory_total_bytes": int(total), **self._pcie(handle)}))
         except Exception:  # a GPU that fell off the bus must not stop the scheduler
             self._complete = False
+
+    def _pcie(self, handle) -> dict:
+        """The PCIe generation and width the GPU's host link can run at, where NVML knows them
+        (not the current ones: an idle link trains down to save power). Not every GPU has a
+        PCIe host link (NVLink-C2C): then nothing."""
+        try:
+            return {"pcie_generation": int(self._nvml.nvmlDeviceGetMaxPcieLinkGeneration(handle)),
+                    "pcie_width": int(self._nvml.nvmlDeviceGetMaxPcieLinkWidth(handle))}
+        except Exception:  # NVMLError_NotSupported, or an older pynvml without the call
+            return {}
+
+    def link_priors(self) -> dict[int, float]:
+        """Each GPU's expected bulk move rate over its host link in bytes per second, by index,
+        where NVML knows the link (cost.link_prior_bps)."""
+        priors = {}
+        for _, facts in self._found:
+            if "pcie_generation" in facts:
+                bps = link_prior_bps(facts["pcie_generation"], facts["pcie_width"])
+                if bps is not None:
+                    priors[facts["index"]] = bps
+        return priors
 
     def memory_totals(self) -> dict[int, int]:
         """Each GPU's memory in bytes, by index."""

@@ -143,7 +143,8 @@ class Server:
                              capacity_limit=None if start["capacity_mib"] is None
                              else start["capacity_mib"] << 20,
                              rules=self.configuration.rules, min_slice_ms=start["min_slice_ms"],
-                             mps=start["mps"])
+                             mps=start["mps"],
+                             link_priors=gpus.link_priors() if gpus is not None else None)
         self.mps = MpsControl.for_scheduler(settings.socket, start["mps_pipe_directory"]) \
             if start["mps"] else None
         self._reloading = trio.Lock()  # one reload at a time, in the order asked

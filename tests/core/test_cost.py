@@ -10,9 +10,11 @@ from gemshare_nvs.core.rules.cost import (
     GB,
     LINK_CEILING_BPS,
     MIN_SAMPLE_BYTES,
+    LINK_EFFICIENCY,
     Link,
     Rate,
     idle_release_ms,
+    link_prior_bps,
     margin,
     room_to_make,
 )
@@ -87,23 +89,28 @@ def test_a_move_faster_than_any_host_link_is_refused():
     assert rate.bps == (10 * G + 4 * 10 * G) / 2
 
 
-def test_one_move_pulls_a_rate_at_most_fourfold_either_way():
+def test_after_the_first_move_one_move_pulls_a_rate_at_most_fourfold_either_way():
     up = Rate(DEFAULT_TO_HOST_BPS)
-    up.add(50 * 10**9, 1.0)  # 50 GB/s after the 3 GB/s default
-    assert up.bps == 12e9
+    up.add(10 * 10**9, 1.0)
+    up.add(50 * 10**9, 1.0)  # counted as 40 GB/s, four times the 10 measured
+    assert up.bps == (10e9 + 40e9) / 2
     down = Rate(DEFAULT_TO_HOST_BPS)
-    down.add(G, 3600.0)  # an hour for a GiB
-    assert down.bps == 0.75e9
+    down.add(10 * 10**9, 1.0)
+    down.add(G, 3600.0)  # an hour for a GiB: counted as 2.5 GB/s
+    assert down.bps == (10e9 + 2.5e9) / 2
 
 
-def test_honest_rates_far_from_the_defaults_are_reached_in_a_few_moves():
+def test_honest_rates_far_from_the_defaults_are_taken_from_the_first_move():
     out, back = Rate(DEFAULT_TO_HOST_BPS), Rate(DEFAULT_TO_DEVICE_BPS)
     seen = []
-    for _ in range(4):
+    for _ in range(2):
         out.add(50 * 10**9, 1.0)
         back.add(45 * 10**9, 1.0)
         seen.append((out.bps / GB, back.bps / GB))
-    assert seen == [(12, 40), (30, 42.5), (40, 43.75), (45, 44.375)]
+    assert seen == [(50, 45), (50, 45)]
+    slow = Rate(DEFAULT_TO_DEVICE_BPS)
+    slow.add(G, 4.0)  # a link far slower than the default, too
+    assert slow.bps == G / 4
 
 
 def test_a_link_counts_only_the_bytes_it_is_told_to_and_tallies_every_move():
@@ -119,15 +126,47 @@ def test_a_link_counts_only_the_bytes_it_is_told_to_and_tallies_every_move():
         "to_host": {"count": 3, "bytes": 32 * G + M, "seconds": 1.5},
         "to_device": {"count": 1, "bytes": 12 * G, "seconds": 1.0}}
     assert link.rates_view() == {"to_host_gbps": round(8 * G / 1e9, 2),
-                                 "to_device_gbps": round(12 * G / 1e9, 2), "measured": True}
+                                 "to_device_gbps": round(12 * G / 1e9, 2), "measured": True,
+                                 "link_gbps": None}
 
 
 def test_an_unmeasured_link_shows_and_uses_the_defaults():
     link = Link()
-    assert link.rates_view() == {"to_host_gbps": 3.0, "to_device_gbps": 10.0, "measured": False}
+    assert link.rates_view() == {"to_host_gbps": 3.0, "to_device_gbps": 10.0, "measured": False,
+                                 "link_gbps": None}
     # 3 GB out at 3 GB/s, and back at 10 GB/s.
     assert link.switch_seconds(3 * 10**9, 3 * 10**9) == pytest.approx(1.3)
     assert link.switch_seconds(0, 0) == 0.0
+
+
+def test_an_unmeasured_link_with_a_prior_expects_switches_at_it_and_deadlines_at_the_defaults():
+    link = Link(prior_bps=50e9)
+    assert link.rates_view()["link_gbps"] == 50.0
+    assert link.switch_seconds(10**10, 10**10) == pytest.approx(0.4)  # 10 GB each way at 50
+    assert link.loan_seconds(10**10, 10**10) == pytest.approx(0.8)
+    assert link.to_host.seconds(3 * 10**9) == pytest.approx(1.0)  # a deadline: 3 GB/s
+    # Each direction leaves the prior once it has been measured: out at 10 GB/s, back at 50.
+    link.record(True, 10**10, 1.0)
+    assert link.switch_seconds(10**10, 10**10) == pytest.approx(1.0 + 0.2)
+
+
+@pytest.mark.parametrize(("generation", "width", "expected_gbps"), [
+    (5, 16, 63.008),  # H100 and H200: PCIe 5.0 x16
+    (4, 16, 31.504),  # A100
+    (3, 16, 15.76),
+    (3, 8, 7.88),
+    (2, 16, 8.0),  # 8b/10b coding
+    (6, 16, 64.0),  # past the ceiling: the ceiling
+])
+def test_a_link_prior_is_what_its_pcie_link_carries_times_the_efficiency(
+        generation, width, expected_gbps):
+    assert link_prior_bps(generation, width) == pytest.approx(expected_gbps * GB *
+                                                              LINK_EFFICIENCY)
+
+
+@pytest.mark.parametrize(("generation", "width"), [(0, 16), (7, 16), (5, 0), (5, 33), (-1, -1)])
+def test_no_link_prior_for_values_no_pcie_link_has(generation, width):
+    assert link_prior_bps(generation, width) is None
 
 
 # ----- idle release -------------------------------------------------------------------------

@@ -7,7 +7,15 @@ import pytest
 from policy_driver import Driver
 
 from gemshare_nvs import protocol as p
-from gemshare_nvs.core.rules.cost import CONTENDED_IDLE_RELEASE_MS, Link, Rate, margin
+from gemshare_nvs.core.rules.cost import (
+    CONTENDED_IDLE_RELEASE_MS,
+    DEFAULT_TO_DEVICE_BPS,
+    DEFAULT_TO_HOST_BPS,
+    Link,
+    Rate,
+    link_prior_bps,
+    margin,
+)
 from gemshare_nvs.core.rules.gaps import idle_waited_s
 from gemshare_nvs.observe.status import build_status
 
@@ -127,6 +135,36 @@ def lent(driver: Driver) -> float:
     driver.advance(0.1)
     driver.release(1, reason=p.ReleaseReason.IDLE)
     return until
+
+
+H200_PRIOR_BPS = link_prior_bps(5, 16)  # PCIe 5.0 x16: 47 GB/s expected each way
+
+
+def test_before_any_move_a_gap_is_weighed_at_what_the_pcie_link_carries():
+    # The low defaults (3 GB/s out, 10 in) put the loan at 8 s: nothing would be lent until a
+    # turn's end had shown the link; at the PCIe 5.0 link's 47 GB/s it costs 0.8 s.
+    assert 2 * ROOM / DEFAULT_TO_HOST_BPS + 2 * ROOM / DEFAULT_TO_DEVICE_BPS > 8
+    driver = pair(gap_s=1.0, rates=Link(prior_bps=H200_PRIOR_BPS))
+    assert last_hint(driver, 1) == CONTENDED_IDLE_RELEASE_MS
+    assert status(driver)["devices"][0]["loan_cost_s"] == pytest.approx(
+        4 * ROOM / H200_PRIOR_BPS, abs=0.001)
+    lent(driver)
+    assert "in the idle gap of client 1" in logged(driver, "grant client 2")[-1]
+
+
+def test_without_a_prior_an_unmeasured_link_lends_nothing():
+    driver = pair(gap_s=1.0, rates=Link())
+    # The usual hint: twice the swap at the defaults.
+    assert last_hint(driver, 1) == round(2 * Link().switch_seconds(ROOM, ROOM) * 1000)
+
+
+def test_a_measured_rate_replaces_the_prior():
+    slow = Link(prior_bps=H200_PRIOR_BPS)
+    slow.record(True, ROOM, ROOM / 2e9)  # moves out at 2 GB/s: a loan costs 9.5 s
+    driver = pair(gap_s=1.0, rates=slow)
+    assert last_hint(driver, 1) != CONTENDED_IDLE_RELEASE_MS
+    assert status(driver)["devices"][0]["loan_cost_s"] == pytest.approx(
+        2 * ROOM / 2e9 + 2 * ROOM / H200_PRIOR_BPS, abs=0.001)
 
 
 def test_an_early_release_lends_the_gap_until_the_lenders_turn_ends():

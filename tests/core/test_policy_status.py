@@ -29,7 +29,8 @@ def test_status_has_every_required_key():
                                   "reported_total_bytes": 0, "capacity_bytes": None,
                                   "capacity_source": None, "context_reserve_bytes": 512 << 20,
                                   "holders_allocated_bytes": 0, "resident_bytes": 0,
-                                  "switch_cost_s": 0.0, "loan_cost_s": 0.0, "loan": None,
+                                  "switch_cost_s": 0.0, "loan_cost_s": 0.0, "link_prior_gbps": None,
+                                  "loan": None,
                                   "evicting": [], "idle_hints_ms": {},
                                   "slices_s": {}, "turns_s": {}, "last_drop": None}]
 

@@ -1,7 +1,8 @@
 """A stand-in for NVIDIA's pynvml, so the scheduler's NVML path runs where no GPU is.
 
 Put this folder first on PYTHONPATH. FAKE_NVML_GPUS is a JSON list of
-{"name", "uuid", "total", "used"}; FAKE_NVML_BYTES=1 answers names and UUIDs as bytes (as old
+{"name", "uuid", "total", "used"} and optionally "pcie": [generation, width] (without it the
+PCIe queries answer Not Supported, as for a GPU with no PCIe host link); FAKE_NVML_BYTES=1 answers names and UUIDs as bytes (as old
 pynvml releases do); FAKE_NVML_INIT_ERROR makes nvmlInit fail with that text;
 FAKE_NVML_FAIL_AT=N makes every query of GPU N fail, as a GPU that fell off the bus does.
 """
@@ -60,3 +61,18 @@ def nvmlDeviceGetUUID(handle):
 def nvmlDeviceGetMemoryInfo(handle):
     gpu = _gpu(handle)
     return SimpleNamespace(total=gpu["total"], used=gpu["used"], free=gpu["total"] - gpu["used"])
+
+
+def _pcie(handle: int) -> list[int]:
+    pcie = _gpu(handle).get("pcie")
+    if pcie is None:
+        raise NVMLError("Not Supported")
+    return pcie
+
+
+def nvmlDeviceGetMaxPcieLinkGeneration(handle):
+    return _pcie(handle)[0]
+
+
+def nvmlDeviceGetMaxPcieLinkWidth(handle):
+    return _pcie(handle)[1]

@@ -30,6 +30,8 @@ struct fake_config {
                                   exists (at most FAKE_PREFETCH_HOLD_S seconds) */
     double migrate_gbps;     /* FAKECUDA_MIGRATE_GBPS: a prefetch lasts its bytes at this rate
                                 (GB/s); 0: no time */
+    double pin_gbps;         /* FAKECUDA_PIN_GBPS: cuMemHostRegister lasts its bytes at this rate
+                                (GB/s); 0: no time */
     uint64_t host_prefetch_limit; /* FAKECUDA_HOST_PREFETCH_LIMIT: prefetches to the host past
                                      this many bytes in all are refused; 0: no limit */
     uint64_t host_pin_limit; /* FAKECUDA_HOST_PIN_LIMIT: cuMemHostRegister past that many bytes

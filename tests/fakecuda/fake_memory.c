@@ -549,6 +549,8 @@ FAKE_API CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Fl
     struct fake_alloc n = {.base = (uintptr_t)p, .size = bytesize, .kind = FAKE_MEM_HOST,
                            .device = ctx->device, .ctx = ctx};
     fake_alloc_insert(&n);
+    if (fake_config()->pin_gbps > 0) /* a host that finds and locks its pages at that rate */
+        fake_sleep_us((uint64_t)((double)bytesize / (fake_config()->pin_gbps * 1e3)));
     fake_log("host_register", "ptr=%p size=%zu flags=%u", p, bytesize, Flags);
     return CUDA_SUCCESS;
 }

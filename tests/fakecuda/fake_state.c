@@ -58,6 +58,20 @@ static void env_bytes(const char *name, uint64_t *out, const char *error)
         config.config_error = error;
 }
 
+/* A rate in GB/s from the environment, when set; a bad one is reported as `error`. */
+static void env_rate(const char *name, double *out, const char *error)
+{
+    const char *v = getenv(name);
+    if (!v || !*v)
+        return;
+    char *end;
+    double rate = strtod(v, &end);
+    if (end != v && *end == '\0' && rate > 0 && rate < 1e6)
+        *out = rate;
+    else
+        config.config_error = error;
+}
+
 static void config_load(void)
 {
     config.device_mem = 16ull << 30;
@@ -87,15 +101,10 @@ static void config_load(void)
     }
     if ((v = getenv("FAKECUDA_PREFETCH_HOLD")) && *v)
         config.prefetch_hold = v;
-    if ((v = getenv("FAKECUDA_MIGRATE_GBPS")) && *v) {
-        char *end;
-        double rate = strtod(v, &end);
-        if (end != v && *end == '\0' && rate > 0 && rate < 1e6)
-            config.migrate_gbps = rate;
-        else
-            config.config_error = "FAKECUDA_MIGRATE_GBPS must be a positive rate in GB/s such as "
-                                  "12 or 0.05";
-    }
+    env_rate("FAKECUDA_MIGRATE_GBPS", &config.migrate_gbps,
+             "FAKECUDA_MIGRATE_GBPS must be a positive rate in GB/s such as 12 or 0.05");
+    env_rate("FAKECUDA_PIN_GBPS", &config.pin_gbps,
+             "FAKECUDA_PIN_GBPS must be a positive rate in GB/s such as 12 or 0.05");
     env_bytes("FAKECUDA_HOST_PREFETCH_LIMIT", &config.host_prefetch_limit,
               "FAKECUDA_HOST_PREFETCH_LIMIT must be a positive byte count such as 8M");
     env_bytes("FAKECUDA_HOST_PIN_LIMIT", &config.host_pin_limit,

@@ -9,13 +9,14 @@ from pathlib import Path
 import pytest
 
 from gemshare_nvs import protocol as p
+from gemshare_nvs.core.rules.cost import LINK_EFFICIENCY
 from gemshare_nvs.service.gpus import Gpus
 
 FAKE_NVML = Path(__file__).resolve().parents[1] / "fake_nvml"
 GIB = 1 << 30
 TWO_GPUS = [
     {"name": "Fake H100", "uuid": "GPU-11111111-2222-3333-4444-555555555555",
-     "total": 80 * GIB, "used": 1 * GIB},
+     "total": 80 * GIB, "used": 1 * GIB, "pcie": [5, 16]},
     {"name": "Fake H200", "uuid": "GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee",
      "total": 141 * GIB, "used": 0},
 ]
@@ -43,7 +44,8 @@ def test_names_uuids_and_memory_are_read_per_gpu(fake_nvml, as_bytes):
     assert gpus.available
     assert gpus.describe() == [
         {"index": 0, "name": "Fake H100", "uuid": TWO_GPUS[0]["uuid"],
-         "memory_total_bytes": 80 * GIB, "memory_used_bytes": GIB},
+         "memory_total_bytes": 80 * GIB, "pcie_generation": 5, "pcie_width": 16,
+         "memory_used_bytes": GIB},
         {"index": 1, "name": "Fake H200", "uuid": TWO_GPUS[1]["uuid"],
          "memory_total_bytes": 141 * GIB, "memory_used_bytes": 0}]
 
@@ -57,6 +59,13 @@ def test_fixed_facts_are_read_once_and_the_memory_in_use_at_each_request(fake_nv
     described = gpus.describe()
     assert [gpu["name"] for gpu in described] == ["Fake H100", "Fake H200"]
     assert [gpu["memory_used_bytes"] for gpu in described] == [2 * GIB, GIB]
+
+
+def test_a_gpu_whose_pcie_link_nvml_knows_has_a_link_prior_and_one_without_has_none(fake_nvml):
+    gpus = fake_nvml()  # the H100 says PCIe 5.0 x16; the H200 answers Not Supported
+    assert gpus.link_priors() == {0: pytest.approx(63.008e9 * LINK_EFFICIENCY)}
+    odd = [dict(TWO_GPUS[0], pcie=[9, 16]), dict(TWO_GPUS[1], pcie=[4, 8])]
+    assert fake_nvml(odd).link_priors() == {1: pytest.approx(15.752e9 * LINK_EFFICIENCY)}
 
 
 def test_a_gpu_that_fails_later_ends_the_list_from_then_on(fake_nvml, monkeypatch):
@@ -105,6 +114,11 @@ def test_status_names_each_gpu_and_auto_decides_with_its_memory(scheduler_factor
         assert devices[index]["memory_total_bytes"] == gpu["total"]
         assert devices[index]["capacity_bytes"] == gpu["total"]
         assert devices[index]["capacity_source"] == "nvml"
+    # The policy expects moves over the H100's PCIe 5.0 x16 link at its prior until it has seen
+    # some; the H200's link is not known, so the defaults stand.
+    assert devices[0]["pcie_generation"] == 5 and devices[0]["pcie_width"] == 16
+    assert devices[0]["link_prior_gbps"] == round(63.008 * LINK_EFFICIENCY, 2)
+    assert devices[1]["link_prior_gbps"] is None and "pcie_generation" not in devices[1]
 
 
 def test_a_client_is_numbered_by_the_nvml_index_of_its_gpu(scheduler_factory):

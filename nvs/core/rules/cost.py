@@ -8,9 +8,17 @@ link has shown it can do (the rates, measured from the clients' own reports).
 The rates set every client's deadlines and idle hints, but they come from what clients say, and
 the scheduler cannot check a move's time. So no single report can move them far: the policy
 counts only the bytes it asked of the client (credit.py), a report faster than the host link
-can carry (LINK_CEILING_BPS) is not counted, and one move pulls a rate at most MAX_STEP times up
-or down. A client that lies can then at worst make the link look as fast as that ceiling, one
-step per move it is asked for, and never infinitely fast.
+can carry (LINK_CEILING_BPS) is not counted, and after its first move one move pulls a rate at
+most MAX_STEP times up or down. A client that lies can then at worst make the link look as fast
+as that ceiling, and never infinitely fast.
+
+Until a device has moved memory, two guesses stand in for its rates. Deadlines (how long a holder
+may take to move out before it is revoked) use the low defaults, so that they err long. What a
+switch or a loan is expected to cost (the idle hints, the minimum slice, whether a gap is lent)
+uses what the device's host link can carry where NVML says (its PCIe generation and width,
+LINK_EFFICIENCY of it), else the defaults too: a guess too high there costs one handoff, whose
+moves then teach the real rates; the low defaults kept every gap from being lent, and every idle
+holder on the lock, until the end of a turn had shown the link.
 """
 
 from __future__ import annotations
@@ -32,10 +40,12 @@ MIN_SAMPLE_BYTES = 64 * MIB
 # it moved nothing across the link (pages that were not on the device) or is false. A faster link
 # (Grace Hopper's NVLink-C2C) has its moves refused and keeps slower rates: deadlines err long.
 LINK_CEILING_BPS = 64 * GB
-# One move counts as at most this many times the estimate, and at least its inverse: honest moves
-# far from the defaults (50 GB/s after 3) come within a tenth of their rate in four moves, and a
-# false one must be asked of its client again and again to get as far.
+# After the first, one move counts as at most this many times the estimate, and at least its
+# inverse: a false report must be asked of its client again and again to move a rate far.
 MAX_STEP = 4
+# Of what the PCIe link carries, what bulk moves of managed memory reach: an H200's 63 GB/s link
+# moved 45-53 GB/s each way (docs/benchmarks.md).
+LINK_EFFICIENCY = 0.75
 # Below this a switch is as cheap as the handoff itself: the usual idle release applies.
 CHEAP_SWITCH_S = 0.05
 DEFAULT_IDLE_RELEASE_MS = IDLE_HINT_FLOOR_MS  # libnvs's default: a swap's hint is never below it
@@ -77,13 +87,22 @@ class Rate:
         sample = moved / seconds
         if sample > LINK_CEILING_BPS:
             return False
-        sample = min(max(sample, self.bps / MAX_STEP), self.bps * MAX_STEP)
+        if self.measured:
+            sample = min(max(sample, self.bps / MAX_STEP), self.bps * MAX_STEP)
+        # The first move replaces the default outright: the default measured nothing.
         self.bps = sample if not self.measured else (self.bps + sample) / 2
         self.measured = True
         return True
 
     def seconds(self, moved: int) -> float:
         return moved / self.bps if moved > 0 else 0.0
+
+    def expected_seconds(self, moved: int, prior_bps: float | None) -> float:
+        """What a move is expected to take: at the measured rate, else at the link's prior where
+        there is one, else at the default."""
+        if self.measured or prior_bps is None or moved <= 0:
+            return self.seconds(moved)
+        return moved / prior_bps
 
 
 @dataclass
@@ -109,6 +128,9 @@ class Link:
     to_device: Rate = field(default_factory=lambda: Rate(DEFAULT_TO_DEVICE_BPS))
     moved_to_host: Tally = field(default_factory=Tally)
     moved_to_device: Tally = field(default_factory=Tally)
+    # What bulk moves over the host link are expected to reach each way (link_prior_bps), where
+    # NVML says what the link is: a switch's expected cost before moves have shown the rates.
+    prior_bps: float | None = None
 
     def record(self, to_host: bool, moved: int, seconds: float,
                counted: int | None = None) -> bool:
@@ -120,8 +142,10 @@ class Link:
         return rate.add(moved if counted is None else counted, seconds)
 
     def switch_seconds(self, out: int, back: int) -> float:
-        """A handoff that moves `out` bytes to the host and brings `back` bytes to the device."""
-        return self.to_host.seconds(out) + self.to_device.seconds(back)
+        """What a handoff that moves `out` bytes to the host and brings `back` bytes to the
+        device is expected to take (deadlines use the rates' own seconds, which err long)."""
+        return self.to_host.expected_seconds(out, self.prior_bps) + \
+            self.to_device.expected_seconds(back, self.prior_bps)
 
     def loan_seconds(self, room: int, fetch: int) -> float:
         """A holder's idle gap lent to a waiter and taken back: `room` bytes out and the
@@ -132,10 +156,26 @@ class Link:
     def rates_view(self) -> dict:
         return {"to_host_gbps": round(self.to_host.bps / GB, 2),
                 "to_device_gbps": round(self.to_device.bps / GB, 2),
-                "measured": self.to_host.measured or self.to_device.measured}
+                "measured": self.to_host.measured or self.to_device.measured,
+                "link_gbps": round(self.prior_bps / GB, 2) if self.prior_bps else None}
 
     def moves_view(self) -> dict:
         return {"to_host": self.moved_to_host.view(), "to_device": self.moved_to_device.view()}
+
+
+# Bytes per second per lane of each PCIe generation, after line coding (8b/10b up to gen 2,
+# 128b/130b from gen 3; gen 6 counted as gen 5 doubled).
+PCIE_LANE_BPS = {1: 0.25 * GB, 2: 0.5 * GB, 3: 0.985 * GB, 4: 1.969 * GB, 5: 3.938 * GB,
+                 6: 7.877 * GB}
+
+
+def link_prior_bps(generation: int, width: int) -> float | None:
+    """What bulk moves over a PCIe link of this generation and width are expected to reach;
+    None for values no PCIe link has."""
+    lane = PCIE_LANE_BPS.get(generation)
+    if lane is None or not 1 <= width <= 32:
+        return None
+    return min(lane * width, LINK_CEILING_BPS) * LINK_EFFICIENCY
 
 
 def idle_release_ms(switch_s: float, quantum_s: float, contended: bool = False) -> int:

@@ -17,7 +17,7 @@ from .residency import eviction_order, take
 
 class RoomRules:
     def _link(self, device: int) -> Link:
-        return self.links.get(device) or Link()
+        return self.links.get(device) or Link(prior_bps=self.link_priors.get(device))
 
     def _to_fetch(self, device: int, cid: int) -> int:
         """Bytes a client must bring back to the device before it runs."""
