@@ -26,6 +26,23 @@ def test_each_new_gap_weighs_half():
     assert gaps.expected(1, 0) == pytest.approx(((1.0 + 0.5) / 2 + 0.25) / 2)
 
 
+def test_a_loan_is_weighed_against_the_usual_gap_or_the_last_if_shorter():
+    gaps = Gaps()
+    assert gaps.lendable(1, 0) is None
+    gaps.released_idle(1, 0, 0.0, 0.0)
+    gaps.requested(1, 0, 1.5)  # a start-up gap
+    assert gaps.lendable(1, 0) == pytest.approx(1.5)
+    gaps.released_idle(1, 0, 2.0, 0.0)
+    gaps.requested(1, 0, 2.2)  # then the program's own short ones
+    assert gaps.expected(1, 0) == pytest.approx(0.85)
+    assert gaps.lendable(1, 0) == pytest.approx(0.2)
+    gaps.released_idle(1, 0, 3.0, 0.0)
+    gaps.requested(1, 0, 4.0)  # a long one after short ones: the average is the lower
+    assert gaps.lendable(1, 0) == pytest.approx((0.85 + 1.0) / 2)
+    gaps.forget(1)
+    assert gaps.lendable(1, 0) is None
+
+
 def test_only_a_request_after_an_early_release_ends_a_gap():
     gaps = Gaps()
     assert gaps.requested(1, 0, 3.0) is None  # asked after a drop, or for the first time

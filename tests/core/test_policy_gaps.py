@@ -167,6 +167,21 @@ def test_a_measured_rate_replaces_the_prior():
         2 * ROOM / 2e9 + 2 * ROOM / H200_PRIOR_BPS, abs=0.001)
 
 
+def test_one_long_gap_does_not_make_short_gaps_after_it_lendable():
+    driver = pair(gap_s=2.0)  # as a program's first gap, at its start, may be
+    see_gap(driver, 1, 0.2)  # then its own gaps: 0.2 s (2 got the first on loan, and drops)
+    driver.release(2)
+    assert driver.holders() == [1]
+    driver.request(2)
+    # The average, 1.1 s, outlasts the 0.86 s loan; the last gap does not: 1 keeps its turn.
+    assert status(driver)["clients"][0]["gaps_s"]["0"] == pytest.approx(1.1, abs=0.01)
+    assert last_hint(driver, 1) != CONTENDED_IDLE_RELEASE_MS
+    driver.advance(1.0)
+    driver.release(1, reason=p.ReleaseReason.IDLE)
+    assert len(logged(driver, "lend client 1")) == 1  # the first gap's only
+    assert "idle gap" not in logged(driver, "grant client 2")[-1]
+
+
 def test_an_early_release_lends_the_gap_until_the_lenders_turn_ends():
     driver = pair()
     until = lent(driver)

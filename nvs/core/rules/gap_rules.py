@@ -51,7 +51,7 @@ class GapRules:
         if contender is None or len(dev.holders) != 1 or \
                 self.gangs.of(cid) is not None or self.gangs.of(contender) is not None:
             return False
-        return worth_lending(self.gaps.expected(cid, dev.index), self._loan_seconds(dev, contender))
+        return worth_lending(self.gaps.lendable(cid, dev.index), self._loan_seconds(dev, contender))
 
     def _gap_hint(self, dev: Device, cid: int, hold: Hold, contender: int | None,
                   now: float) -> int | None:
@@ -69,7 +69,7 @@ class GapRules:
         if not hold.lending or hold.dropped_at is not None or hold.quantum_end <= now:
             return []
         dev.loan = Loan(cid, hold.quantum_end)
-        gap = self.gaps.expected(cid, dev.index)
+        gap = self.gaps.lendable(cid, dev.index)
         return [Log(f"lend {self.clients[cid]}: device {dev.index}, idle; its gaps last "
                     f"{gap:.3f} s, {hold.quantum_end - now:.3f} s of its turn left")]
 

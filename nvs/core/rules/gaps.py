@@ -10,7 +10,9 @@ only from programs that let go; one that never does keeps today's turns.
 
 Each client's gaps on each device are a moving average, each new gap weighing 1/2 as the move
 rates do (cost.py): a program whose pattern changes (its gaps stop) is followed within a few
-gaps, and one odd gap moves the estimate only half way.
+gaps. What a loan is weighed against is the smaller of that average and the last gap: one long
+gap (a program's start, a checkpoint) must not make the short ones after it look long enough to
+lend (on an H100, a pair with 0.2 s gaps lent two of them after a first gap of 1.5 s).
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ class Gaps:
 
     def __init__(self) -> None:
         self._estimates: dict[tuple[int, int], float] = {}
+        self._last: dict[tuple[int, int], float] = {}
         self._away: dict[tuple[int, int], Away] = {}
 
     def released_idle(self, cid: int, device: int, now: float, idle_s: float) -> None:
@@ -68,17 +71,24 @@ class Gaps:
         key = (cid, device)
         old = self._estimates.get(key)
         self._estimates[key] = gap if old is None else (old + gap) / 2
+        self._last[key] = gap
         return gap
 
     def expected(self, cid: int, device: int) -> float | None:
         """The client's usual gap on the device; None before one was seen."""
         return self._estimates.get((cid, device))
 
+    def lendable(self, cid: int, device: int) -> float | None:
+        """The gap a loan of the client's device is weighed against: its usual gap, or its last
+        one if shorter; None before one was seen."""
+        usual = self._estimates.get((cid, device))
+        return None if usual is None else min(usual, self._last[(cid, device)])
+
     def of_client(self, cid: int) -> dict[int, float]:
         """Device -> the client's usual gap there, where one was seen."""
         return {device: gap for (owner, device), gap in self._estimates.items() if owner == cid}
 
     def forget(self, cid: int) -> None:
-        for table in (self._estimates, self._away):
+        for table in (self._estimates, self._last, self._away):
             for key in [key for key in table if key[0] == cid]:
                 del table[key]
