@@ -42,37 +42,37 @@ def test_a_program_that_may_share_starts_its_driver_through_the_scheduler_mps(
     assert "through MPS" in scheduler.log()
 
 
-def test_rules_give_an_sm_share_or_keep_a_program_out(gpu_with, short_tmp_dirs):
-    directory = short_tmp_dirs()
-    (directory / "gemshare.toml").write_text(
-        '[[rule]]\nmatch = { label = "infer" }\nsm_share = 30\n\n'
-        '[[rule]]\nmatch = { label = "train" }\nmps = false\n')
+def run_labelled(gpu_with, directory: Path, rules: str, *labels: str) -> dict:
+    """Runs `init` once per label under a scheduler with these config rules: each run's result
+    and its cuInit event, by label."""
+    (directory / "gemshare.toml").write_text(rules)
     gpu, _ = gpu_with(**mps_options(directory, anti_thrash="auto"))
-    infer = gpu.run(["init"], env={"GEMSHARE_LABEL": "infer"})
-    train = gpu.run(["init"], env={"GEMSHARE_LABEL": "train"})
-    assert init_event(gpu, infer.pid)["mps_share"] == "30"
-    assert init_event(gpu, train.pid)["mps_pipe"] == "-"
+    results = [gpu.run(["init"], env={"GEMSHARE_LABEL": label}) for label in labels]
+    return {label: (result, init_event(gpu, result.pid))
+            for label, result in zip(labels, results)}
+
+
+def test_rules_give_an_sm_share_or_keep_a_program_out(gpu_with, short_tmp_dirs):
+    runs = run_labelled(gpu_with, short_tmp_dirs(),
+                        '[[rule]]\nmatch = { label = "infer" }\nsm_share = 30\n\n'
+                        '[[rule]]\nmatch = { label = "train" }\nmps = false\n', "infer", "train")
+    (_, infer), (train, kept_out) = runs["infer"], runs["train"]
+    assert infer["mps_share"] == "30"
+    assert kept_out["mps_pipe"] == "-"
     assert not any("MPS" in line for line in train.gemshare_lines())
 
 
 def test_a_rules_low_priority_reaches_the_driver_only_through_mps(gpu_with, short_tmp_dirs):
     directory = short_tmp_dirs()
-    (directory / "gemshare.toml").write_text(
-        '[[rule]]\nmatch = { label = "trainer" }\nmps_priority = "low"\n\n'
-        '[[rule]]\nmatch = { label = "apart" }\nmps = false\nmps_priority = "low"\n')
-    gpu, _ = gpu_with(**mps_options(directory, anti_thrash="auto"))
-    trainer = gpu.run(["init"], env={"GEMSHARE_LABEL": "trainer"})
-    other = gpu.run(["init"], env={"GEMSHARE_LABEL": "notebook"})
-    apart = gpu.run(["init"], env={"GEMSHARE_LABEL": "apart"})
+    runs = run_labelled(gpu_with, directory,
+                        '[[rule]]\nmatch = { label = "trainer" }\nmps_priority = "low"\n\n'
+                        '[[rule]]\nmatch = { label = "apart" }\nmps = false\n'
+                        'mps_priority = "low"\n', "trainer", "notebook", "apart")
     pipe = str(directory / "mps" / "pipe")
-    assert (init_event(gpu, trainer.pid)["mps_pipe"],
-            init_event(gpu, trainer.pid)["mps_priority"]) == (pipe, "1")
-    assert any("below-normal priority" in line for line in trainer.gemshare_lines())
-    assert (init_event(gpu, other.pid)["mps_pipe"],
-            init_event(gpu, other.pid)["mps_priority"]) == (pipe, "-")
-    assert not any("priority" in line for line in other.gemshare_lines())
-    assert (init_event(gpu, apart.pid)["mps_pipe"],
-            init_event(gpu, apart.pid)["mps_priority"]) == ("-", "-")
+    seen = {label: (event["mps_pipe"], event["mps_priority"]) for label, (_, event) in runs.items()}
+    assert seen == {"trainer": (pipe, "1"), "notebook": (pipe, "-"), "apart": ("-", "-")}
+    assert any("below-normal priority" in line for line in runs["trainer"][0].gemshare_lines())
+    assert not any("priority" in line for line in runs["notebook"][0].gemshare_lines())
 
 
 def test_a_normal_priority_leaves_the_programs_own_alone(scripted):
