@@ -138,7 +138,7 @@ struct gs_limits {
 /* Before REGISTERED: go through the MPS control daemon at pipe_directory. */
 struct gs_mps {
     uint32_t active_thread_percentage; /* 1 to 100; 0: all */
-    uint32_t client_priority; /* enum gs_mps_priority; a reserved zero before, so still 7 */
+    uint32_t client_priority; /* enum gs_mps_priority; reserved (zero) before: still version 7 */
     char pipe_directory[256];
 };
 

@@ -139,7 +139,7 @@ def _terms_words(terms: Terms) -> str:
              f"memory limit {mib(terms.memory_limit)}" if terms.memory_limit is not None else "",
              f"sm share {terms.sm_share}%" if terms.sm_share is not None else "",
              "mps false" if not terms.mps else "",
-             f"mps priority {terms.mps_priority.label}" if terms.mps_priority else ""]
+             "mps priority low" if terms.mps_priority is p.MpsPriority.LOW else ""]
     return "".join(f", {word}" for word in words if word)
 
 
