@@ -10,8 +10,11 @@ Side by side in one run, on one GPU (bench/gpu/infer_loop.py, each request synch
 - mixed: two small loops beside a trainer that does not fit with them (--capacity-mib), under
   `auto --mps`: the trainer gets its quanta and memory moves, the loops run through MPS between.
 - classroom: six programs with a 0.4 s burst every 4 s (bench/gpu/matmul_bursts.py), started
-  out of step (one every 0.67 s), beside a trainer that never pauses (bench/gpu/matmul_trainer.py): no layer, and `auto --mps` without
-  and with an sm_share for the trainer (MPS_TRAINER_SM_SHARE, default 50).
+  out of step (one every 0.67 s), beside a trainer that never pauses
+  (bench/gpu/matmul_trainer.py): no layer; MPS alone with the trainer at below-normal priority
+  (CUDA_MPS_CLIENT_PRIORITY=1 in its environment); `auto --mps`; and `auto --mps` with a rule
+  for the trainer giving it an sm_share (MPS_TRAINER_SM_SHARE, default 50), or instead
+  mps_priority = "low".
 
 Environment: MPS_SECONDS (each loop's window, default 10), MPS_ROUNDS (default 1),
 MPS_ONLY (a comma-separated subset of loops, large, alone, mixed, classroom; default all),
@@ -169,18 +172,29 @@ def mixed_scenario(python: str, library: Path, directory: Path) -> dict:
     return run
 
 
+def trainer_rule(directory: Path, name: str, term: str) -> list[str]:
+    """The scheduler arguments of a config file whose one rule gives the trainer `term`."""
+    config = directory / f"{name}.toml"
+    config.write_text(f'[[rule]]\nmatch = {{ label = "trainer" }}\n{term}\n')
+    return ["--config", str(config)]
+
+
 def classroom_scenario(python: str, library: Path, directory: Path) -> dict:
     directory.mkdir(parents=True, exist_ok=True)
-    config = directory / "trainer.toml"
-    config.write_text(f'[[rule]]\nmatch = {{ label = "trainer" }}\nsm_share = '
-                      f'{TRAINER_SM_SHARE}\n')
     result = {"bursts_alone": classroom(python, library, directory / "alone", "none", 1, False)}
     result["trainer_alone"] = classroom(python, library, directory / "trainer", "none", 0, True)
-    for name, args in (("none", None), ("auto_mps", []),
-                       (f"auto_mps_trainer_sm{TRAINER_SM_SHARE}", ["--config", str(config)])):
-        result[name] = classroom(python, library, directory / name,
-                                 "none" if args is None else "auto_mps", PROGRAMS, True,
-                                 args or [])
+    sm_share = f"trainer_sm{TRAINER_SM_SHARE}"
+    # (result, setup, scheduler arguments, what the trainer's environment adds)
+    runs = (("none", "none", None, {}),
+            ("mps_trainer_low", "mps", None, {"CUDA_MPS_CLIENT_PRIORITY": "1"}),
+            ("auto_mps", "auto_mps", [], {}),
+            (f"auto_mps_{sm_share}", "auto_mps",
+             trainer_rule(directory, sm_share, f"sm_share = {TRAINER_SM_SHARE}"), {}),
+            ("auto_mps_trainer_low", "auto_mps",
+             trainer_rule(directory, "trainer_low", 'mps_priority = "low"'), {}))
+    for name, kind, args, trainer_env in runs:
+        result[name] = classroom(python, library, directory / name, kind, PROGRAMS, True, args,
+                                 trainer_env)
     alone = result["bursts_alone"].get("burst_median_s")
     trainer = result["trainer_alone"].get("trainer_steps_per_s")
     for entry in result.values():
@@ -193,8 +207,11 @@ def classroom_scenario(python: str, library: Path, directory: Path) -> dict:
 
 
 def classroom(python: str, library: Path, where: Path, name: str, programs: int,
-              with_trainer: bool, args: list[str] = ()) -> dict:
-    options = {"args": list(args)} if name != "none" else {}
+              with_trainer: bool, args: list[str] | None = None,
+              trainer_env: dict | None = None) -> dict:
+    """`programs` burst programs beside the trainer (if `with_trainer`) under setup `name`;
+    `args` are its scheduler's (None where it has none)."""
+    options = {} if args is None else {"args": list(args)}
     directory = where / "run"  # the programs' output; `where` is the scheduler's
     with setup(name, library, where, **options) as (env, sched):
         directory.mkdir(parents=True)
@@ -204,7 +221,8 @@ def classroom(python: str, library: Path, where: Path, name: str, programs: int,
                 ready = directory / "trainer.ready"
                 processes.append(launch([python, str(HERE / "matmul_trainer.py"), "--ready",
                                          str(ready), "--max-seconds", "300"],
-                                        {**env, "GEMSHARE_LABEL": "trainer"},
+                                        {**env, "GEMSHARE_LABEL": "trainer",
+                                         **(trainer_env or {})},
                                         directory / "trainer"))
                 deadline = time.monotonic() + READY_TIMEOUT_S
                 while not ready.exists():

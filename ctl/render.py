@@ -145,10 +145,13 @@ def mps_line(status: dict) -> Text | None:
 
 
 def through_mps(client: dict) -> str:
-    """Whether the client goes through MPS: "yes", "yes 30%" (its SM share) or "no"."""
+    """Whether the client goes through MPS: "yes", "yes 30%" (its SM share), "yes low" or
+    "yes 30% low" (its priority, when below normal), or "no"."""
     if client.get("mps") is True:
         share = client.get("sm_share")
-        return f"yes {share}%" if isinstance(share, int) else "yes"
+        words = ("yes", f"{share}%" if isinstance(share, int) else "",
+                 "low" if client.get("mps_priority") == "low" else "")
+        return " ".join(word for word in words if word)
     return "no" if client.get("mps_why") else MISSING
 
 
@@ -409,7 +412,7 @@ def status_view(console: Console, status: dict, socket: str) -> Group:
     return Group(*parts)
 
 
-START_TERMS = ("sm_share", "mps")
+START_TERMS = ("sm_share", "mps", "mps_priority")
 
 
 def terms_view(client: dict) -> Text:
@@ -428,7 +431,8 @@ def terms_view(client: dict) -> Text:
                         ("sm_share", f"{client.get('sm_share')}% of the SMs"
                          if isinstance(client.get("sm_share"), int) else "all"),
                         ("mps", "yes" if client.get("mps") else
-                         f"no ({client['mps_why']})" if client.get("mps_why") else "not run")):
+                         f"no ({client['mps_why']})" if client.get("mps_why") else "not run"),
+                        ("mps_priority", str(client.get("mps_priority")))):
         if name in START_TERMS and name not in client:
             continue  # a scheduler without MPS terms
         text.append(f"\n  {name}: {shown}")

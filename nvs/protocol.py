@@ -65,6 +65,17 @@ class Mode(enum.IntEnum):
             raise ValueError(f"anti-thrash mode must be on, off or auto, not {text!r}") from None
 
 
+class MpsPriority(enum.IntEnum):
+    """An MPS client's priority, as CUDA_MPS_CLIENT_PRIORITY takes it: the GPU prefers normal
+    clients' kernels to low ones' when both have work ready. Rules name it by its label."""
+    NORMAL = 0
+    LOW = 1  # below normal
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+
 class ReleaseReason(enum.IntEnum):
     DROPPED = 1
     IDLE = 2
@@ -247,12 +258,15 @@ class Limits(Fixed):
 @dataclass(frozen=True)
 class Mps(Fixed):
     """The client goes through the scheduler's NVIDIA MPS control daemon: before the driver
-    starts it sets CUDA_MPS_PIPE_DIRECTORY to `pipe_directory` and, when `active_thread_percentage`
-    is not 0, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE. Sent before REGISTERED, or not at all."""
+    starts it sets CUDA_MPS_PIPE_DIRECTORY to `pipe_directory`, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE
+    when `active_thread_percentage` is not 0, and CUDA_MPS_CLIENT_PRIORITY when `client_priority`
+    is LOW. Sent before REGISTERED, or not at all. `client_priority` was a reserved zero before,
+    which older clients ignore: the layout and the version stayed."""
     TYPE = MsgType.MPS
-    LAYOUT = (("active_thread_percentage", "I"), ("reserved", "I"), ("pipe_directory", "256s"))
+    LAYOUT = (("active_thread_percentage", "I"), ("client_priority", "I"),
+              ("pipe_directory", "256s"))
     active_thread_percentage: int = 0  # 1 to 100; 0: as many as MPS gives
-    reserved: int = 0
+    client_priority: int = MpsPriority.NORMAL  # a MpsPriority; a client refuses any other value
     pipe_directory: str = ""
 
 

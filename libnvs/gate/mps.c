@@ -9,12 +9,14 @@
 #include <string.h>
 
 #include "base/log.h"
+#include "wire/gemshare_protocol.h"
 
 static struct {
     pthread_mutex_t mu;
     bool offered;
     bool applied;
     unsigned percentage;
+    bool low_priority;
     char pipe[257];
 } gs_mps = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
@@ -25,21 +27,25 @@ void gs_mps_forget(void)
     pthread_mutex_unlock(&gs_mps.mu);
 }
 
-void gs_mps_offer(const char *pipe_directory, size_t pipe_size, unsigned percentage)
+void gs_mps_offer(const char *pipe_directory, size_t pipe_size, unsigned percentage,
+                  unsigned priority)
 {
     size_t len = strnlen(pipe_directory, pipe_size);
-    bool usable = len > 0 && len < sizeof gs_mps.pipe && percentage <= 100;
+    bool usable = len > 0 && len < sizeof gs_mps.pipe && percentage <= 100 &&
+                  (priority == GS_MPS_PRIORITY_NORMAL || priority == GS_MPS_PRIORITY_LOW);
     pthread_mutex_lock(&gs_mps.mu);
     if (usable) {
         memcpy(gs_mps.pipe, pipe_directory, len);
         gs_mps.pipe[len] = '\0';
         gs_mps.percentage = percentage;
+        gs_mps.low_priority = priority == GS_MPS_PRIORITY_LOW;
     }
     gs_mps.offered = usable;
     pthread_mutex_unlock(&gs_mps.mu);
     if (!usable)
         gs_warn("the scheduler's MPS frame is malformed (pipe directory of %zu bytes, %u%% of "
-                "the SMs); running as a plain context", len, percentage);
+                "the SMs, client priority %u); running as a plain context", len, percentage,
+                priority);
 }
 
 void gs_mps_apply(void)
@@ -60,13 +66,17 @@ void gs_mps_apply(void)
         snprintf(share, sizeof share, "%u", percentage);
         setenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", share, 1);
     }
+    /* Normal is MPS's own default: a program that set a priority itself keeps it. */
+    bool low = gs_mps.low_priority;
+    if (low)
+        setenv("CUDA_MPS_CLIENT_PRIORITY", "1", 1);
     char pipe[sizeof gs_mps.pipe];
     memcpy(pipe, gs_mps.pipe, sizeof pipe);
     pthread_mutex_unlock(&gs_mps.mu);
     char share_words[48] = "";
     if (percentage > 0)
         snprintf(share_words, sizeof share_words, ", at most %u%% of the SMs", percentage);
-    gs_warn("runs through NVIDIA MPS beside other programs (%s%s): a GPU fault in any program of "
-            "that MPS server ends them all; GEMSHARE_MPS=0 keeps this program out", pipe,
-            share_words);
+    gs_warn("runs through NVIDIA MPS beside other programs (%s%s%s): a GPU fault in any program "
+            "of that MPS server ends them all; GEMSHARE_MPS=0 keeps this program out", pipe,
+            share_words, low ? ", below-normal priority" : "");
 }

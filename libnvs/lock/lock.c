@@ -272,10 +272,11 @@ void gs_lock_handle(struct gs_session *s, const struct gs_header *h, const uint8
             gs_conn_fail(&s->conn, "MPS after REGISTERED");
             return;
         }
-        gs_debug("through MPS at %.*s, SM share %u%%", (int)sizeof m.mps.pipe_directory,
-                 m.mps.pipe_directory, m.mps.active_thread_percentage);
+        gs_debug("through MPS at %.*s, SM share %u%%, priority %u",
+                 (int)sizeof m.mps.pipe_directory, m.mps.pipe_directory,
+                 m.mps.active_thread_percentage, m.mps.client_priority);
         gs_mps_offer(m.mps.pipe_directory, sizeof m.mps.pipe_directory,
-                     m.mps.active_thread_percentage);
+                     m.mps.active_thread_percentage, m.mps.client_priority);
         return;
     case GS_MSG_SCHED_MODE:
         gs_debug("scheduler mode %s, quantum %u s", gs_mode_name(m.mode.mode),

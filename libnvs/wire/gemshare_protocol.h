@@ -45,6 +45,9 @@ enum gs_release_reason {
     GS_RELEASE_REVOKED = 3,
 };
 
+/* MPS's client_priority: what CUDA_MPS_CLIENT_PRIORITY takes (any other value is malformed). */
+enum gs_mps_priority { GS_MPS_PRIORITY_NORMAL = 0, GS_MPS_PRIORITY_LOW = 1 };
+
 enum gs_error_code {
     GS_ERROR_PROTOCOL = 1,
     GS_ERROR_TOO_MANY_CLIENTS = 2,
@@ -135,7 +138,7 @@ struct gs_limits {
 /* Before REGISTERED: go through the MPS control daemon at pipe_directory. */
 struct gs_mps {
     uint32_t active_thread_percentage; /* 1 to 100; 0: all */
-    uint32_t reserved;
+    uint32_t client_priority; /* enum gs_mps_priority; reserved (zero) before: still version 7 */
     char pipe_directory[256];
 };
 

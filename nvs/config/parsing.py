@@ -33,6 +33,7 @@ from .settings import (
     GRACE_MS,
     MEMORY_LIMIT,
     MIN_SLICE_MS,
+    MPS_PRIORITY,
     SM_SHARE,
     TQ,
     WEIGHT,
@@ -57,7 +58,7 @@ SETTING_CHECKS = {
 }
 TERM_CHECKS = {"weight": WEIGHT.check, "gpu_limit": GPU_LIMIT.check,
                "memory_limit": MEMORY_LIMIT.check, "sm_share": SM_SHARE.check,
-               "mps": check_flag("mps")}
+               "mps": check_flag("mps"), "mps_priority": MPS_PRIORITY.check}
 RULE_KEYS = ("match", *TERM_CHECKS)
 ID_CHECKS = {name: WholeNumber(name, 0, 2 ** 32 - 2).check for name in ID_KEYS}
 # Problems listed with their lines; past these a refused file's further problems are counted

@@ -2,8 +2,8 @@
 
 The command line, the config file, gemsharectl and the control operations all validate through
 the checks below (a `WholeNumber` per whole number, a `PositiveNumber` per share or fraction, a
-`Size` per byte count, and `check_mode`), so a value refused in one place is refused in the
-others with the same words.
+`Size` per byte count, a `Choice` per set of labels), so a value refused in one place is refused
+in the others with the same words.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.policy import DEFAULT_MIN_SLICE_MS
-from ..protocol import Mode
+from ..protocol import Mode, MpsPriority
 
 TQ_MIN, TQ_MAX = 1, 86400
 DEFAULT_TQ = 30
@@ -167,7 +167,23 @@ GPU_LIMIT = PositiveNumber("gpu_limit", 1)
 MEMORY_LIMIT = Size("memory_limit", MEMORY_LIMIT_MIN, MEMORY_LIMIT_MAX)
 
 
+@dataclass(frozen=True)
+class Choice:
+    """A setting given by one of a few labels, each standing for a value: text exactly as
+    written, not a number or a boolean."""
+    name: str
+    values: dict  # label -> value, in the order messages list them
+
+    def check(self, value):
+        """The value `value` labels; anything else is refused."""
+        if not isinstance(value, str) or value not in self.values:
+            raise ValueError(f"{self.name} must be one of {', '.join(self.values)}, "
+                             f"not {shown(value)}")
+        return self.values[value]
+
+
 SM_SHARE = WholeNumber("sm_share", 1, 100, "percent")
+MPS_PRIORITY = Choice("mps_priority", {priority.label: priority for priority in MpsPriority})
 # The MPS control daemon's pipe directory travels in a fixed 256-byte field (protocol.py MPS).
 MPS_PIPE_DIRECTORY_MAX = 255
 
@@ -191,11 +207,12 @@ def check_flag(name: str):
     return check
 
 
+ANTI_THRASH = Choice("anti_thrash", {label: Mode.from_label(label) for label in MODE_LABELS})
+
+
 def check_mode(value) -> Mode:
     """An anti-thrash mode given by its label: on, off or auto."""
-    if not isinstance(value, str) or value not in MODE_LABELS:
-        raise ValueError(f"anti_thrash must be one of on, off, auto, not {shown(value)}")
-    return Mode.from_label(value)
+    return ANTI_THRASH.check(value)
 
 
 def modes_starting(incomplete: str) -> list[str]:

@@ -138,7 +138,8 @@ def _terms_words(terms: Terms) -> str:
              f"gpu limit {terms.gpu_limit:g}" if terms.gpu_limit is not None else "",
              f"memory limit {mib(terms.memory_limit)}" if terms.memory_limit is not None else "",
              f"sm share {terms.sm_share}%" if terms.sm_share is not None else "",
-             "mps false" if not terms.mps else ""]
+             "mps false" if not terms.mps else "",
+             "mps priority low" if terms.mps_priority is p.MpsPriority.LOW else ""]
     return "".join(f", {word}" for word in words if word)
 
 

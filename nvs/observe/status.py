@@ -105,6 +105,7 @@ def _client_entry(client: ClientSnapshot) -> dict:
         "gpu_limit": client.terms.gpu_limit,
         "memory_limit": client.terms.memory_limit,
         "sm_share": client.terms.sm_share,
+        "mps_priority": client.terms.mps_priority.label,
         # Through the scheduler's MPS server; when not, why (null when it runs no MPS).
         "mps": client.mps,
         "mps_why": client.mps_why or None,

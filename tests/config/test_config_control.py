@@ -87,6 +87,9 @@ async def test_set_takes_the_min_slice_and_clear_uncovers_the_config(inprocess_s
                                                   "gpu_limit, memory_limit, reset, not colour"),
     ({"op": "client", "pid": 999999, "weight": 2}, "no client of the scheduler has pid 999999"),
     ({"op": "reload", "now": True}, "reload takes nothing besides op, not now"),
+    ({"op": "client", "pid": 1, "sm_share": 30}, "sm_share is taken when a program starts"),
+    ({"op": "client", "pid": 1, "mps_priority": "low"},
+     "mps_priority is taken when a program starts; give it in a config rule"),
 ])
 async def test_invalid_requests_change_nothing(inprocess_scheduler, short_tmp_dirs, body,
                                                words):
@@ -118,7 +121,7 @@ memory_limit = "4GiB"
     assert (entry["weight"], entry["gpu_limit"], entry["memory_limit"]) == (2.5, None, 8 << 30)
     assert entry["terms_from"] == {"weight": "gemsharectl", "gpu_limit": "gemsharectl",
                                    "memory_limit": "gemsharectl", "sm_share": "default",
-                                   "mps": "default"}
+                                   "mps": "default", "mps_priority": "default"}
     assert await client.recv() == p.Limits(8 << 30)
     await control.control({"op": "client", "pid": os.getpid(), "reset": True})
     assert await client.recv() == p.Limits(4 << 30)

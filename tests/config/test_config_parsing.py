@@ -8,7 +8,8 @@ import textwrap
 import pytest
 
 from gemshare_nvs.config.parsing import ConfigError, Names, parse
-from gemshare_nvs.protocol import Mode
+from gemshare_nvs.core.model.terms import Identity
+from gemshare_nvs.protocol import Mode, MpsPriority
 
 PATH = "/etc/gemshare/gemshare.toml"
 # Names that exist here whatever machine runs the tests.
@@ -79,8 +80,23 @@ def test_a_rule_gives_the_mps_terms():
         match = { label = "inference" }
         sm_share = 30
         mps = true
+        mps_priority = "normal"
     """).rules
-    assert dict(rule.values) == {"sm_share": 30, "mps": True}
+    assert dict(rule.values) == {"sm_share": 30, "mps": True,
+                                 "mps_priority": MpsPriority.NORMAL}
+
+
+def test_a_rule_gives_a_low_mps_priority_and_others_keep_the_normal_one():
+    config = parsed("""\
+        [[rule]]
+        match = { label = "trainer" }
+        mps_priority = "low"
+    """)
+    trainer = config.terms(Identity(1000, "bob", 100, "users", "python3", "", "", "trainer"))
+    assert (trainer.mps_priority, trainer.source("mps_priority")) == \
+        (MpsPriority.LOW, f"config rule 1 ({PATH}:1)")
+    other = config.terms(Identity(1000, "bob", 100, "users", "python3", "", "", "notebook"))
+    assert (other.mps_priority, other.source("mps_priority")) == (MpsPriority.NORMAL, "default")
 
 
 def test_a_match_may_be_its_own_table_and_take_every_key():
@@ -129,6 +145,13 @@ def test_a_match_may_be_its_own_table_and_take_every_key():
     (EXAMPLE.replace("weight = 2", "mps = \"yes\""), 7, "rule 1 mps",
      "mps must be true or false, not 'yes'"),
     (EXAMPLE.replace("weight = 2", "mps = 0"), 7, "rule 1 mps", "not 0"),
+    (EXAMPLE.replace("weight = 2", "mps_priority = \"high\""), 7, "rule 1 mps_priority",
+     "mps_priority must be one of normal, low, not 'high'"),
+    (EXAMPLE.replace("weight = 2", "mps_priority = 1"), 7, "rule 1 mps_priority", "not 1"),
+    (EXAMPLE.replace("weight = 2", "mps_priority = true"), 7, "rule 1 mps_priority",
+     "not True"),
+    (EXAMPLE.replace("weight = 2", "mps_priority = \"Low\""), 7, "rule 1 mps_priority",
+     "not 'Low'"),
     ("mps = \"on\"\n", 1, "mps", "mps must be true or false, not 'on'"),
     ("mps_pipe_directory = \"run/mps\"\n", 1, "mps_pipe_directory",
      "mps_pipe_directory must be an absolute path"),

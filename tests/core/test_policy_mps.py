@@ -67,6 +67,21 @@ def test_a_rule_keeps_a_program_out_or_gives_its_sm_share():
     assert frames_to(driver, 2)[0] == p.Mps(30, 0, PIPE)
 
 
+def test_a_rule_gives_a_low_priority_which_the_frame_carries_and_the_log_says():
+    def rules(identity):
+        if identity.process == "train":
+            return Terms(sm_share=50, mps_priority=p.MpsPriority.LOW)
+        return Terms()
+    driver = mps_driver(rules=rules)
+    driver.register(1, "train")
+    driver.register(2, "infer")
+    assert frames_to(driver, 1)[0] == p.Mps(50, p.MpsPriority.LOW, PIPE)
+    assert frames_to(driver, 2)[0] == p.Mps(0, p.MpsPriority.NORMAL, PIPE)
+    (train, infer) = [log.text for log in driver.logs if log.text.startswith("register ")]
+    assert "through MPS (50% of the SMs, low priority)" in train
+    assert "priority" not in infer
+
+
 def test_its_owner_keeps_a_program_out_with_the_register_flag():
     driver = mps_driver()
     driver.register(1, flags=p.REG_NO_MPS)

@@ -110,10 +110,31 @@ def test_terms_from_gemsharectl_are_said_to_last_only_until_a_disconnect_or_rest
 def test_the_mps_terms_say_where_the_program_runs_and_why():
     text = render.terms_view({"id": 3, "pid": 42, "name": "nb", "weight": 1, "gpu_limit": None,
                               "memory_limit": None, "sm_share": 30, "mps": True,
-                              "terms_from": {"sm_share": f"config rule 1 ({CONFIG}:3)"}}).plain
-    assert text.splitlines()[-2:] == [
-        f"  sm_share: 30% of the SMs (config rule 1 ({CONFIG}:3))", "  mps: yes (default)"]
+                              "mps_priority": "low",
+                              "terms_from": {"sm_share": f"config rule 1 ({CONFIG}:3)",
+                                             "mps_priority": f"config rule 1 ({CONFIG}:3)"}}).plain
+    assert text.splitlines()[-3:] == [
+        f"  sm_share: 30% of the SMs (config rule 1 ({CONFIG}:3))", "  mps: yes (default)",
+        f"  mps_priority: low (config rule 1 ({CONFIG}:3))"]
     kept_out = render.terms_view({"id": 4, "pid": 43, "name": "train", "sm_share": None,
                                   "mps": False, "mps_why": "its owner set GEMSHARE_MPS=0",
                                   "terms_from": {}}).plain
     assert kept_out.splitlines()[-1] == "  mps: no (its owner set GEMSHARE_MPS=0) (default)"
+
+
+def test_the_mps_column_gives_the_sm_share_and_a_low_priority():
+    clients = [{"id": 1, "pid": 41, "name": "train", "state": "idle", "mps": True,
+                "sm_share": 50, "mps_priority": "low"},
+               {"id": 2, "pid": 42, "name": "notebook", "state": "idle", "mps": True,
+                "sm_share": None, "mps_priority": "normal"},
+               {"id": 3, "pid": 43, "name": "job", "state": "idle", "mps": True,
+                "sm_share": None, "mps_priority": "low"}]
+    assert [render.through_mps(c) for c in clients] == ["yes 50% low", "yes", "yes low"]
+    out = draw({**BASE, "clients": clients})
+    assert "yes 50% low" in out and "yes low" in out
+
+
+def test_a_scheduler_without_the_mps_priority_term_shows_no_line_for_it():
+    text = render.terms_view({"id": 3, "pid": 42, "name": "nb", "sm_share": None, "mps": True,
+                              "terms_from": {}}).plain
+    assert "mps_priority" not in text

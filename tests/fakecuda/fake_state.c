@@ -171,8 +171,10 @@ FAKE_API CUresult cuInit(unsigned int flags)
     /* What the real driver reads here to become an MPS client ("-": unset). */
     const char *mps_pipe = getenv("CUDA_MPS_PIPE_DIRECTORY");
     const char *mps_share = getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE");
-    fake_log("init", "flags=%u result=%d mps_pipe=%s mps_share=%s", flags, (int)r,
-             mps_pipe ? mps_pipe : "-", mps_share ? mps_share : "-");
+    const char *mps_priority = getenv("CUDA_MPS_CLIENT_PRIORITY");
+    fake_log("init", "flags=%u result=%d mps_pipe=%s mps_share=%s mps_priority=%s", flags,
+             (int)r, mps_pipe ? mps_pipe : "-", mps_share ? mps_share : "-",
+             mps_priority ? mps_priority : "-");
     return r;
 }
 

@@ -1,7 +1,7 @@
 """gemshare-scheduler --mps with NVIDIA's real MPS control daemon on a real GPU: programs that
 fit together become clients of its server, hold the GPU together and compute what they would
-alone; memory still moves when they do not fit; the daemon is gone when the scheduler stops.
-Skipped where the machine has no nvidia-cuda-mps-control."""
+alone, a rule's low priority included; memory still moves when they do not fit; the daemon is
+gone when the scheduler stops. Skipped where the machine has no nvidia-cuda-mps-control."""
 
 from __future__ import annotations
 
@@ -58,6 +58,30 @@ def test_programs_that_fit_run_through_the_schedulers_mps_server(scheduler_facto
     while daemon_answers(pipe):  # it quits once its servers have no clients
         assert time.monotonic() < deadline, f"the control daemon at {pipe} outlived the scheduler"
         time.sleep(0.2)
+
+
+@needs_torch
+@needs_mps
+def test_a_program_at_low_priority_is_an_mps_client_of_the_real_driver(scheduler_factory,
+                                                                       short_tmp_dirs,
+                                                                       gpu_program):
+    directory = short_tmp_dirs()
+    (directory / "gemshare.toml").write_text(
+        '[[rule]]\nmatch = { label = "trainer" }\nmps_priority = "low"\n')
+    scheduler = scheduler_factory(directory=directory, tq=30, anti_thrash="auto", mps=True)
+    pipe = status(scheduler.socket)["mps"]["pipe_directory"]
+    trainer = gpu_program("gpu_work.py", 4, socket=scheduler.socket, GEMSHARE_LABEL="trainer")
+    listed: set[int] = set()
+    for clients in clients_while_running(scheduler.socket, [trainer]):
+        if not listed:
+            listed = mps_clients(pipe) & {trainer.pid}
+        if clients and clients[0]["mps"]:
+            assert (clients[0]["mps_priority"], clients[0]["pid"]) == ("low", trainer.pid)
+    result, log = trainer.finish()
+    assert listed == {trainer.pid}, scheduler.log()
+    assert result["chunks"] > 0
+    assert "below-normal priority" in log
+    assert "through MPS (low priority)" in scheduler.log()
 
 
 @needs_torch

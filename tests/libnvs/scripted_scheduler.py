@@ -3,9 +3,9 @@ client gets (DROP_LOCK with a byte count, EVICT, IDLE_HINT, grant flags) and of 
 
 It speaks the real protocol (`gemshare_nvs.protocol`) on a Unix socket: it answers REGISTER with
 REGISTERED (mode `on`) by itself, after `registration_delay` seconds and preceded by LIMITS when
-`memory_limit` is set, records every frame a client sends with the CLOCK_MONOTONIC time it arrived
-(the clock of the fake driver's log), and sends whatever the test asks. Clients are known by their
-pid (SO_PEERCRED).
+`memory_limit` is set and by `mps` (an MPS frame) when that is, records every frame a client
+sends with the CLOCK_MONOTONIC time it arrived (the clock of the fake driver's log), and sends
+whatever the test asks. Clients are known by their pid (SO_PEERCRED).
 """
 
 from __future__ import annotations
@@ -39,8 +39,9 @@ class ScriptedScheduler:
         self._grants: dict[int, int] = {}  # pid -> grants sent
         self._stopping = False
         # How registrations are answered: the memory limit sent before REGISTERED (None: no
-        # LIMITS), and how long the answer takes.
+        # LIMITS), the MPS frame sent before it (None: none), and how long the answer takes.
         self.memory_limit: int | None = None
+        self.mps: p.Mps | None = None
         self.registration_delay = 0.0
         self._thread = threading.Thread(target=self._serve, name="scripted-scheduler",
                                         daemon=True)
@@ -172,6 +173,8 @@ class ScriptedScheduler:
             time.sleep(self.registration_delay)
             if self.memory_limit is not None:
                 connection.sendall(p.encode(p.Limits(self.memory_limit)))
+            if self.mps is not None:
+                connection.sendall(p.encode(self.mps))
             connection.sendall(p.encode(p.Registered(pid, p.Mode.ON, TQ_SECONDS)))
         with self._changed:
             self._received.append((arrived, pid, message))

@@ -1,6 +1,8 @@
 """libnvs.so with a scheduler that runs MPS (--mps, with the stand-in control daemon of
 tests/fake_mps): the program's driver starts with the MPS variables the scheduler gave, or
-without them; programs through MPS still hold the lock together only when they fit."""
+without them; programs through MPS still hold the lock together only when they fit. And with a
+scheduler stand-in (scripted_scheduler.py): what libnvs makes of MPS frames a scheduler should
+never send."""
 
 from __future__ import annotations
 
@@ -11,6 +13,8 @@ from pathlib import Path
 import libnvs_fakelog as fakelog
 import pytest
 from libnvs_programs import client_of, run_pair_in_auto, scheduler_status, wait_file, wait_for
+
+from gemshare_nvs import protocol as p
 
 STAND_IN = Path(__file__).resolve().parents[1] / "fake_mps"
 NOBODY = 65534
@@ -38,17 +42,57 @@ def test_a_program_that_may_share_starts_its_driver_through_the_scheduler_mps(
     assert "through MPS" in scheduler.log()
 
 
-def test_rules_give_an_sm_share_or_keep_a_program_out(gpu_with, short_tmp_dirs):
-    directory = short_tmp_dirs()
-    (directory / "gemshare.toml").write_text(
-        '[[rule]]\nmatch = { label = "infer" }\nsm_share = 30\n\n'
-        '[[rule]]\nmatch = { label = "train" }\nmps = false\n')
+def run_labelled(gpu_with, directory: Path, rules: str, *labels: str) -> dict:
+    """Runs `init` once per label under a scheduler with these config rules: each run's result
+    and its cuInit event, by label."""
+    (directory / "gemshare.toml").write_text(rules)
     gpu, _ = gpu_with(**mps_options(directory, anti_thrash="auto"))
-    infer = gpu.run(["init"], env={"GEMSHARE_LABEL": "infer"})
-    train = gpu.run(["init"], env={"GEMSHARE_LABEL": "train"})
-    assert init_event(gpu, infer.pid)["mps_share"] == "30"
-    assert init_event(gpu, train.pid)["mps_pipe"] == "-"
+    results = [gpu.run(["init"], env={"GEMSHARE_LABEL": label}) for label in labels]
+    return {label: (result, init_event(gpu, result.pid))
+            for label, result in zip(labels, results)}
+
+
+def test_rules_give_an_sm_share_or_keep_a_program_out(gpu_with, short_tmp_dirs):
+    runs = run_labelled(gpu_with, short_tmp_dirs(),
+                        '[[rule]]\nmatch = { label = "infer" }\nsm_share = 30\n\n'
+                        '[[rule]]\nmatch = { label = "train" }\nmps = false\n', "infer", "train")
+    (_, infer), (train, kept_out) = runs["infer"], runs["train"]
+    assert infer["mps_share"] == "30"
+    assert kept_out["mps_pipe"] == "-"
     assert not any("MPS" in line for line in train.gemshare_lines())
+
+
+def test_a_rules_low_priority_reaches_the_driver_only_through_mps(gpu_with, short_tmp_dirs):
+    directory = short_tmp_dirs()
+    runs = run_labelled(gpu_with, directory,
+                        '[[rule]]\nmatch = { label = "trainer" }\nmps_priority = "low"\n\n'
+                        '[[rule]]\nmatch = { label = "apart" }\nmps = false\n'
+                        'mps_priority = "low"\n', "trainer", "notebook", "apart")
+    pipe = str(directory / "mps" / "pipe")
+    seen = {label: (event["mps_pipe"], event["mps_priority"]) for label, (_, event) in runs.items()}
+    assert seen == {"trainer": (pipe, "1"), "notebook": (pipe, "-"), "apart": ("-", "-")}
+    assert any("below-normal priority" in line for line in runs["trainer"][0].gemshare_lines())
+    assert not any("priority" in line for line in runs["notebook"][0].gemshare_lines())
+
+
+def test_a_normal_priority_leaves_the_programs_own_alone(scripted):
+    gpu, scheduler = scripted
+    scheduler.mps = p.Mps(0, p.MpsPriority.NORMAL, "/run/theirs/mps")
+    result = gpu.run(["init"], env={"CUDA_MPS_CLIENT_PRIORITY": "1"})
+    assert result.returncode == 0, result.describe()
+    event = init_event(gpu, result.pid)
+    assert (event["mps_pipe"], event["mps_priority"]) == ("/run/theirs/mps", "1")
+
+
+def test_an_mps_frame_with_an_unknown_priority_is_malformed_and_runs_a_plain_context(scripted):
+    gpu, scheduler = scripted
+    scheduler.mps = p.Mps(30, 2, "/run/theirs/mps")
+    result = gpu.run(["init"])
+    assert result.returncode == 0, result.describe()
+    event = init_event(gpu, result.pid)
+    assert (event["mps_pipe"], event["mps_share"], event["mps_priority"]) == ("-", "-", "-")
+    assert any("MPS frame is malformed" in line and "client priority 2" in line
+               for line in result.gemshare_lines()), result.describe()
 
 
 def test_its_owner_keeps_a_program_out_and_its_own_mps_settings_stand(gpu_with, short_tmp_dirs):

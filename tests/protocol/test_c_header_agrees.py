@@ -20,7 +20,7 @@ from gemshare_nvs.wire.connection import DEFAULT_SOCKET
 HEADER = Path(__file__).resolve().parents[2] / "libnvs" / "wire" / "gemshare_protocol.h"
 
 ENUMS = {"GS_MSG_": p.MsgType, "GS_MODE_": p.Mode, "GS_RELEASE_": p.ReleaseReason,
-         "GS_ERROR_": p.ErrorCode}
+         "GS_ERROR_": p.ErrorCode, "GS_MPS_PRIORITY_": p.MpsPriority}
 SCALARS = {"GS_MAGIC": p.MAGIC, "GS_VERSION": p.VERSION, "GS_MAX_PAYLOAD": p.MAX_PAYLOAD,
            "GS_MAX_ERROR_TEXT": p.MAX_ERROR_TEXT, "GS_REG_UNIFIED_MEMORY": p.REG_UNIFIED_MEMORY,
            "GS_REG_NO_MPS": p.REG_NO_MPS, "GS_REQUEST_KEEPING": p.REQUEST_KEEPING,
@@ -103,7 +103,7 @@ def test_the_header_defines_nothing_python_does_not_know():
     assert {"GS_MSG_DEVICE_UUID", "GS_MSG_LIMITS", "GS_MSG_GANG", "GS_MSG_PING",
             "GS_MSG_PONG"} <= constants
     assert {"gs_register.pod_name", "gs_register.label", "gs_limits.memory_limit",
-            "gs_gang.name", "gs_ping.token", "gs_pong.token"} <= fields
+            "gs_gang.name", "gs_ping.token", "gs_pong.token", "gs_mps.client_priority"} <= fields
 
 
 def test_the_default_socket_is_the_same():

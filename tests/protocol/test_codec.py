@@ -112,8 +112,11 @@ def test_version_7_layouts_are_the_documented_ones():
     decoder.feed(p.encode(p.Ping(7)) + p.encode(p.Pong(7)))
     assert [decoder.next()[0], decoder.next()[0]] == [p.Ping(7), p.Pong(7)]
     assert (p.MsgType.MPS, p.Mps.struct().size, p.Mps.offsets()["pipe_directory"]) == (21, 264, 8)
-    mps = p.Mps(30, 0, "/run/gemshare/mps/pipe")
+    mps = p.Mps(30, p.MpsPriority.LOW, "/run/gemshare/mps/pipe")
     assert p.Mps.parse(mps.payload()) == mps
+    # client_priority sits where a reserved zero was: the layout, and the version, stayed.
+    assert p.Mps.offsets()["client_priority"] == 4
+    assert mps.payload()[:8] == (30).to_bytes(4, "little") + (1).to_bytes(4, "little")
     assert (p.REG_UNIFIED_MEMORY, p.REG_NO_MPS) == (1, 2)
 
 

@@ -85,6 +85,28 @@ def test_a_client_that_may_share_is_sent_the_pipe_directory_before_it_is_registe
         assert status(scheduler)["mps"]["user"] == os.getuid()
 
 
+def test_a_rules_low_priority_goes_in_the_mps_frame_and_status_shows_it(scheduler_factory,
+                                                                        short_tmp_dirs):
+    directory = short_tmp_dirs()
+    config = directory / "gemshare.toml"
+    config.write_text('[[rule]]\nmatch = { label = "trainer" }\nmps_priority = "low"\n')
+    scheduler = scheduler_factory(directory=directory, mps=True, anti_thrash="auto",
+                                  env=mps_env(directory / "mps.jsonl"))
+    pipe = str(directory / "mps" / "pipe")
+    with scheduler.connect() as trainer, scheduler.connect() as other:
+        trainer.send(p.Register(0, 0, "train", label="trainer"))
+        assert trainer.recv()[0] == p.Mps(0, p.MpsPriority.LOW, pipe)
+        other.send(p.Register(0, 0, "infer"))
+        assert other.recv()[0] == p.Mps(0, p.MpsPriority.NORMAL, pipe)
+        clients = {c["label"]: c for c in status(scheduler)["clients"]}
+        assert (clients["trainer"]["mps_priority"],
+                clients["trainer"]["terms_from"]["mps_priority"]) == \
+            ("low", f"config rule 1 ({config}:1)")
+        assert (clients[""]["mps_priority"], clients[""]["terms_from"]["mps_priority"]) == \
+            ("normal", "default")
+    assert "through MPS (low priority)" in scheduler.log()
+
+
 def test_a_dead_control_daemon_is_started_again_and_said_so(scheduler_factory, short_tmp_dirs):
     directory = short_tmp_dirs()
     record = directory / "mps.jsonl"

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-TERM_NAMES = ("weight", "gpu_limit", "memory_limit", "sm_share", "mps")
+from ...protocol import MpsPriority
+
+TERM_NAMES = ("weight", "gpu_limit", "memory_limit", "sm_share", "mps", "mps_priority")
 # Terms a program takes when it starts, in the driver's environment: a running program keeps them.
-START_TERMS = ("sm_share", "mps")
+START_TERMS = ("sm_share", "mps", "mps_priority")
 DEFAULT_SOURCE = "default"
 OVERRIDE_SOURCE = "gemsharectl"
 # Terms given with `gemsharectl client PID` belong to that connection: unlike settings, they are
@@ -38,13 +40,15 @@ class Terms:
     contention; `gpu_limit` the fraction of the usage window it may hold a lock even when
     nobody waits (None: as much as it wants); `memory_limit` the bytes it may allocate on each
     device (None: no limit). Through MPS (`mps`: whether it may go through it at all),
-    `sm_share` is the most of the GPU's multiprocessors it may use, in percent (None: all).
+    `sm_share` is the most of the GPU's multiprocessors it may use, in percent (None: all), and
+    `mps_priority` whether the GPU prefers other clients' kernels to its own (LOW).
     `sources` says where each value came from, for status."""
     weight: float = 1.0
     gpu_limit: float | None = None
     memory_limit: int | None = None
     sm_share: int | None = None
     mps: bool = True
+    mps_priority: MpsPriority = MpsPriority.NORMAL
     sources: tuple[tuple[str, str], ...] = field(
         default=tuple((name, DEFAULT_SOURCE) for name in TERM_NAMES))
 

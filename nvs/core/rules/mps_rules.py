@@ -60,13 +60,17 @@ class MpsRules:
             client.mps_why = OTHER_USER.format(uid=user)
         else:
             client.mps, client.mps_why = True, ""
-            return [Send(who.id, p.Mps(client.terms.sm_share or 0, 0, self.mps_pipe))]
+            terms = client.terms
+            return [Send(who.id, p.Mps(terms.sm_share or 0, terms.mps_priority, self.mps_pipe))]
         return []
 
 
 def mps_words(client: Client) -> str:
     """How a register line says where the program runs, when the scheduler runs MPS."""
     if client.mps:
-        share = client.terms.sm_share
-        return ", through MPS" + (f" ({share}% of the SMs)" if share else "")
+        share, priority = client.terms.sm_share, client.terms.mps_priority
+        given = [f"{share}% of the SMs" if share else "",
+                 f"{priority.label} priority" if priority is not p.MpsPriority.NORMAL else ""]
+        words = ", ".join(word for word in given if word)
+        return ", through MPS" + (f" ({words})" if words else "")
     return f", not through MPS: {client.mps_why}" if client.mps_why else ""
