@@ -116,17 +116,20 @@ def test_a_hinted_move_has_its_staging_memory_pinned_before_the_drop(scripted):
 
 def test_pinning_new_staging_memory_is_not_counted_as_the_moves_time(scripted):
     gpu, scheduler = scripted
-    # 7 MiB by copy at 1 GB/s (7 ms), into staging memory that takes 64 MB/s to pin (>100 ms):
-    # the scheduler learns the link's rate from the report, and the pinning is paid once.
+    # 9 MiB at 1 GB/s (about 10 ms), into staging memory that takes 16 MB/s to pin (about half
+    # a second): the scheduler learns the link's rate from the report, and the pinning is paid
+    # once by each program.
     started = start_holding(gpu, scheduler, WRITTEN, then=CHECKED,
-                            env={"FAKECUDA_MIGRATE_GBPS": "1", "FAKECUDA_PIN_GBPS": "0.064"})
+                            env={"FAKECUDA_MIGRATE_GBPS": "1", "FAKECUDA_PIN_GBPS": "0.016"})
     scheduler.drop(started.pid, p.EVICT_ALL)
     scheduler.wait_for(started.pid, p.LockReleased)
     result = scheduler.last_turn(started, gpu.path("again"))
     events = gpu.events()
     pinned = sum(int(e["size"]) for e in fakelog.named(events, "host_register", pid=result.pid))
-    assert pinned >= 7 * MiB  # >= 0.11 s of pinning
+    pinning_us = pinned / 16e6 * 1e6
+    assert pinning_us >= 450_000  # at least the 7 MiB that went by copy
     done = scheduler.wait_moved_done(result.pid)
     assert done.bytes == 9 * MiB
-    assert done.elapsed_us < 0.1 * pinned / 64e6 * 1e6, done
+    # A quarter of the pinning: room for a busy machine, far from the move with it counted.
+    assert done.elapsed_us < pinning_us / 4, done
     assert checks(result) == ["1", "1"]
