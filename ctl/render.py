@@ -199,8 +199,12 @@ def moving(device: dict) -> str:
     if isinstance(device.get("switch_cost_s"), (int, float)) and device["switch_cost_s"] > 0:
         lines.append(f"switch costs {device['switch_cost_s']:.2f} s")
     rates, moves = device.get("move_rates"), device.get("moves")
-    if isinstance(rates, dict):
-        how = "measured" if rates.get("measured") else "assumed"
+    measured = isinstance(rates, dict) and rates.get("measured")
+    prior = device.get("link_prior_gbps")
+    if isinstance(prior, (int, float)) and not measured:
+        lines.append(f"{prior} GB/s each way expected (PCIe link), until moves show the rates")
+    elif isinstance(rates, dict):
+        how = "measured" if measured else "assumed"
         lines.append(f"out {rates.get('to_host_gbps')} GB/s, in {rates.get('to_device_gbps')} "
                      f"GB/s ({how})")
     if isinstance(moves, dict):

@@ -74,6 +74,17 @@ def test_a_device_that_moved_memory_shows_where_it_is_and_the_rates():
                                         "devices": [{"index": 0}]})
 
 
+def test_before_any_move_a_device_shows_the_rate_its_pcie_link_promises():
+    device = {"index": 0, "holders": [], "waiters": [], "link_prior_gbps": 47.26,
+              "move_rates": {"to_host_gbps": 3.0, "to_device_gbps": 10.0, "measured": False}}
+    out = draw({"tq": 10, "anti_thrash": "on", "devices": [device]}, width=220)
+    assert "47.26 GB/s each way expected (PCIe link)" in out and "assumed" not in out
+    # Without a link NVML knows, the defaults are shown as assumed.
+    del device["link_prior_gbps"]
+    out = draw({"tq": 10, "anti_thrash": "on", "devices": [device]}, width=220)
+    assert "out 3.0 GB/s, in 10.0 GB/s (assumed)" in out
+
+
 def test_a_gang_is_one_row_with_its_members_and_turn():
     clients = [{"id": 3, "pid": 300, "name": "rank0", "state": "holding", "gang": "torchelastic:j"},
                {"id": 4, "pid": 301, "name": "rank1", "state": "holding", "gang": "torchelastic:j"},
