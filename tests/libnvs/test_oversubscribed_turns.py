@@ -30,7 +30,9 @@ def test_handoffs_move_only_the_room_needed_and_bring_it_back(gpu_with_migrating
     out_total = 0
     for result in results:
         out, back = moves(log, result.pid, "host"), moves(log, result.pid, "device")
-        assert all(0 < moved <= ROOM + (2 << 20) for moved in out), log  # 2 MiB pages
+        assert all(moved <= ROOM + (2 << 20) for moved in out), log  # 2 MiB pages
+        # Each moved something, but a drop that raced the program's exit: its memory was gone.
+        assert all(moved > 0 for moved in out[:-1]), log
         # Every move out but one that ended the program's last turn came back in bulk.
         assert len(back) >= len(out) - 1, log
         out_total += len(out)
