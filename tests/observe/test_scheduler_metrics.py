@@ -4,6 +4,7 @@ send to it."""
 
 from __future__ import annotations
 
+import errno
 import os
 import socket
 import time
@@ -121,15 +122,20 @@ def test_a_client_shows_in_the_metrics_while_it_is_connected(scheduler_factory):
 def raw_request(url: str, data: bytes, close: bool = True) -> bytes:
     host, port = url.split("/")[2].rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=10) as conn:
-        conn.sendall(data)
-        if close:
-            conn.shutdown(socket.SHUT_WR)
         answer = b""
         try:
+            conn.sendall(data)
+            if close:
+                conn.shutdown(socket.SHUT_WR)
             while chunk := conn.recv(65536):
                 answer += chunk
-        except ConnectionResetError:  # closed with some of what was sent unread
+        # Closed by the server with some of what was sent unread: a reset, which may come while
+        # this side still sends or shuts down (ENOTCONN) as well as while it reads.
+        except (ConnectionResetError, BrokenPipeError):
             pass
+        except OSError as error:
+            if error.errno != errno.ENOTCONN:
+                raise
     return answer
 
 
