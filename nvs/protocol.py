@@ -1,4 +1,4 @@
-"""The gemshare wire protocol, version 6: the Python definition of docs/protocol.md.
+"""The gemshare wire protocol, version 7: the Python definition of docs/protocol.md.
 
 Pure bytes in, messages out; no sockets. `tests/protocol/test_c_header_agrees.py` checks that
 `libnvs/wire/gemshare_protocol.h` says the same thing.

@@ -415,7 +415,9 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules):
         refused = []
         if size > 0:  # clamped to its memory there: a client names no device it has none on
             self.tallies.moved_bytes(device, to_host, size)
-            if not self.links.setdefault(device, self._link(device)).record(to_host, size, seconds, counted):
+            if device not in self.links:
+                self.links[device] = self._link(device)  # with the device's link prior
+            if not self.links[device].record(to_host, size, seconds, counted):
                 refused = self._refused_rate(client, device, counted, seconds)
         rate = f" ({size / seconds / GB:.1f} GB/s)" if seconds > 0 else ""
         failed = ", cut short: the driver refused the rest" if flags & p.MOVED_FAILED else ""

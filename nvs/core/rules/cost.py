@@ -156,8 +156,7 @@ class Link:
     def rates_view(self) -> dict:
         return {"to_host_gbps": round(self.to_host.bps / GB, 2),
                 "to_device_gbps": round(self.to_device.bps / GB, 2),
-                "measured": self.to_host.measured or self.to_device.measured,
-                "link_gbps": round(self.prior_bps / GB, 2) if self.prior_bps else None}
+                "measured": self.to_host.measured or self.to_device.measured}
 
     def moves_view(self) -> dict:
         return {"to_host": self.moved_to_host.view(), "to_device": self.moved_to_device.view()}
