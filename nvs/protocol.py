@@ -1,4 +1,4 @@
-"""The gemshare wire protocol, version 7: the Python definition of docs/protocol.md.
+"""The gemshare wire protocol, version 8: the Python definition of docs/protocol.md.
 
 Pure bytes in, messages out; no sockets. `tests/protocol/test_c_header_agrees.py` checks that
 `libnvs/wire/gemshare_protocol.h` says the same thing.
@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 MAGIC = 0x52485347  # b"GSHR" read as a little-endian u32
-VERSION = 7  # 2: DEVICE_UUID; 3: EVICT, MOVED, IDLE_HINT, DROP_LOCK's byte count;
-#               4: REGISTER's label, LIMITS; 5: GANG; 6: PING, PONG; 7: MPS, REG_NO_MPS
+VERSION = 8  # 2: DEVICE_UUID; 3: EVICT, MOVED, IDLE_HINT, DROP_LOCK's byte count;
+#               4: REGISTER's label, LIMITS; 5: GANG; 6: PING, PONG; 7: MPS, REG_NO_MPS;
+#               8: LOCK_RELEASED's idle_us, LIMITS' budget_used, REG_VIEW_ONLY
 HEADER = struct.Struct("<IHHII")  # magic, version, type, length, seq
 HEADER_SIZE = HEADER.size
 MAX_PAYLOAD = 1 << 20
@@ -92,6 +93,9 @@ class ErrorCode(enum.IntEnum):
 REG_UNIFIED_MEMORY = 1 << 0
 # The program's owner keeps it out of MPS (GEMSHARE_MPS=0): it runs as a context of its own.
 REG_NO_MPS = 1 << 1
+# The program only looks at the device (NVML: nvidia-smi, pynvml): it wants its LIMITS, never a
+# lock, and is not shown among the scheduler's clients.
+REG_VIEW_ONLY = 1 << 2
 # REQUEST_LOCK's flags: the work waiting for this device keeps the client's devices of lower
 # index (their gates entered) until it is granted; the scheduler keeps those locks meanwhile.
 REQUEST_KEEPING = 1 << 0
@@ -247,12 +251,13 @@ class IdleHint(Fixed):
 
 @dataclass(frozen=True)
 class Limits(Fixed):
-    """The most the client may allocate on each device it uses (0: no limit); sent before
-    REGISTERED when a limit applies, and whenever it changes."""
+    """The most the client may allocate on each device it uses (0: no limit), and what the other
+    programs sharing that budget (its container's) have allocated; sent before REGISTERED when a
+    limit applies, and whenever either changes."""
     TYPE = MsgType.LIMITS
-    LAYOUT = (("memory_limit", "Q"), ("reserved", "Q"))
+    LAYOUT = (("memory_limit", "Q"), ("budget_used", "Q"))
     memory_limit: int = 0
-    reserved: int = 0
+    budget_used: int = 0
 
 
 @dataclass(frozen=True)
@@ -303,10 +308,13 @@ class Pong(Fixed):
 
 @dataclass(frozen=True)
 class LockReleased(Fixed):
+    """`idle_us`: with RELEASE_IDLE, how long the device had been idle (no work queued or
+    running) when the client let go; 0 otherwise."""
     TYPE = MsgType.LOCK_RELEASED
-    LAYOUT = (("device", "I"), ("reason", "I"))
+    LAYOUT = (("device", "I"), ("reason", "I"), ("idle_us", "Q"))
     device: int = 0
     reason: int = ReleaseReason.DROPPED
+    idle_us: int = 0
 
 
 @dataclass(frozen=True)

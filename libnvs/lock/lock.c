@@ -106,7 +106,7 @@ static void gs_open(struct gs_session *s, int device, uint32_t grant_flags)
 static void gs_release(struct gs_session *s, int device, uint32_t reason, uint64_t bytes)
 {
     gs_handoff_drain(s, device, bytes);
-    struct gs_lock_released m = {(uint32_t)device, reason};
+    struct gs_lock_released m = {(uint32_t)device, reason, 0};
     if (gs_conn_send(&s->conn, GS_MSG_LOCK_RELEASED, &m, sizeof m))
         gs_debug("released the lock of device %d (%s)", device,
                  reason == GS_RELEASE_DROPPED ? "dropped" : "revoked");
@@ -351,7 +351,7 @@ static void gs_check_idle_device(struct gs_session *s, int d, int64_t now)
         w->idle_since = end;
         return;
     }
-    struct gs_lock_released m = {(uint32_t)d, GS_RELEASE_IDLE};
+    struct gs_lock_released m = {(uint32_t)d, GS_RELEASE_IDLE, 0};
     if (gs_conn_send(&s->conn, GS_MSG_LOCK_RELEASED, &m, sizeof m)) {
         gs_lock_core_released_idle(&s->lock, d);
         gs_debug("released the lock of device %d early: idle for %u ms", d, idle_ms);

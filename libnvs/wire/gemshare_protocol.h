@@ -1,4 +1,4 @@
-/* The gemshare wire protocol, version 7: the C definition of docs/protocol.md.
+/* The gemshare wire protocol, version 8: the C definition of docs/protocol.md.
  * nvs/protocol.py is the Python one; tests/protocol/test_c_header_agrees.py checks they agree.
  * All integers travel little-endian; the structs below are the payloads byte for byte on the
  * little-endian machines gemshare supports (x86-64, aarch64). */
@@ -8,7 +8,7 @@
 #include <stdint.h>
 
 #define GS_MAGIC 0x52485347u /* "GSHR" */
-#define GS_VERSION 7u
+#define GS_VERSION 8u
 #define GS_MAX_PAYLOAD (1u << 20)
 #define GS_MAX_ERROR_TEXT 1024u
 #define GS_DEFAULT_SOCKET "/var/run/gemshare/scheduler.sock"
@@ -58,6 +58,8 @@ enum gs_error_code {
 #define GS_REG_UNIFIED_MEMORY (1u << 0)
 /* REGISTER: the program's owner keeps it out of MPS (GEMSHARE_MPS=0). */
 #define GS_REG_NO_MPS (1u << 1)
+/* REGISTER: the program only looks at the device (NVML); it wants LIMITS, never a lock. */
+#define GS_REG_VIEW_ONLY (1u << 2)
 /* REQUEST_LOCK: the work waiting keeps this client's lower devices until granted. */
 #define GS_REQUEST_KEEPING (1u << 0)
 #define GS_GRANT_AFTER_WAIT (1u << 0)
@@ -132,13 +134,13 @@ struct gs_idle_hint {
 
 struct gs_limits {
     uint64_t memory_limit; /* bytes per device the client may allocate; 0: no limit */
-    uint64_t reserved;
+    uint64_t budget_used;  /* what the others sharing that budget (its container) allocated */
 };
 
 /* Before REGISTERED: go through the MPS control daemon at pipe_directory. */
 struct gs_mps {
     uint32_t active_thread_percentage; /* 1 to 100; 0: all */
-    uint32_t client_priority; /* enum gs_mps_priority; reserved (zero) before: still version 7 */
+    uint32_t client_priority; /* enum gs_mps_priority; a reserved zero early in version 7 */
     char pipe_directory[256];
 };
 
@@ -162,6 +164,7 @@ struct gs_pong {
 struct gs_lock_released {
     uint32_t device;
     uint32_t reason;
+    uint64_t idle_us; /* GS_RELEASE_IDLE: how long the device had been idle; else 0 */
 };
 
 struct gs_lock_revoked {
@@ -202,6 +205,7 @@ _Static_assert(sizeof(struct gs_evict) == 16, "gs_evict layout");
 _Static_assert(sizeof(struct gs_moved) == 24, "gs_moved layout");
 _Static_assert(sizeof(struct gs_idle_hint) == 16, "gs_idle_hint layout");
 _Static_assert(sizeof(struct gs_limits) == 16, "gs_limits layout");
+_Static_assert(sizeof(struct gs_lock_released) == 16, "gs_lock_released layout");
 _Static_assert(sizeof(struct gs_gang) == 144, "gs_gang layout");
 _Static_assert(sizeof(struct gs_mps) == 264, "gs_mps layout");
 _Static_assert(sizeof(struct gs_ping) == 8, "gs_ping layout");

@@ -24,11 +24,12 @@ MAY_IMPORT = {
     "core": {"core.rules", "core.model", "protocol"},
     "config": {"core", "core.rules", "core.model", "protocol"},
     "wire": {"protocol"},
+    "kubernetes": {"core.model", "protocol"},
     "observe": {"core", "core.rules", "core.model", "protocol", "version"},
-    "service": {"config", "wire", "observe", "core", "core.rules", "core.model", "protocol",
-                "version"},
-    "daemon": {"service", "config", "wire", "observe", "core", "core.rules", "core.model",
-               "protocol", "version"},
+    "service": {"config", "wire", "observe", "kubernetes", "core", "core.rules", "core.model",
+                "protocol", "version"},
+    "daemon": {"service", "config", "wire", "observe", "kubernetes", "core", "core.rules",
+               "core.model", "protocol", "version"},
 }
 MAX_SOURCES_PER_FOLDER = 16
 

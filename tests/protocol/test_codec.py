@@ -23,7 +23,7 @@ messages = st.one_of(
     st.builds(p.Moved, device=u32, flags=u32, bytes=u64, elapsed_us=u64),
     st.builds(p.IdleHint, device=u32, idle_release_ms=u32),
     st.builds(p.Limits, memory_limit=u64),
-    st.builds(p.LockReleased, device=u32, reason=u32),
+    st.builds(p.LockReleased, device=u32, reason=u32, idle_us=u64),
     st.builds(p.LockRevoked, device=u32),
     st.builds(p.SchedMode, mode=u32, tq_seconds=u32),
     st.builds(p.MemReport, device=u32, allocated_bytes=u64, device_total_bytes=u64),
@@ -99,8 +99,8 @@ def test_text_fields_are_cut_on_character_boundaries():
     assert message.process_name == "é" * 32
 
 
-def test_version_7_layouts_are_the_documented_ones():
-    assert p.VERSION == 7
+def test_version_8_layouts_are_the_documented_ones():
+    assert p.VERSION == 8
     assert (p.Register.offsets()["label"], p.Register.struct().size) == (392, 456)
     assert (p.MsgType.LIMITS, p.Limits.struct().size) == (17, 16)
     assert p.Limits(5 << 30).payload() == (5 << 30).to_bytes(8, "little") + bytes(8)
@@ -117,7 +117,12 @@ def test_version_7_layouts_are_the_documented_ones():
     # client_priority sits where a reserved zero was: the layout, and the version, stayed.
     assert p.Mps.offsets()["client_priority"] == 4
     assert mps.payload()[:8] == (30).to_bytes(4, "little") + (1).to_bytes(4, "little")
-    assert (p.REG_UNIFIED_MEMORY, p.REG_NO_MPS) == (1, 2)
+    assert (p.REG_UNIFIED_MEMORY, p.REG_NO_MPS, p.REG_VIEW_ONLY) == (1, 2, 4)
+    # 8: an early release says how long the device had been idle; LIMITS the budget's others.
+    released = p.LockReleased(1, p.ReleaseReason.IDLE, 1_250_000)
+    assert (p.LockReleased.struct().size, p.LockReleased.offsets()["idle_us"]) == (16, 8)
+    assert p.LockReleased.parse(released.payload()) == released
+    assert p.Limits(5 << 30, 3 << 30).payload()[8:] == (3 << 30).to_bytes(8, "little")
 
 
 def test_mode_labels():

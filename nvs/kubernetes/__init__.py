@@ -1,0 +1,1 @@
+"""What the node's Kubernetes says about a program: the units its container was allocated."""
