@@ -5,7 +5,8 @@ Four measurements (bench/README.md says what each number means):
   handoff.py          lock handoff latency with 2, 8 and 64 programs taking turns;
   hook_cost.py        what libnvs.so adds to one launch while holding the lock (interleaved A/B);
   scheduler_scale.py  1,000 connected clients: grants per second, the scheduler's memory;
-  gap_pair.py         an oversubscribed pair with idle gaps: together against one after another.
+  gap_pair.py         an oversubscribed pair with idle gaps: together against one after another;
+  notebooks_fake.py   four mostly idle programs whose memory does not fit together: their cells.
 
 Environment: BENCH_JSON=path (write the results there), BENCH_QUICK=1 (tiny sample counts: checks
 that the bench works, measures nothing worth publishing), BENCH_ROUNDS (A/B rounds of the launch
@@ -29,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gap_pair  # noqa: E402
 import handoff  # noqa: E402
 import hook_cost  # noqa: E402
+import notebooks_fake  # noqa: E402
 import scheduler_scale  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -45,12 +47,15 @@ class Plan:
     launches: dict[str, int]  # launch_cost mode -> launches per run
     scale_seconds: float
     gap_pair_passes: int
+    notebook_setups: dict[str, notebooks_fake.Notebooks]
 
 
 # Many short A/B runs rather than a few long ones: a disturbance from outside (another process
 # taking a CPU for a while) then spoils single runs, which the medians ignore.
-FULL = Plan({2: 15, 8: 8, 64: 10}, 31, {"queued": 100_000, "rejected": 2_000_000}, 5, 8)
-QUICK = Plan({2: 0.5, 8: 0.5, 64: 0.5}, 3, {"queued": 20_000, "rejected": 200_000}, 0.5, 2)
+FULL = Plan({2: 15, 8: 8, 64: 10}, 31, {"queued": 100_000, "rejected": 2_000_000}, 5, 8,
+            notebooks_fake.SETUPS)
+QUICK = Plan({2: 0.5, 8: 0.5, 64: 0.5}, 3, {"queued": 20_000, "rejected": 200_000}, 0.5, 2,
+             {"standard": notebooks_fake.Notebooks(cells=2)})
 
 
 def output_of(command: list[str]) -> str:
@@ -109,6 +114,12 @@ def run(plan: Plan, rounds: int) -> dict:
         details["gap_pair"] = gaps
         for name in gap_pair.RATES_GBPS:
             results[f"gap_pair_ratio_{name}"] = gaps[name]["ratio"]
+        for name, setup in plan.notebook_setups.items():
+            cells = notebooks_fake.measure(directory / f"notebooks-{name}", setup)
+            details[f"notebooks_{name}"] = cells
+            for mode in ("alone", "on", "auto"):
+                for figure in ("cell_median_s", "cell_max_s"):
+                    results[f"notebooks_{name}_{mode}_{figure}"] = cells[mode][figure]
     results["details"] = details
     results["environment"]["loadavg_1min_after"] = os.getloadavg()[0]
     return results
@@ -158,6 +169,9 @@ def print_table(results: dict) -> None:
           f"connected ({scale['rss_peak_mib']:.1f} MiB peak), registered in "
           f"{scale['register_s']:.2f} s")
     gap_pair.print_gap_pair(details["gap_pair"])
+    for key, cells in details.items():
+        if key.startswith("notebooks_"):
+            notebooks_fake.print_notebooks(key.removeprefix("notebooks_"), cells)
 
 
 def main() -> int:

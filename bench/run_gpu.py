@@ -3,9 +3,9 @@
 Environment: BENCH_JSON=path (write the results there), BENCH_PYTHON (the Python with PyTorch
 for the workloads; default: this one), BENCH_ROUNDS (A/B rounds, default 7), SWAP_GIB (default 4;
 keep it well under 8 and under the card's free memory), BENCH_ONLY (a comma-separated subset of
-launch_rate, train_steps, swapin, interactive, two_jobs_s, oversub, beside_trainer, multi_gpu,
-mps; default all); OVERSUB_GIB, OVERSUB_PASSES, OVERSUB_CAPACITY_MIB and OVERSUB_GAPS for the
-part oversub (bench/oversub.py); BESIDE_* for the part beside_trainer (bench/beside_trainer.py);
+launch_rate, train_steps, swapin, interactive, two_jobs_s, oversub, notebooks, beside_trainer,
+multi_gpu, mps; default all); OVERSUB_GIB, OVERSUB_PASSES, OVERSUB_CAPACITY_MIB and OVERSUB_GAPS
+for the part oversub (bench/oversub.py); NOTEBOOKS_* for the part notebooks (bench/notebooks.py); BESIDE_* for the part beside_trainer (bench/beside_trainer.py);
 MULTI_GPU_* for the part multi_gpu (bench/multi_gpu.py, which needs two GPUs); MPS_* for the part
 mps (bench/mps.py, which needs nvidia-cuda-mps-control on PATH).
 """
@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import beside_trainer  # noqa: E402
 import mps  # noqa: E402
 import multi_gpu  # noqa: E402
+import notebooks  # noqa: E402
 import oversub  # noqa: E402
 from ab import interleave, run_json  # noqa: E402
 from beside_report import print_beside  # noqa: E402
@@ -123,7 +124,7 @@ def sharing(library: Path, directory: Path, tq: int, anti_thrash: str = "on"):
 
 # What BENCH_ONLY may name (comma-separated); all of them by default.
 PARTS = ("launch_rate", "train_steps", "swapin", "interactive", "two_jobs_s", "oversub",
-         "beside_trainer", "multi_gpu", "mps")
+         "notebooks", "beside_trainer", "multi_gpu", "mps")
 
 
 def chosen_parts() -> set[str]:
@@ -193,6 +194,8 @@ def main() -> int:
                         "together_no_layer": two_jobs(plain, together=True)}
         if "oversub" in parts:
             results["oversub"] = oversub.measure(PYTHON, library, directory / "oversub")
+        if "notebooks" in parts:
+            results["notebooks"] = notebooks.measure(PYTHON, library, directory / "notebooks")
         if beside is not None:
             results["beside_trainer"] = beside_trainer.measure(
                 PYTHON, library, directory / "beside_trainer", beside)
@@ -232,6 +235,8 @@ def print_table(results: dict) -> None:
         print(f"two 1500-step jobs, {name}: {seconds:.1f} s")
     if "oversub" in results:
         oversub.print_oversub(results["oversub"])
+    if "notebooks" in results:
+        notebooks.print_notebooks(results["notebooks"])
     if "beside_trainer" in results:
         print_beside(results["beside_trainer"])
     if "multi_gpu" in results:

@@ -24,6 +24,8 @@
 
 /* A synchronization that takes longer than this found the GPU still busy. */
 #define GS_BUSY_SYNC_MS 2
+/* How soon into an idle gap a floor hint's idle time is checked against the GPU (below). */
+#define GS_IDLE_PROBE_MS 100
 
 static const char *gs_mode_name(uint32_t mode)
 {
@@ -96,7 +98,7 @@ static void gs_open(struct gs_session *s, int device, uint32_t grant_flags)
     gs_handoff_move_back(s, device, grant_flags);
     struct gs_device_watch *w = &s->devices[device];
     w->idle_seen = gs_gate_submitted(device);
-    w->idle_since = gs_now_ms();
+    w->idle_since = w->busy_seen = gs_now_ms();
     w->idle_drained = false;
     gs_gate_open(device);
 }
@@ -312,11 +314,20 @@ static void gs_check_idle_device(struct gs_session *s, int d, int64_t now)
     unsigned seen = gs_gate_submitted(d);
     if (seen != w->idle_seen || gs_gate_in_flight(d) > 0) {
         w->idle_seen = seen;
-        w->idle_since = now;
+        w->idle_since = w->busy_seen = now;
         w->idle_drained = false;
         return;
     }
-    if (now - w->idle_since < idle_ms)
+    /* Idle time counts from the last submission, but the work queued then may have kept the
+     * GPU busy for most of it (a program that queues a pass and sleeps). Where the scheduler
+     * hinted that a handoff costs a swap (a hint from the floor up), that is not enough: the
+     * idle time must run from a moment the GPU is known to be done. A synchronize early in the
+     * gap finds that moment, and the idle time starts over from there; were it made only once
+     * the idle time had passed, the gap would have to last twice the hint to be let go. */
+    bool floor = s->lock.devices[d].idle_hint_ms >= GS_IDLE_HINT_FLOOR_MS;
+    unsigned due = floor && !w->idle_drained && idle_ms > GS_IDLE_PROBE_MS ? GS_IDLE_PROBE_MS
+                                                                           : idle_ms;
+    if (now - w->idle_since < due)
         return;
     /* Synchronize with the gate still open (the program may go on), and never in a capture. */
     if (!gs_capture_hold_off(0)) {
@@ -331,16 +342,12 @@ static void gs_check_idle_device(struct gs_session *s, int d, int64_t now)
         /* The GPU was busy until just now: idle time counts from here. */
         w->idle_drained = gs_gate_submitted(d) == seen;
         w->idle_seen = gs_gate_submitted(d);
-        w->idle_since = end;
+        w->idle_since = w->busy_seen = end;
         return;
     }
-    /* Idle time counts from the last submission, but the work queued then may have kept the
-     * GPU busy for most of it (a program that queues a pass and sleeps). Where the scheduler
-     * hinted that a handoff costs a swap (a hint from the floor up), that is not enough: the
-     * idle time starts over from here, where the GPU is known to be done, and only a whole one
-     * more releases. A hint below the floor says the handoff is cheap and someone waits: no
-     * reason to hold on twice as long. */
-    if (s->lock.devices[d].idle_hint_ms >= GS_IDLE_HINT_FLOOR_MS && !w->idle_drained) {
+    /* A hint below the floor says the handoff is cheap and someone waits: idle time since the
+     * last submission is enough. */
+    if (floor && !w->idle_drained) {
         w->idle_drained = true;
         w->idle_since = end;
         return;
@@ -348,13 +355,17 @@ static void gs_check_idle_device(struct gs_session *s, int d, int64_t now)
     gs_gate_close(d);
     if (gs_gate_in_flight(d) > 0 || gs_gate_submitted(d) != seen) {
         gs_gate_open(d);
-        w->idle_since = end;
+        w->idle_since = w->busy_seen = end;
         return;
     }
-    struct gs_lock_released m = {(uint32_t)d, GS_RELEASE_IDLE, 0};
+    /* The idle time the scheduler dates the gap from: since the device was last seen busy,
+     * which the double wait above does not reset. */
+    uint64_t idle_us = (uint64_t)(end - w->busy_seen) * 1000u;
+    struct gs_lock_released m = {(uint32_t)d, GS_RELEASE_IDLE, idle_us};
     if (gs_conn_send(&s->conn, GS_MSG_LOCK_RELEASED, &m, sizeof m)) {
         gs_lock_core_released_idle(&s->lock, d);
-        gs_debug("released the lock of device %d early: idle for %u ms", d, idle_ms);
+        gs_debug("released the lock of device %d early: idle for %llu ms (hint %u ms)", d,
+                 (unsigned long long)(idle_us / 1000u), idle_ms);
     }
     gs_lock_request_wanted(s);
 }

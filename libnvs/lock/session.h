@@ -18,6 +18,9 @@ struct gs_device_watch {
     bool uuid_sent;     /* DEVICE_UUID for this device went out on this connection */
     unsigned idle_seen; /* the device's submission count when last sampled */
     int64_t idle_since;
+    /* When the device was last seen busy (a submission, or a synchronize that had to wait):
+     * an early release tells the scheduler how long ago that was (LOCK_RELEASED's idle_us). */
+    int64_t busy_seen;
     /* The work submitted before idle_since is known to have finished (a synchronize found it
      * so): idle time counted from then is time the GPU really had nothing to do. */
     bool idle_drained;

@@ -322,7 +322,10 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules):
                 actions += self._claim_share(dev, cid, now)
         return [Log(f"request {client}: device {device}{waiting}{returning}")] + actions
 
-    def lock_released(self, cid: int, device: int, reason: int, now: float) -> list:
+    def lock_released(self, cid: int, device: int, reason: int, now: float,
+                      idle_us: int = 0) -> list:
+        """`idle_us`: with an early release, how long the client says the device had been idle
+        (0: not said; the hint it was given stands in)."""
         client = self.clients.get(cid)
         if client is None:
             return []
@@ -338,7 +341,8 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules):
         dropped = hold.dropped_at is not None
         lent = []
         if reason == p.ReleaseReason.IDLE and not dropped:
-            self.gaps.released_idle(cid, device, now, idle_waited_s(hold.idle_hint_ms))
+            self.gaps.released_idle(cid, device, now,
+                                    idle_waited_s(hold.idle_hint_ms, idle_us))
             lent = self._lend(dev, cid, hold, now)
         held = self._end_hold(dev, cid, now, why)
         return [Log(f"release {client}: device {device} {words}, held {held:.3f} s")] + lent + \
@@ -410,6 +414,7 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules):
         believed = self.residency.moved_out(device, cid, size) if to_host else size
         if hold is not None and not to_host:  # a holder's memory is all back once it says so
             self.residency.set(device, cid, client.allocated.get(device, 0))
+            dev.fetching.pop(cid, None)
         # Only bytes it was asked for teach the rates, which set other clients' deadlines too.
         counted = self.credit.counted(device, cid, to_host, believed)
         refused = []
@@ -424,7 +429,8 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules):
         actions = [Log(f"moved {client}: device {device}, {size} bytes to the "
                        f"{'host' if to_host else 'device'} in {seconds:.3f} s{rate}{failed}")]
         actions += refused
-        if dev is not None and dev.evictions.pop(cid, None) is not None:
+        fetched = hold is not None and not to_host
+        if dev is not None and (dev.evictions.pop(cid, None) is not None or fetched):
             actions += self._settle(dev, now)
         return actions
 
@@ -449,6 +455,8 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules):
         held, waited = [], []
         for dev in self.devices.values():
             dev.evictions.pop(cid, None)  # its memory left with it
+            dev.evict_queue = [(victim, size) for victim, size in dev.evict_queue
+                               if victim != cid]
             dev.displaced.pop(cid, None)
             if dev.loan is not None and dev.loan.lender == cid:
                 dev.loan = None  # nobody comes back: who holds on it keeps its turn
@@ -529,6 +537,9 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules):
                     actions.append(Log(f"evict {self.clients[cid]}: device {dev.index}, no "
                                        "answer in time; the grant goes ahead and page faults "
                                        "move the rest"))
+            for cid, until in list(dev.fetching.items()):
+                if now >= until:  # its report is late or never comes: the link is free now
+                    del dev.fetching[cid]
             actions += self._settle(dev, now)
         return actions
 
@@ -551,6 +562,8 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules):
                 due.append(self._limit_reached_at(cid, dev.index))
             due += [at for at in eligible if at != -math.inf]
             due.extend(deadline for deadline, _ in dev.evictions.values())
+            if dev.waiters and self.mode is p.Mode.AUTO:  # a grant may wait for a fetch
+                due.extend(dev.fetching.values())
         due += [at for at, _ in self.gangs.timeouts()]
         due += [gang.turn_ends for gang in self.gangs
                 if gang.turn_devices is not None and self._gang_contended(gang)]
@@ -589,7 +602,8 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules):
             capacity_source=source, reserve=self.reserve,
             holders_allocated=self.holders_memory(index),
             resident=self.residency.total(index), switch_seconds=self.switch_seconds(index),
-            loan_seconds=self._loan_seconds(dev, next(iter(dev.waiters)))
+            loan_seconds=self._loan_seconds(dev, next(iter(dev.waiters)),
+                                            next(iter(holds), None), now)
             if dev and dev.waiters else 0.0,
             lender=loan.lender if loan else None,
             loan_left_s=loan.until - now if loan else None,
@@ -643,6 +657,7 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules):
         while others wait, and tell holders how long an idle gap is worth keeping the lock."""
         if self.mode is p.Mode.OFF:
             return []
+        actions = self._evict_next(dev, now)
         budget = self._budget(dev)
         reserver = self._reserving_gang(dev.index)
         # A gang's members may share a device in its turn: they run as one job.
@@ -650,7 +665,6 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules):
             [(cid, self.memory_of(cid, dev.index))
              for cid, hold in dev.holders.items() if hold.dropped_at is None]
         keep = set(kept(budget, active))
-        actions = []
         for cid, _ in active:
             if cid not in keep:
                 actions += self._drop(dev, cid, now, self._why_shrunk(dev, budget),
@@ -665,7 +679,7 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules):
                    and (reserver is None or cid in reserver.members))
         holding = [self.memory_of(cid, dev.index) for cid in dev.holders]
         chosen = admitted(budget, holding, waiting, patience=self.tq)  # before dev.waiters changes
-        ready = self._with_room(dev, chosen, now, actions)
+        ready = self._one_fetch_at_a_time(dev, self._with_room(dev, chosen, now, actions), now)
         shared = len(dev.holders) + len(ready) > 1
         for cid in ready:
             gang = self.gangs.of(cid)
@@ -677,6 +691,7 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules):
                 actions += self._grant(dev, cid, now, shared)
         actions += self._end_gang_turn(dev, now)
         actions += self._end_turns(dev, now)
+        actions += self._ready_room(dev, now)
         actions += self._idle_hints(dev, now)
         # A device nobody uses is forgotten (a gang's settling may have done so already), but
         # not while its holder's idle gap is lent: the borrower may let go and ask again.
@@ -730,7 +745,7 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules):
 
     def _drop(self, dev: Device, cid: int, now: float, why: str, reason: str) -> list:
         hold = dev.holders[cid]
-        evict = self._evict_on_drop(dev, cid)
+        evict = self._evict_on_drop(dev, cid, now)
         self.credit.asked_out(dev.index, cid, evict)
         if evict:
             self.tallies.evicted(dev.index)
@@ -764,7 +779,13 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules):
         last = client.last_grant.get(dev.index)
         client.last_grant[dev.index] = number
         others_ran = last is not None and last != number - 1
-        self.credit.granted(dev.index, cid, self._to_fetch(dev.index, cid))
+        fetch = self._to_fetch(dev.index, cid)
+        self.credit.granted(dev.index, cid, fetch)
+        # What it moved off itself comes back before it runs, and it says when (MOVED): until
+        # then, or twice the time that should take, the link is taken (_one_fetch_at_a_time).
+        coming_back = min(self.residency.brought_back(dev.index, cid), fetch)
+        if coming_back > 0:
+            dev.fetching[cid] = now + 1.0 + 2 * self._link(dev.index).to_device.seconds(coming_back)
         self.residency.set(dev.index, cid, self.memory_of(cid, dev.index))  # all of it comes back
         flags = (p.GRANT_AFTER_WAIT if wait.queued else 0) | (p.GRANT_SHARED if shared else 0) | \
             (p.GRANT_OTHERS_RAN if others_ran else 0)
@@ -795,6 +816,9 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules):
     def _end_hold(self, dev: Device, cid: int, now: float, why: str,
                   client: Client | None = None) -> float:
         self.last_end[dev.index] = (cid, why)
+        dev.fetching.pop(cid, None)
+        if cid in self.clients:  # not one leaving: its gaps are forgotten
+            self.gaps.hold_ended(cid, dev.index, now)
         self.usage.meter(cid, dev.index).stop(now)
         held = now - dev.holders.pop(cid).granted_at
         client = client or self.clients[cid]

@@ -115,7 +115,7 @@ POLICY_EVENTS = {
     p.RequestLock: lambda policy, conn, message, now: policy.request_lock(
         conn.id, message.device, now, keeping=bool(message.flags & p.REQUEST_KEEPING)),
     p.LockReleased: lambda policy, conn, message, now: policy.lock_released(
-        conn.id, message.device, message.reason, now),
+        conn.id, message.device, message.reason, now, idle_us=message.idle_us),
     p.MemReport: lambda policy, conn, message, now: policy.mem_report(
         conn.id, message.device, message.allocated_bytes, message.device_total_bytes, now),
     p.DeviceUuid: lambda policy, conn, message, now: policy.device_uuid(

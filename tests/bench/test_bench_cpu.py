@@ -12,9 +12,11 @@ HANDOFF_KEYS = [f"{prefix}_{what}" for prefix in ("handoff", "handoff_8", "hando
 # Differences of two medians: noise may make them negative in a quick run, never infinite.
 DIFFERENCES = ["hook_launch_overhead_ns", "hook_queued_launch_overhead_ns"]
 GAP_PAIR_KEYS = [f"gap_pair_ratio_{name}" for name in ("fast", "tight", "slow")]
-POSITIVE = HANDOFF_KEYS + GAP_PAIR_KEYS + ["hook_launch_ns_plain", "hook_launch_ns_libnvs",
-                                           "scale_grants_per_s", "scale_rss_mib",
-                                           "scale_rss_idle_mib"]
+NOTEBOOK_KEYS = [f"notebooks_standard_{mode}_{figure}" for mode in ("alone", "on", "auto")
+                 for figure in ("cell_median_s", "cell_max_s")]
+POSITIVE = HANDOFF_KEYS + GAP_PAIR_KEYS + NOTEBOOK_KEYS + [
+    "hook_launch_ns_plain", "hook_launch_ns_libnvs", "scale_grants_per_s", "scale_rss_mib",
+    "scale_rss_idle_mib"]
 
 
 def test_quick_bench_cpu_writes_every_key(tmp_path):
@@ -40,5 +42,10 @@ def test_quick_bench_cpu_writes_every_key(tmp_path):
     assert gaps["passes"] == 2 and gaps["one_after_another_s"] > 2 * 2 * (0.25 + 1.0)
     for name in ("fast", "tight", "slow"):
         assert gaps[name]["grants"] >= 2 and gaps[name]["seconds"] > 2 * (0.25 + 1.0), gaps
+    # Every notebook ran its cells, under each mode and alone, and took its turns.
+    notebooks = results["details"]["notebooks_standard"]
+    for mode in ("alone", "on", "auto"):
+        assert len(notebooks[mode]["per_program"]) == 4, notebooks[mode]
+    assert notebooks["on"]["grants"] >= 4 * 2
     assert "QUICK MODE" in done.stdout and "lock handoff" in done.stdout
-    assert "oversubscribed pair with idle gaps" in done.stdout
+    assert "oversubscribed pair with idle gaps" in done.stdout and "notebooks, standard" in done.stdout

@@ -53,8 +53,8 @@ class Driver:
         return self._take(self.policy.request_lock(cid, device, self.now, keeping=keeping))
 
     def release(self, cid: int, device: int = 0,
-                reason: int = p.ReleaseReason.DROPPED) -> list:
-        return self._take(self.policy.lock_released(cid, device, reason, self.now))
+                reason: int = p.ReleaseReason.DROPPED, idle_us: int = 0) -> list:
+        return self._take(self.policy.lock_released(cid, device, reason, self.now, idle_us))
 
     def disconnect(self, cid: int) -> list:
         return self._take(self.policy.disconnect(cid, self.now))
@@ -74,6 +74,16 @@ class Driver:
             (p.MOVED_FAILED if failed else 0)
         return self._take(self.policy.moved(cid, device, flags, size, round(seconds * 1e6),
                                             self.now))
+
+    def gap_seen(self, cid: int, seconds: float, device: int = 0) -> None:
+        """The client's gaps on the device are known: one of `seconds` was seen (three times, so
+        that it is its usual gap and the one a loan is weighed against), as if it had let go
+        early and asked again that long after its work, and its last work ended now; nothing
+        else changes."""
+        for _ in range(3):
+            self.policy.gaps.released_idle(cid, device, self.now - seconds, 0.0)
+            self.policy.gaps.requested(cid, device, self.now)
+        self.policy.gaps.hold_ended(cid, device, self.now)
 
     def advance(self, seconds: float) -> list:
         """Move the clock and fire the timers, as the shell's timer task does."""

@@ -27,7 +27,9 @@ the core sends is checked as it goes out, and the state after every step:
   drop's move out may take at the assumed rate; the core's timer is the model's.
 
 This is the policy as the scheduler runs it. The clients here answer every EVICT at once (MOVED,
-done): making room then never delays a grant, and the rules above hold as they are. How long a
+done), and say their memory is back as soon as they are granted: making room, and bringing
+memory back one client at a time, then never delay a grant, and the rules above hold as they
+are. How long a
 minimum slice lasts follows from what the switch would move, by the core's estimate of where
 memory is, which this model does not keep: that move's time is taken from the core
 (`switch_seconds`) as the claim is made, and the slice worked out from it (shares.py).
@@ -190,6 +192,10 @@ class AutoMachine(ClockMachine):
         for cid, message in evicts:
             self.apply(self.policy.moved(cid, message.device, p.MOVED_TO_HOST | p.MOVED_DONE,
                                          message.bytes, 0, self.now))
+        for cid, message in granted:
+            if cid in self.holders[message.device]:
+                self.apply(self.policy.moved(cid, message.device, p.MOVED_DONE,
+                                             self.size(cid, message.device), 0, self.now))
         for device in DEVICES:
             if not self.holders[device] and not self.queues[device] and \
                     self.loans.active(device, self.now) is None:

@@ -1,7 +1,7 @@
 """Idle gaps lent (gap_rules.py): a holder whose gaps outlast what lending the device and taking it
-back would move is hinted to let go soon; its early release lends the device to the waiter, and
-when it asks again it gets the device back at once, for the rest of its turn. Where the moves
-cost more than the gap, or the gap was never seen, the holder keeps its turn as before."""
+back would move, or whose gaps were never seen, is hinted to let go soon; its early release lends
+the device to the waiter, and when it asks again it gets the device back at once, for the rest
+of its turn. Where the moves cost more than the gaps seen, the holder keeps its turn as before."""
 
 import pytest
 from policy_driver import Driver
@@ -111,7 +111,6 @@ def test_a_holder_whose_gaps_outlast_the_loan_is_hinted_to_let_go_soon():
 
 @pytest.mark.parametrize(("gap_s", "rates"), [
     (0.5, link()),  # 0.5 s gaps beside a 0.86 s loan
-    (None, link()),  # gaps never seen
     (0.5, link(0.5e9, 0.5e9)),  # 0.5 s gaps beside 500 MB/s moves
 ])
 def test_a_holder_keeps_its_turn_where_the_loan_costs_more_than_its_gap(gap_s, rates):
@@ -127,6 +126,21 @@ def test_a_holder_keeps_its_turn_where_the_loan_costs_more_than_its_gap(gap_s, r
     driver.request(1)  # and 1 waits for its turn, as before
     assert driver.holders() == [2] and driver.waiters() == [1]
     assert not [m for m in driver.take_sent(2) if isinstance(m, p.DropLock)]
+
+
+def test_a_holder_whose_gaps_were_never_seen_lends_the_first():
+    """Nobody waits behind an idle holder for want of knowing its gaps: the first is lent, and
+    what it lasted decides the next."""
+    driver = pair(gap_s=None)
+    assert last_hint(driver, 1) == CONTENDED_IDLE_RELEASE_MS
+    driver.advance(0.3)
+    driver.release(1, reason=p.ReleaseReason.IDLE, idle_us=100_000)
+    assert "in the idle gap of client 1" in logged(driver, "grant client 2")[-1]
+    driver.advance(0.1)
+    driver.request(1)  # back 0.2 s after its work: shorter than the loan, which ends
+    driver.moved(2, 0, to_host=False)
+    assert [type(m) for m in driver.take_sent(2) if isinstance(m, p.DropLock)] == [p.DropLock]
+    assert status(driver)["clients"][0]["gaps_s"] == {"0": pytest.approx(0.2)}
 
 
 def lent(driver: Driver) -> float:

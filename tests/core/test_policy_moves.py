@@ -17,13 +17,20 @@ RESERVE = 512 * M
 MARGIN = margin(CAPACITY)  # 384 MiB
 
 
+# Gaps too short to lend a holder's device through (gap_rules.py): the usual idle hint applies.
+SHORT_GAPS_S = 0.05
+
+
 def pair(mode: p.Mode = p.Mode.ON, tq: int = 10, grace: float = 2.0,
-         sizes: tuple = (16 * G, 16 * G)) -> Driver:
-    """Clients 1 and 2 (and more for longer `sizes`) on a 24 GiB device; 1 holds, 2 waits."""
+         sizes: tuple = (16 * G, 16 * G), gaps_s: float | None = SHORT_GAPS_S) -> Driver:
+    """Clients 1 and 2 (and more for longer `sizes`) on a 24 GiB device; 1 holds, 2 waits.
+    Each has shown gaps of `gaps_s` (None: none seen)."""
     driver = Driver(tq=tq, mode=mode, grace=grace, limit=CAPACITY)
     for cid, size in enumerate(sizes, start=1):
         driver.register(cid)
         driver.mem(cid, size, total=80 * G)
+        if gaps_s is not None:
+            driver.gap_seen(cid, gaps_s)
     driver.request(1)
     driver.request(2)
     driver.take_sent()
@@ -241,28 +248,58 @@ def test_an_evicting_client_that_leaves_lets_the_grant_go_at_once():
     assert driver.take_sent() == [(2, p.LockGranted(0, p.GRANT_AFTER_WAIT, 10_000))]
 
 
-def test_idle_clients_are_asked_before_waiting_ones_and_largest_first():
+def idle_beside_waiters(gaps_s: float | None) -> Driver:
+    """Clients 1 (8 GiB), 2 (4 GiB) and 5 (6 GiB) idle with their memory on a 24 GiB device,
+    and 4 (14 GiB, none there) waiting for 3, which holds with nothing there; 1 asks next. Each
+    has shown gaps of `gaps_s` (None: none)."""
     driver = Driver(tq=10, limit=CAPACITY)
     for cid, size in {1: 8 * G, 2: 4 * G, 3: 0, 5: 6 * G}.items():
         driver.register(cid)
         driver.mem(cid, size, total=80 * G)
+        if gaps_s is not None:
+            driver.gap_seen(cid, gaps_s)
     driver.configure(mode=p.Mode.OFF)  # all of them run: 18 GiB on the device
     driver.configure(mode=p.Mode.ON)
     driver.register(4)
     driver.mem(4, 14 * G)
+    driver.take_sent()
     driver.request(3)  # holds, with nothing on the device
     driver.request(4)
-    driver.request(1)  # waits behind 4, with the most memory there
-    driver.take_sent()
+    return driver
+
+
+def evicts(driver: Driver) -> list[tuple[int, int]]:
+    """The EVICTs sent since the last look (everything else sent is dropped)."""
+    return [(cid, m.bytes) for cid, m in driver.take_sent() if isinstance(m, p.Evict)]
+
+
+def test_idle_clients_of_no_known_pattern_give_all_first_largest_first_one_at_a_time():
+    driver = idle_beside_waiters(gaps_s=None)
+    # 18 + 14 GiB and a reserve in 24: 8.5 GiB over, with the margin 8.875 GiB. While 3 holds,
+    # the idle ones are asked for it already: the largest first, all it has, and one move at a
+    # time on the link.
+    assert evicts(driver) == [(1, 8 * G)]
+    driver.request(1)  # it asks now: it waits behind 4, its move out goes on
+    driver.moved(1, 8 * G)
+    assert evicts(driver) == [(5, RESERVE + MARGIN)]
     driver.release(3, reason=p.ReleaseReason.IDLE)
-    # 18 + 14 GiB and a reserve in 24: 8.5 GiB over, with the margin 8.875 GiB; the idle ones
-    # give it, largest first, and the waiting client 1 keeps all of its 8 GiB.
-    evicts = [(cid, m.bytes) for cid, m in driver.take_sent() if isinstance(m, p.Evict)]
-    assert evicts == [(5, 6 * G), (2, 8 * G + RESERVE + MARGIN - 6 * G)]
-    driver.moved(5, 6 * G)
-    assert driver.waiters() == [4, 1]  # still waiting for client 2
-    driver.moved(2, 4 * G)
+    assert driver.waiters() == [4, 1]  # still waiting for client 5
+    driver.moved(5, RESERVE + MARGIN)
     assert driver.take_sent(4)[0].flags & p.GRANT_AFTER_WAIT
+
+
+def test_idle_clients_in_their_pattern_share_the_room_by_what_each_has_there():
+    driver = idle_beside_waiters(gaps_s=5.0)
+    room = 8 * G + RESERVE + MARGIN
+    plan = []
+    while sent := evicts(driver):  # one at a time
+        plan += sent
+        driver.moved(*sent[0])
+    shares = dict(plan)
+    assert sum(shares.values()) == room and len(plan) == 3
+    # 8 : 6 : 4 of what each has there, to a page
+    assert shares[1] / shares[2] == pytest.approx(8 / 4, abs=0.01)
+    assert shares[5] / shares[2] == pytest.approx(6 / 4, abs=0.01)
 
 
 def test_a_client_cannot_lie_its_way_below_zero_or_above_what_it_has():

@@ -73,7 +73,9 @@ static const char usage[] =
     "  vmm-release NAME          cuMemRelease of a vmm-alloc's handle, still mapped (free unmaps)\n"
     "  fork STEP... end          run the steps in a forked child and wait for it\n"
     "  get-proc NAME VERSION FLAGS   cuGetProcAddress_v2 through dlopen/dlsym\n"
-    "  sleep-ms MS | wait-file PATH | touch-file PATH | pid | exit CODE\n";
+    "  sleep-ms MS | wait-file PATH | touch-file PATH | pid | exit CODE\n"
+    "  clock                     print CLOCK_MONOTONIC in ns (time a stretch of steps)\n"
+    "  every-ms MS               sleep until the next multiple of MS since the first every-ms\n";
 
 struct buffer {
     char name[32];
@@ -713,6 +715,29 @@ static void step_primary_reset(void)
 static int run_steps(int i, int argc, char **argv, bool in_child);
 
 /* Runs one step starting at argv[*i]; returns false at "end" (close of a fork block). */
+static unsigned long long monotonic_ns(void)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (unsigned long long)now.tv_sec * 1000000000ull + (unsigned long long)now.tv_nsec;
+}
+
+/* A program that works at a steady pace (a notebook's cell every few seconds) whatever each
+ * stretch of work took: the ticks count from the first call, and a tick already past is
+ * skipped rather than made up. */
+static void sleep_to_next_tick(unsigned long long ms)
+{
+    static unsigned long long first;
+    unsigned long long now = monotonic_ns(), period = (ms ? ms : 1) * 1000000ull;
+    if (!first)
+        first = now;
+    unsigned long long next = first + ((now - first) / period + 1) * period;
+    struct timespec wait = {(time_t)((next - now) / 1000000000ull),
+                            (long)((next - now) % 1000000000ull)};
+    nanosleep(&wait, NULL);
+    say("every-ms ms=%llu", ms);
+}
+
 static bool run_step(int *i, int argc, char **argv)
 {
     const char *step = argv[(*i)++];
@@ -940,6 +965,10 @@ static bool run_step(int *i, int argc, char **argv)
         touch_file(ARG());
     else if (strcmp(step, "pid") == 0)
         say("pid pid=%d", (int)getpid());
+    else if (strcmp(step, "clock") == 0)
+        say("clock ns=%llu", monotonic_ns());
+    else if (strcmp(step, "every-ms") == 0)
+        sleep_to_next_tick(parse_size(ARG()));
     else if (strcmp(step, "exit") == 0)
         exit(atoi(ARG()));
     else {

@@ -89,6 +89,21 @@ def prefetched(events: list[Event], pid: int, to_host: bool) -> list[tuple[int, 
     return [(int(e["ptr"], 16), int(e["size"])) for e in prefetches(events, pid, to_host)]
 
 
+def move_intervals(events: list[Event], pid: int, to_host: bool) -> list[tuple[int, int]]:
+    """(begin ns, end ns) of each prefetch of `pid` to the host or to a device, as the simulated
+    device ran it: when memory crossed the link."""
+    wanted = {e["seq"] for e in prefetches(events, pid, to_host) if "seq" in e.fields}
+    begins, intervals = {}, []
+    for e in events:
+        if e.pid != pid or e.get("op") != "prefetch" or e.get("seq") not in wanted:
+            continue
+        if e.name == "exec_begin":
+            begins[e["seq"]] = e.ns
+        elif e.name == "exec_end" and e["seq"] in begins:
+            intervals.append((begins.pop(e["seq"]), e.ns))
+    return intervals
+
+
 def discarded(events: list[Event], pid: int) -> list[tuple[int, int]]:
     """(address, bytes) of each range `pid` discarded, in order."""
     return [(int(e["ptr"], 16), int(e["size"])) for e in events

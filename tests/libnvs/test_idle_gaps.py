@@ -79,19 +79,23 @@ def test_a_pair_fills_each_others_gaps_when_moves_cost_less_than_a_gap(gpu_with_
 def test_a_pair_keeps_its_turns_when_moves_cost_more_than_a_gap(gpu_with_migrating):
     """0.5 s gaps beside 500 MB/s moves (a loan and the way back: 2.3 s). The first program runs
     alone first, so its gaps are known; both then run without gaps for a few quanta, so the
-    moves have shown the link's rate before the gaps come."""
+    moves have shown the link's rate before the gaps come. The second program's first gap is
+    never seen before it comes, and is lent (nobody waits behind an idle holder for want of
+    knowing it); from then on neither lends."""
     gpu, scheduler = gpu_with_migrating(device_mem="4G", tq=1)
     (first, second), gaps = alone_then_together(gpu, gapped(3, 500), [*busy(5), *gapped(4, 500)],
                                                 [*busy(6), *gapped(4, 500)], gbps="0.5")
     assert 0.4 < gaps < 1.0, gaps
     results = [first, second]
     log = scheduler.log()
-    assert "idle gap" not in log and "lend client" not in log, log
-    # While both run, every hold ends by a drop: nobody lets go at a gap.
+    lenders = [int(pid) for pid in re.findall(r"lend client \d+ \(pid (\d+),", log)]
+    assert lenders in ([], [second.pid]), log
+    # While both run, every other hold ends by a drop: nobody lets go at a gap.
     start = re.search(rf"request client \d+ \(pid {second.pid},", log).start()
     together = log[start:log.index("disconnect client")]
     releases = re.findall(r"release client [^\n]*: device 0 ([^,\n]*),", together)
-    assert releases and set(releases) == {"after drop"}, log
+    assert releases.count("early (idle)") == len(lenders), log
+    assert releases.count("after drop") >= 4, log
     memory_back_before_every_kernel(gpu, results)
 
 

@@ -103,3 +103,13 @@ def test_with_a_hint_idle_time_counts_from_when_the_queued_work_was_done(scripte
     assert result.returncode == 0, result.describe()
     assert not scheduler.received(program.pid, p.LockReleased), \
         "released in a gap shorter than the hint"
+
+
+def test_a_floor_hint_is_waited_once_and_the_release_says_how_long_it_was_idle(scripted):
+    """A hint from the floor up counts from a moment the GPU is known done, found early in the
+    gap: the release comes about one hint after the work, not two, and LOCK_RELEASED's idle_us
+    dates the gap from the work (protocol 8), whatever the hint."""
+    released, after_ns = released_after_launch(scripted, "100", 1000)
+    assert released.reason == p.ReleaseReason.IDLE
+    assert 1.0 * SECOND <= after_ns < 1.6 * SECOND, "not one hint after the last work"
+    assert 1.0 * SECOND <= released.idle_us * 1000 <= after_ns + 0.06 * SECOND

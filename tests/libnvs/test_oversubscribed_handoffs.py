@@ -166,10 +166,16 @@ def test_gaps_shorter_than_a_swap_keep_the_lock_until_the_quantum_ends(gpu_with_
     log = scheduler.log()
     # Once one program has left, the other runs alone and may release early: nobody waits.
     together = log[:first(log, r"disconnect client")]
+    # A gap never seen is lent (nobody waits behind an idle holder for want of knowing it):
+    # at most each program's first; from then on each knows the other's gaps are too short.
+    lenders = re.findall(r"lend client \d+ \(pid (\d+),", together)
+    assert len(lenders) == len(set(lenders)) <= 2, log
     releases = re.findall(r"release client [^\n]*: device 0 ([^,\n]*),", together)
-    assert releases and set(releases) == {"after drop"}, log
+    assert releases.count("early (idle)") == len(lenders), log
+    assert releases.count("after drop") >= 2, log
     drops = re.findall(r"drop client [^\n]*", log)
-    assert len(drops) >= 2 and all("quantum over" in drop for drop in drops), log
+    assert len(drops) >= 2, log
+    assert all("quantum over" in drop or "back from its idle gap" in drop for drop in drops), log
     assert all(moves(log, r.pid, "host") for r in results), log  # each turn did swap
 
 

@@ -71,6 +71,7 @@ class Wait:
     since: float
     queued: bool  # it had to wait behind someone, so its grant carries GRANT_AFTER_WAIT
     room_asked: bool = False  # clients were asked to move memory out for its grant
+    room_readied: bool = False  # idle clients were asked for room while it waited for holders
     keeping: bool = False  # REQUEST_KEEPING: it keeps its lower devices until granted
 
 
@@ -89,6 +90,10 @@ class Device:
     waiters: dict[int, Wait] = field(default_factory=dict)  # insertion order is FCFS order
     evictions: dict[int, tuple[float, int]] = field(default_factory=dict)  # client -> EVICT's
     # deadline and bytes
+    # EVICTs planned but not sent yet (client, bytes): one move at a time on the host link
+    evict_queue: list[tuple[int, int]] = field(default_factory=list)
+    # client -> until when its memory is coming back after its grant (one fetch at a time)
+    fetching: dict[int, float] = field(default_factory=dict)
     loan: Loan | None = None
     # client -> until when it goes to the front of the queue when it asks again: it gave the
     # device back to a lender, and would otherwise have been next
@@ -101,3 +106,8 @@ class Device:
     @property
     def idle(self) -> bool:
         return not self.holders and not self.waiters
+
+    @property
+    def making_room(self) -> bool:
+        """Clients are moving memory out for a grant, or are still to be asked."""
+        return bool(self.evictions or self.evict_queue)

@@ -147,11 +147,12 @@ class Link:
         return self.to_host.expected_seconds(out, self.prior_bps) + \
             self.to_device.expected_seconds(back, self.prior_bps)
 
-    def loan_seconds(self, room: int, fetch: int) -> float:
+    def loan_seconds(self, room: int, fetch: int, lenders: int | None = None) -> float:
         """A holder's idle gap lent to a waiter and taken back: `room` bytes out and the
-        waiter's `fetch` bytes in, then as much room again out of the waiter and the holder's
-        moved-out bytes (the room) back in."""
-        return self.switch_seconds(room, fetch) + self.switch_seconds(room, room)
+        waiter's `fetch` bytes in, then the lender's bytes that room took (`lenders`, by default
+        all of it) out of the waiter and back in."""
+        back = room if lenders is None else lenders
+        return self.switch_seconds(room, fetch) + self.switch_seconds(back, back)
 
     def rates_view(self) -> dict:
         return {"to_host_gbps": round(self.to_host.bps / GB, 2),

@@ -40,28 +40,49 @@ class GapRules:
         dev.loan = dev.loan_at(now)
         return dev.loan
 
-    def _loan_seconds(self, dev: Device, borrower: int) -> float:
-        """What lending the holder's gap to `borrower` and taking it back would move, in seconds
-        at the device's measured rates."""
+    def _loan_seconds(self, dev: Device, borrower: int, lender: int | None, now: float) -> float:
+        """What lending holder `lender`'s gap to `borrower` and taking it back would move, in
+        seconds at the device's measured rates: the borrower's memory in and the room for it
+        out, and, on the lender's return, what of the lender's own memory that room took, out of
+        the borrower and back in. Room taken from other idle programs costs the lender nothing
+        (with none about, as for a pair, the room is all the lender's)."""
         room = self._room_for(dev, [borrower], len(dev.holders))
-        return self._link(dev.index).loan_seconds(room, self._to_fetch(dev.index, borrower))
+        plan = self._eviction_plan(dev, room, {borrower}, now, released=lender)
+        lenders = sum(size for cid, size in plan if cid == lender)
+        return self._link(dev.index).loan_seconds(room, self._to_fetch(dev.index, borrower),
+                                                  lenders)
 
-    def _lends(self, dev: Device, cid: int, contender: int | None) -> bool:
+    def _lends(self, dev: Device, cid: int, contender: int | None, now: float) -> bool:
         """Whether holder `cid` hands its next idle gap to `contender`, the first waiter."""
         if contender is None or len(dev.holders) != 1 or \
                 self.gangs.of(cid) is not None or self.gangs.of(contender) is not None:
             return False
-        return worth_lending(self.gaps.lendable(cid, dev.index), self._loan_seconds(dev, contender))
+        return worth_lending(self.gaps.lendable(cid, dev.index),
+                             self._loan_seconds(dev, contender, cid, now))
+
+    def _yields(self, dev: Device, cid: int, contender: int | None, now: float) -> bool:
+        """Whether holder `cid`, one of several (`auto`), lets go soon after its work for
+        `contender`, the first waiter, which does not fit beside the holders: as a single holder
+        lends its gaps, but with no loan (the device stays shared with the others, and the one
+        that let go asks again like anyone)."""
+        if contender is None or len(dev.holders) < 2 or \
+                self.gangs.of(cid) is not None or self.gangs.of(contender) is not None or \
+                self._fits_beside_holders(dev, contender):
+            return False
+        return worth_lending(self.gaps.lendable(cid, dev.index),
+                             self._loan_seconds(dev, contender, cid, now))
 
     def _gap_hint(self, dev: Device, cid: int, hold: Hold, contender: int | None,
                   now: float) -> int | None:
-        """The idle hint of a holder that lends its gap or fills another's (let go soon after
-        the work); None for the usual one (room_rules.py)."""
+        """The idle hint of a holder that lends its gap, fills another's or, sharing the device,
+        makes way (let go soon after the work); None for the usual one (room_rules.py)."""
         loan = self._loan(dev, now)
         borrowing = loan is not None and hold.lender == loan.lender
         # A borrower lends nothing: the device is the lender's to come back to.
-        hold.lending = not borrowing and self._lends(dev, cid, contender)
-        return CONTENDED_IDLE_RELEASE_MS if hold.lending or borrowing else None
+        hold.lending = not borrowing and self._lends(dev, cid, contender, now)
+        if hold.lending or borrowing or self._yields(dev, cid, contender, now):
+            return CONTENDED_IDLE_RELEASE_MS
+        return None
 
     def _lend(self, dev: Device, cid: int, hold: Hold, now: float) -> list:
         """A holder let go early: if its hint lent the gap, a loan begins, for the rest of its
@@ -70,8 +91,9 @@ class GapRules:
             return []
         dev.loan = Loan(cid, hold.quantum_end)
         gap = self.gaps.lendable(cid, dev.index)
+        gap_words = "none seen yet" if gap is None else f"{gap:.3f} s"
         return [Log(f"lend {self.clients[cid]}: device {dev.index}, idle; its gaps last "
-                    f"{gap:.3f} s, {hold.quantum_end - now:.3f} s of its turn left")]
+                    f"{gap_words}, {hold.quantum_end - now:.3f} s of its turn left")]
 
     def _loan_terms(self, dev: Device, cid: int, turn: float,
                     now: float) -> tuple[float, int | None, str]:

@@ -15,6 +15,9 @@ class Residency:
     def __init__(self) -> None:
         self._devices: dict[int, dict[int, int]] = {}  # device -> client -> bytes there
         self._presumed: dict[tuple[int, int], int] = {}  # (device, client) -> bytes taken as gone
+        # (device, client) -> bytes it said it moved to the host since it last held the device:
+        # what it brings back, and reports, at its next grant
+        self._moved_out: dict[tuple[int, int], int] = {}
 
     def of(self, device: int, cid: int) -> int:
         return self._devices.get(device, {}).get(cid, 0)
@@ -48,7 +51,19 @@ class Residency:
         presumed = min(self._presumed.pop(key, 0), size)
         believed = min(max(size - presumed, 0), self.of(device, cid))
         self.set(device, cid, self.of(device, cid) - believed)
+        if believed > 0:
+            self._moved_out[key] = self._moved_out.get(key, 0) + believed
         return believed
+
+    def moved_off(self, device: int, cid: int) -> int:
+        """What the client moved to the host itself since it last held the device: it brings
+        that back before it runs, and says when it is back (MOVED)."""
+        return self._moved_out.get((device, cid), 0)
+
+    def brought_back(self, device: int, cid: int) -> int:
+        """The client holds the device again and brings back what it moved off itself
+        (moved_off), which is returned and forgotten."""
+        return self._moved_out.pop((device, cid), 0)
 
     def presume_gone(self, device: int, cid: int, size: int) -> None:
         """Bytes a client was asked to move and did not confirm: the driver's page faults will
@@ -68,8 +83,12 @@ class Residency:
     def forget(self, cid: int) -> None:
         for device in [d for d, clients in self._devices.items() if cid in clients]:
             self.set(device, cid, 0)
-        for key in [key for key in self._presumed if key[1] == cid]:
-            del self._presumed[key]
+        for table in (self._presumed, self._moved_out):
+            for key in [key for key in table if key[1] == cid]:
+                del table[key]
+
+
+PAGE = 2 << 20  # moves go in 2 MiB pages
 
 
 def take(needed: int, candidates: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -86,9 +105,43 @@ def take(needed: int, candidates: list[tuple[int, int]]) -> list[tuple[int, int]
     return plan
 
 
-def eviction_order(resident: dict[int, int], waiting: list[int]) -> list[tuple[int, int]]:
-    """The clients (id, resident bytes) in the order they are asked to move memory out: those not
-    in `waiting` (the device's queue, first come first) before those in it, the last in the queue
-    first as it runs last; largest first within each."""
-    place = {cid: i for i, cid in enumerate(waiting)}  # not waiting: ahead of them all
-    return sorted(resident.items(), key=lambda item: (-place.get(item[0], len(place)), -item[1]))
+def spread(needed: int, candidates: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """`needed` bytes asked of the candidates (client, resident bytes) in proportion to what
+    each has there, in whole pages; the first in order makes up what rounding leaves, then the
+    next. Each gives part of what it has rather than one giving all of it, so that what is off
+    the device stays spread over the programs and each one's return moves only its part."""
+    total = sum(size for _, size in candidates)
+    if needed <= 0 or total <= 0:
+        return []
+    if needed >= total:
+        return [(cid, size) for cid, size in candidates if size > 0]
+    shares = {cid: min(size, needed * size // total // PAGE * PAGE) for cid, size in candidates}
+    short = needed - sum(shares.values())
+    for cid, size in candidates:  # what rounding down left, from the first in order
+        extra = min(size - shares[cid], short)
+        shares[cid] += extra
+        short -= extra
+    return [(cid, shares[cid]) for cid, _ in candidates if shares[cid] > 0]
+
+
+def eviction_plan(needed: int, resident: dict[int, int], waiting: list[int],
+                  rank: dict[int, tuple]) -> list[tuple[int, int]]:
+    """Who moves how much out so that `needed` bytes leave a device, of the clients with memory
+    there (`resident`, none of them holding it): first those idle past their pattern (rank
+    (0, ...): gaps.eviction_rank), the longest idle first (the largest first among equals) and
+    each with all it has; then the
+    other idle ones, spread over them (spread); last the waiters (`waiting`, the device's queue
+    first come first), from the back of the queue as it runs last. Fewer bytes when they do not
+    hold enough between them."""
+    place = {cid: i for i, cid in enumerate(waiting)}
+    idle = sorted((cid for cid in resident if cid not in place),
+                  key=lambda cid: (rank.get(cid, ()), -resident[cid]))
+    stale = [(cid, resident[cid]) for cid in idle if rank.get(cid, (0,))[0] == 0]
+    fresh = [(cid, resident[cid]) for cid in idle if rank.get(cid, (0,))[0] != 0]
+    queued = sorted(((cid, resident[cid]) for cid in place if cid in resident),
+                    key=lambda item: -place[item[0]])
+    plan = take(needed, stale)
+    needed -= sum(size for _, size in plan)
+    from_fresh = spread(needed, fresh)
+    needed -= sum(size for _, size in from_fresh)
+    return plan + from_fresh + take(needed, queued)

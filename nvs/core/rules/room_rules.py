@@ -12,7 +12,7 @@ from ..model.actions import Log, Send
 from ..model.state import Client, Device
 from ..model.text import mib
 from .cost import Link, idle_release_ms, room_to_make
-from .residency import eviction_order, take
+from .residency import eviction_plan
 
 
 class RoomRules:
@@ -34,63 +34,119 @@ class RoomRules:
         """The waiters chosen for a grant, once there is room for all of their memory; none while
         clients asked to move memory out have not answered. Room is asked for once per waiter,
         of clients that do not hold the device: a grant never waits twice for it."""
-        if dev.evictions or not chosen:
-            return [] if dev.evictions else chosen
+        if dev.making_room or not chosen:
+            return [] if dev.making_room else chosen
         needed = self._room_for(dev, chosen, len(dev.holders) + len(chosen))
         if needed == 0 or all(dev.waiters[cid].room_asked for cid in chosen):
             return chosen
         for cid in chosen:
             dev.waiters[cid].room_asked = True
-        plan = take(needed, self._evictable(dev, exclude=set(chosen)))
+        plan = self._eviction_plan(dev, needed, set(chosen), now)
         actions += self._evict(dev, plan, self.clients[chosen[0]], now)
-        return [] if dev.evictions else chosen
+        return [] if dev.making_room else chosen
+
+    def _one_fetch_at_a_time(self, dev: Device, ready: list[int], now: float) -> list[int]:
+        """Of the waiters ready for a grant, those that may be granted now: a grant whose memory
+        must come back waits while another holder's memory is still coming back, so that the two
+        moves do not share the host link (each would take twice as long, and both programs
+        would wait for the later end); one with nothing to bring back goes at once."""
+        busy = any(until > now for until in dev.fetching.values())
+        granted = []
+        for cid in ready:
+            if self.residency.moved_off(dev.index, cid) > 0:
+                if busy:
+                    continue
+                busy = True
+            granted.append(cid)
+        return granted
 
     def _room_beside_holders(self, dev: Device, grown: Client, now: float) -> list:
         """A holder's memory grew past what the device has room for beside the memory of those
         not holding it. On a full card the driver would push theirs out page by page as the
         holder fills it; ask them to move the excess out instead, at their link's speed. Under
         --capacity-mib this is also what makes the emulated card move what a real one would."""
-        if dev.evictions:
+        if dev.making_room:
             return []
         needed = self._room_for(dev, [], len(dev.holders))
-        plan = take(needed, self._evictable(dev, exclude=set())) if needed else []
+        plan = self._eviction_plan(dev, needed, set(), now) if needed else []
         return self._evict(dev, plan, grown, now)
 
     def _evict(self, dev: Device, plan: list[tuple[int, int]], beneficiary: Client,
                now: float) -> list:
-        """Ask clients that do not hold the device to move memory out, and wait for them; a
-        revoked client, which did not even drain in time, is asked but not waited for: its bytes
-        are taken as gone, as the driver's page faults will move them."""
+        """Ask clients that do not hold the device to move memory out, and wait for them, one
+        after the other: moves that share the host link would each go at part of its rate (and
+        teach the scheduler that part as the rate), and the grant waits for the last anyway. A
+        revoked client, which did not even drain in time, is asked but not waited for: its
+        bytes are taken as gone, as the driver's page faults will move them."""
         actions = []
-        link = self._link(dev.index)
         for victim, size in plan:
             client = self.clients[victim]
-            if client.revoked:
-                self.residency.presume_gone(dev.index, victim, size)
-            else:
-                dev.evictions[victim] = (now + self.grace_s + link.to_host.seconds(size), size)
             self.credit.asked_out(dev.index, victim, size)
             self.tallies.evicted(dev.index)
-            actions += [Send(victim, p.Evict(client.numbering.own_ordinal(dev.index), 0, size)),
-                        Log(f"evict {client}: device {dev.index}, {mib(size)} to the host to "
-                            f"make room for {beneficiary}")]
-        return actions
+            actions.append(Log(f"evict {client}: device {dev.index}, {mib(size)} to the host to "
+                               f"make room for {beneficiary}"))
+            if client.revoked:
+                self.residency.presume_gone(dev.index, victim, size)
+                actions.append(self._evict_frame(dev, victim, size))
+            else:
+                dev.evict_queue.append((victim, size))
+        return actions + self._evict_next(dev, now)
 
-    def _evictable(self, dev: Device, exclude: set[int]) -> list[tuple[int, int]]:
-        """Clients with memory on the device that may be asked to move it out now (no holder,
-        none of `exclude`), in the order they are asked."""
+    def _evict_next(self, dev: Device, now: float) -> list:
+        """Send the next queued EVICT once no other is under way on the device."""
+        if dev.evictions or not dev.evict_queue:
+            return []
+        victim, size = dev.evict_queue.pop(0)
+        dev.evictions[victim] = (now + self.grace_s + self._link(dev.index).to_host.seconds(size),
+                                 size)
+        return [self._evict_frame(dev, victim, size)]
+
+    def _evict_frame(self, dev: Device, victim: int, size: int) -> Send:
+        return Send(victim, p.Evict(self.clients[victim].numbering.own_ordinal(dev.index), 0, size))
+
+    def _eviction_plan(self, dev: Device, needed: int, exclude: set[int], now: float,
+                       released: int | None = None,
+                       idle_only: bool = False) -> list[tuple[int, int]]:
+        """Who moves how much out so that `needed` bytes leave the device (residency.eviction_plan):
+        clients with memory there that do not hold it, none of `exclude`, and no waiter if
+        `idle_only`; `released`, a holder, counts as one that lets go now (to weigh what lending
+        its gap would move, or what its drop moves)."""
         candidates = {cid: size for cid, size in self.residency.on(dev.index).items()
-                      if cid not in dev.holders and cid not in exclude}
-        return eviction_order(candidates, list(dev.waiters))
+                      if (cid not in dev.holders or cid == released) and cid not in exclude
+                      and not (idle_only and cid in dev.waiters)}
+        rank = {cid: self.gaps.rank(cid, dev.index, now) for cid in candidates
+                if cid not in dev.waiters}
+        if released in rank:
+            rank[released] = self.gaps.rank_if_idle_from(released, dev.index, now)
+        return eviction_plan(needed, candidates, list(dev.waiters), rank)
 
-    def _evict_on_drop(self, dev: Device, cid: int) -> int:
-        """What a holder being dropped moves out as it releases: the room the head waiter (or, with
-        nobody waiting, the holders that stay) needs, as far as its own memory there goes."""
+    def _ready_room(self, dev: Device, now: float) -> list:
+        """While the first waiter that may be granted waits for the holders, the idle clients
+        (neither holding nor waiting) move out now what its grant will need of them: the grant
+        then waits only for what the holders themselves must give, if anything, and the link
+        moves while the holders run rather than after. Once per wait."""
+        head = self._first_contender(dev, now)
+        if head is None or dev.making_room or dev.waiters[head].room_readied or not dev.holders:
+            return []
+        dev.waiters[head].room_readied = True
+        staying = len(dev.holders) if self.mode is p.Mode.AUTO else 0
+        needed = self._room_for(dev, [head], staying + 1)
+        plan = self._eviction_plan(dev, needed, {head}, now, idle_only=True) if needed else []
+        return self._evict(dev, plan, self.clients[head], now)
+
+    def _evict_on_drop(self, dev: Device, cid: int, now: float) -> int:
+        """What a holder being dropped moves out as it releases: its part of the room the head
+        waiter (or, with nobody waiting, the holders that stay) needs, the room shared with the
+        idle clients as any eviction is (_eviction_plan); they are asked for the rest when the
+        grant comes."""
         staying = sum(1 for h, hold in dev.holders.items()
                       if hold.dropped_at is None and h != cid)
         incoming = list(dev.waiters)[:1]
         needed = self._room_for(dev, incoming, staying + len(incoming))
-        return min(needed, self.residency.of(dev.index, cid))
+        if needed <= 0:
+            return 0
+        plan = self._eviction_plan(dev, needed, set(incoming), now, released=cid)
+        return sum(size for victim, size in plan if victim == cid)
 
     def switch_seconds(self, device: int) -> float:
         """What handing the device to the next client now would cost in moves: the room it
@@ -123,7 +179,7 @@ class RoomRules:
             if hold.dropped_at is not None:
                 continue
             hint = self._gap_hint(dev, cid, hold, contender, now) or usual
-            evict = self._evict_on_drop(dev, cid) if dev.waiters else 0
+            evict = self._evict_on_drop(dev, cid, now) if dev.waiters else 0
             if (hint, evict) != (hold.idle_hint_ms, hold.hint_evict_bytes):
                 hold.idle_hint_ms, hold.hint_evict_bytes = hint, evict
                 ordinal = self.clients[cid].numbering.own_ordinal(dev.index)

@@ -1,0 +1,100 @@
+"""One notebook: a cell every PERIOD_S seconds, each touching all of the program's memory.
+
+usage: notebook_cells.py GIB CELLS PERIOD_S [--ops N] [--ready FILE --go FILE] [--offset S]
+Allocates GIB tensors of 1 GiB (float32), each filled with its own values. With --ready and
+--go it then creates FILE --ready and waits for FILE --go, which holds the time.time() of the
+common start, so that several programs keep to the offsets they were given whatever their own
+start took; without them the start is now. Cell k is due OFFSET + PERIOD_S * k seconds after the
+start; it runs N in-place elementwise ops over every tensor (alternately +1 and -1, exact in
+float32) and synchronizes. A cell that ends past the next one's moment makes that one due at
+once: cells are never skipped. The end checks every element against what the arithmetic
+predicts.
+
+Prints one JSON line: cells_s (each cell from the moment it was due to its synchronize, so that
+waiting for the GPU and for memory brought back land in it), cell_median_s, cell_p95_s,
+cell_max_s, seconds_from_go (from the common start to the last cell's end),
+mismatched_elements, intact. Exits 1 if not intact.
+"""
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ELEMENTS = (1 << 30) // 4  # float32 elements in 1 GiB
+# Each tensor holds its own PATTERN consecutive values, repeated: a page landing in the wrong
+# place (another tensor, another offset) or coming back zeroed shows up as a wrong value.
+PATTERN = 256
+
+
+def pattern(index: int, shift: int):
+    return torch.arange(PATTERN, dtype=torch.float32, device="cuda") + (index * PATTERN + shift)
+
+
+def cell(tensors, ops: int) -> None:
+    for op in range(ops):
+        for tensor in tensors:
+            tensor.add_(1.0 if op % 2 == 0 else -1.0)
+    torch.cuda.synchronize()
+
+
+def mismatches(tensors, shift: int) -> int:
+    wrong = torch.zeros((), dtype=torch.int64, device="cuda")
+    for index, tensor in enumerate(tensors):
+        wrong += (tensor.view(-1, PATTERN) != pattern(index, shift)).sum()
+    return int(wrong.item())
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("gib", type=int)
+    parser.add_argument("cells", type=int)
+    parser.add_argument("period_s", type=float)
+    parser.add_argument("--ops", type=int, default=20, help="elementwise ops per cell")
+    parser.add_argument("--ready", type=Path, help="created once the memory is filled")
+    parser.add_argument("--go", type=Path, help="waited for; holds the start's time.time()")
+    parser.add_argument("--offset", type=float, default=0.0,
+                        help="seconds from the start to the first cell")
+    options = parser.parse_args()
+    if options.gib < 1 or options.cells < 1 or options.period_s <= 0 or options.ops < 1:
+        parser.error("GIB, CELLS and --ops must be at least 1, PERIOD_S more than 0")
+    tensors = [pattern(index, 0).repeat(ELEMENTS // PATTERN) for index in range(options.gib)]
+    torch.cuda.synchronize()
+    go_at = time.time()
+    if options.ready and options.go:
+        options.ready.touch()
+        while not options.go.exists():
+            time.sleep(0.01)
+        go_at = float(options.go.read_text())
+    # The common start on this process's monotonic clock.
+    start = time.perf_counter() + max(0.0, go_at - time.time())
+    cells = []
+    for index in range(options.cells):
+        due = start + options.offset + index * options.period_s
+        time.sleep(max(0.0, due - time.perf_counter()))
+        due = max(due, time.perf_counter())  # the last cell ran past this one's moment
+        cell(tensors, options.ops)
+        cells.append(time.perf_counter() - due)
+    seconds = time.perf_counter() - start
+    # An odd number of ops leaves every value one higher after each cell.
+    wrong = mismatches(tensors, options.cells * (options.ops % 2))
+    print(json.dumps({"gib": options.gib, "cells": options.cells, "period_s": options.period_s,
+                      "ops": options.ops, "cells_s": cells,
+                      "cell_median_s": statistics.median(cells),
+                      "cell_p95_s": percentile(cells, 0.95), "cell_max_s": max(cells),
+                      "seconds_from_go": seconds, "mismatched_elements": wrong,
+                      "intact": wrong == 0}))
+    return 0 if wrong == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,196 @@
+"""bench-gpu part `notebooks`: many mostly idle programs whose memory does not fit together.
+
+Each set runs N copies of bench/gpu/notebook_cells.py, M GiB each, a cell every PERIOD seconds
+that touches all of the program's memory, the programs' first cells PERIOD / N apart: with no
+layer (the card holds them all: the ideal no sharing layer can beat), then under libnvs.so with a
+fresh scheduler at `--capacity-mib` in mode `on`, then in mode `auto`. The card is never really
+oversubscribed: the capacity makes the scheduler move memory as on a full card of that size,
+while all the programs stay within half the real card's free memory.
+
+Environment: NOTEBOOKS_SETS (the sets, as NxGIB, default "4x12,8x6"), NOTEBOOKS_CAPACITY_MIB
+(default 32768), NOTEBOOKS_PERIOD_S (default 3), NOTEBOOKS_CELLS (default 16), NOTEBOOKS_OPS
+(elementwise ops over all of a program's memory per cell, default 20: about 0.13 s for 12 GiB on
+an H200), NOTEBOOKS_LOGS=DIR (keep each shared run's scheduler log there).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from gpu_runs import attempt, free_mib, inherited, keep_log, launch, private_scheduler, stop
+from oversub import device_moves, log_figures, read_status
+
+WORKLOAD = Path(__file__).resolve().parent / "gpu" / "notebook_cells.py"
+TQ = 10
+READY_TIMEOUT_S = 300  # CUDA's start and filling the memory, for all the programs
+RUN_TIMEOUT_S = 600
+# The targets of docs/benchmarks.md: a cell's median and the slowest cell, and the whole run
+# against the same programs with no layer.
+TARGET_MEDIAN_S = 0.45
+TARGET_MAX_S = 1.2
+TARGET_RATIO = 1.1
+
+
+def settings() -> dict:
+    sets = []
+    for spec in os.environ.get("NOTEBOOKS_SETS", "4x12,8x6").split(","):
+        count, _, gib = spec.strip().partition("x")
+        sets.append({"programs": int(count), "gib": int(gib)})
+    return {"sets": sets, "capacity_mib": int(os.environ.get("NOTEBOOKS_CAPACITY_MIB", "32768")),
+            "period_s": float(os.environ.get("NOTEBOOKS_PERIOD_S", "3")),
+            "cells": int(os.environ.get("NOTEBOOKS_CELLS", "16")),
+            "ops": int(os.environ.get("NOTEBOOKS_OPS", "20")), "tq": TQ}
+
+
+def refusal(programs: int, gib: int, free: list[int]) -> str | None:
+    """Why a set must not run now, or None: with no layer all its memory is on the card."""
+    if not free:
+        return "nvidia-smi reported no free memory"
+    if programs * gib * 1024 > min(free) / 2:
+        return (f"{programs} x {gib} GiB is more than half of the {min(free)} MiB free (choose "
+                f"smaller NOTEBOOKS_SETS, or wait until the card is less busy)")
+    return None
+
+
+def run_set(python: str, env: dict, directory: Path, programs: int, gib: int,
+            chosen: dict) -> dict:
+    """The programs together, from one start signal once every one has its memory filled."""
+    directory.mkdir(parents=True, exist_ok=True)
+    go = directory / "go"
+    processes = []
+    try:
+        for index in range(programs):
+            ready = directory / f"ready-{index}"
+            command = [python, str(WORKLOAD), str(gib), str(chosen["cells"]),
+                       str(chosen["period_s"]), "--ops", str(chosen["ops"]),
+                       "--ready", str(ready), "--go", str(go),
+                       "--offset", str(index * chosen["period_s"] / programs)]
+            processes.append(launch(command, env, directory / f"program-{index}"))
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while not all((directory / f"ready-{index}").exists() for index in range(programs)):
+            if time.monotonic() > deadline or any(p.poll() is not None for p in processes):
+                raise RuntimeError("a program did not get ready: " + stderr_tail(directory))
+            time.sleep(0.1)
+        staged = directory / "go.new"  # renamed into place: a program never reads half of it
+        staged.write_text(repr(time.time() + 0.5))
+        staged.rename(go)
+        deadline = time.monotonic() + RUN_TIMEOUT_S
+        for process in processes:
+            process.wait(max(0.0, deadline - time.monotonic()))
+    finally:
+        stop(processes)
+    results = [printed(directory / f"program-{index}") for index in range(programs)]
+    cells = [cell for result in results for cell in result["cells_s"]]
+    return {"cell_median_s": statistics.median(cells), "cell_p95_s": percentile(cells, 0.95),
+            "cell_max_s": max(cells), "seconds": max(result["seconds_from_go"]
+                                                    for result in results),
+            "intact": all(result["intact"] for result in results),
+            "programs": [{key: result[key] for key in ("cell_median_s", "cell_p95_s",
+                                                        "cell_max_s", "intact")}
+                         for result in results]}
+
+
+def stderr_tail(directory: Path) -> str:
+    tails = [path.read_text()[-1500:] for path in sorted(directory.glob("program-*.err"))]
+    return "\n".join(tail for tail in tails if tail.strip())[-4000:]
+
+
+def printed(stem: Path) -> dict:
+    lines = stem.with_suffix(".out").read_text().strip().splitlines()
+    try:
+        return json.loads(lines[-1])
+    except (IndexError, ValueError):
+        raise RuntimeError(f"{stem.name} printed no JSON line:\n"
+                           f"{stem.with_suffix('.err').read_text()[-3000:]}") from None
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
+
+
+def shared_set(python: str, library: Path, directory: Path, mode: str, programs: int, gib: int,
+               chosen: dict) -> dict:
+    with private_scheduler(library, directory, tq=TQ, anti_thrash=mode,
+                           capacity_mib=chosen["capacity_mib"]) as (scheduler, env):
+        run = run_set(python, env, directory, programs, gib, chosen)
+        scheduler.check_running()
+        status = read_status(scheduler.socket)
+    log = scheduler.log_path.read_text()
+    keep_log(log, "NOTEBOOKS_LOGS", f"{programs}x{gib}-{mode}.log")
+    return {**run, **log_figures(log), **device_moves(status)}
+
+
+def one_set(python: str, library: Path, directory: Path, programs: int, gib: int,
+            chosen: dict) -> dict:
+    name = f"{programs} x {gib} GiB"
+    result = {"programs": programs, "gib": gib, "no_layer": attempt(
+        f"notebooks {name}, no layer", run_line, run_set, python, inherited(),
+        directory / "plain", programs, gib, chosen)}
+    ideal = result["no_layer"].get("seconds")
+    for mode in ("on", "auto"):
+        run = attempt(f"notebooks {name}, {mode}", run_line, shared_set, python, library,
+                      directory / mode, mode, programs, gib, chosen)
+        if ideal and "seconds" in run:
+            run["ratio_to_no_layer"] = run["seconds"] / ideal
+        result[mode] = run
+    return result
+
+
+def measure(python: str, library: Path, directory: Path) -> dict:
+    chosen = settings()
+    free = free_mib()
+    sets = {}
+    for spec in chosen["sets"]:
+        programs, gib = spec["programs"], spec["gib"]
+        reason = refusal(programs, gib, free)
+        if reason:
+            print(f"notebooks {programs} x {gib} GiB skipped: {reason}", file=sys.stderr)
+            sets[f"{programs}x{gib}"] = {"programs": programs, "gib": gib, "skipped": reason}
+            continue
+        sets[f"{programs}x{gib}"] = one_set(python, library, directory / f"{programs}x{gib}",
+                                            programs, gib, chosen)
+    return {**chosen, "sets": sets}
+
+
+def verdict(run: dict) -> str:
+    met = run["cell_median_s"] <= TARGET_MEDIAN_S and run["cell_max_s"] <= TARGET_MAX_S and \
+        run.get("ratio_to_no_layer", 0.0) <= TARGET_RATIO
+    return "met" if met else "MISSED"
+
+
+def run_line(name: str, run: dict) -> str:
+    if "error" in run:
+        lines = run["error"].strip().splitlines()
+        return f"{name}: FAILED ({' ... '.join(dict.fromkeys([lines[0], lines[-1]]))})"
+    line = (f"{name}: cell median {run['cell_median_s']:.3f} s, p95 {run['cell_p95_s']:.3f} s, "
+            f"slowest {run['cell_max_s']:.3f} s, all done in {run['seconds']:.1f} s")
+    if "ratio_to_no_layer" in run:
+        line += (f" ({run['ratio_to_no_layer']:.2f} of no layer; targets median <= "
+                 f"{TARGET_MEDIAN_S} s, slowest <= {TARGET_MAX_S} s, <= {TARGET_RATIO}: "
+                 f"{verdict(run)})")
+    if "grants" in run:
+        moved = run["moved"]
+        out, back = moved["to_host"], moved["to_device"]
+        line += (f"; {run['grants']} grants, {run['early_releases']} early releases, "
+                 f"{run['revocations']} revocations; moves out "
+                 f"{out['count'] if out else 0}, back {back['count'] if back else 0}")
+    return line + ("; intact" if run["intact"] else "; DATA NOT INTACT")
+
+
+def print_notebooks(part: dict) -> None:
+    print(f"notebooks: scheduler capacity {part['capacity_mib']} MiB, a cell every "
+          f"{part['period_s']:g} s ({part['ops']} ops over all memory), {part['cells']} cells, "
+          f"TQ {part['tq']} s")
+    for name, result in part["sets"].items():
+        if "skipped" in result:
+            print(f"notebooks {name}: skipped ({result['skipped']})")
+            continue
+        for mode in ("no_layer", "on", "auto"):
+            print(run_line(f"notebooks {result['programs']} x {result['gib']} GiB, {mode}",
+                           result[mode]))
