@@ -74,20 +74,19 @@ test:
 	GEMSHARE_BUILD_DIR=$(abspath $(BUILD)) $(VENV)/bin/python -m pytest -n $(TEST_WORKERS) \
 		--dist loadfile
 
-# Root gets the system socket; anyone else a private one, and their own group as the control
-# group so that gemsharectl may change settings. GEMSHARE_SOCKET, when set, wins.
+# Root gets the system socket; anyone else a private one (the user a scheduler runs as may change
+# its settings with gemsharectl). GEMSHARE_SOCKET, when set, wins.
 scheduler: lib venv
-	@if [ -n "$${GEMSHARE_SOCKET:-}" ]; then sock="$$GEMSHARE_SOCKET"; group=""; \
-	elif [ "$$(id -u)" = 0 ]; then sock=/var/run/gemshare/scheduler.sock; group=""; \
-	else group="--control-group=$$(id -gn)"; \
-	  if [ -n "$${XDG_RUNTIME_DIR:-}" ]; then sock="$$XDG_RUNTIME_DIR/gemshare/scheduler.sock"; \
-	  else sock="/tmp/gemshare-$$(id -u)/scheduler.sock"; fi; \
+	@if [ -n "$${GEMSHARE_SOCKET:-}" ]; then sock="$$GEMSHARE_SOCKET"; \
+	elif [ "$$(id -u)" = 0 ]; then sock=/var/run/gemshare/scheduler.sock; \
+	elif [ -n "$${XDG_RUNTIME_DIR:-}" ]; then sock="$$XDG_RUNTIME_DIR/gemshare/scheduler.sock"; \
+	else sock="/tmp/gemshare-$$(id -u)/scheduler.sock"; \
 	fi; \
 	echo "gemshare-scheduler is starting on $$sock (Ctrl-C stops it). In another shell:"; \
 	echo "  export GEMSHARE_SOCKET=$$sock"; \
 	echo "  LD_PRELOAD=$(abspath $(BUILD))/libnvs.so python train.py"; \
 	echo "  $(abspath $(VENV))/bin/gemsharectl status"; \
-	exec $(VENV)/bin/gemshare-scheduler --socket "$$sock" $$group \
+	exec $(VENV)/bin/gemshare-scheduler --socket "$$sock" \
 	  $(if $(SCHEDULER_CONFIG),--config "$(SCHEDULER_CONFIG)") \
 	  --state-dir "$(abspath $(SCHEDULER_STATE_DIR))" $(SCHEDULER_ARGS)
 

@@ -136,8 +136,8 @@ def scheduler(
     control_group: str = typer.Option(
         DEFAULT_CONTROL_GROUP, "--control-group", metavar="NAME", show_default=False,
         callback=_group,
-        help="group whose members may change settings besides root (default "
-             f"{DEFAULT_CONTROL_GROUP})"),
+        help="group whose members may change settings besides root and the user the "
+             f"scheduler runs as (default {DEFAULT_CONTROL_GROUP})"),
     mps: bool = typer.Option(
         False, "--mps", show_default=False,
         help="run programs that may hold a GPU together (auto when they fit, and off) through "
