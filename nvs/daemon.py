@@ -47,8 +47,7 @@ GIL_SWITCH_SECONDS = 0.0005
 def setup_logging(debug: bool) -> PeerRateLimit:
     """Log to stderr, as journald wants it when that is where it goes; the filter that keeps
     each peer's warnings few is returned, to be flushed."""
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(journal.formatter(journal.stderr_is_journal()))
+    handler = journal.stderr_handler()
     rate_limit = PeerRateLimit()
     handler.addFilter(rate_limit)
     root = logging.getLogger("gemshare")
