@@ -21,26 +21,25 @@ def _described(path: Path, info: os.stat_result) -> str:
     return f"{path} (mode {stat.S_IMODE(info.st_mode):04o}, owner {_owner(info.st_uid)})"
 
 
+# What connecting needs of each path on the way, and what it is called.
+SEARCH = (os.X_OK, "search the directory", "reaching a socket needs search (x) permission on "
+          "every directory above it")
+WRITE = (os.W_OK, "write to the socket", "connecting to a socket needs write (w) permission on it")
+
+
 def permission_problem(path: Path) -> str | None:
     """Which permission this process lacks to connect to `path`, or None when it has them (or
     the path is not there: that is another failure)."""
     path = Path(os.path.abspath(path))
     me = f"this user ({_owner(os.getuid())})"
-    for directory in reversed(path.parents):
+    for where, (mode, act, needs) in [*((d, SEARCH) for d in reversed(path.parents)),
+                                      (path, WRITE)]:
         try:
-            info = directory.stat()
+            info = where.stat()
         except OSError:
             return None
-        if not os.access(directory, os.X_OK):
-            return (f"{me} may not search the directory {_described(directory, info)}, and "
-                    f"reaching a socket needs search (x) permission on every directory above it")
-    try:
-        info = path.stat()
-    except OSError:
-        return None
-    if not os.access(path, os.W_OK):
-        return (f"{me} may not write to the socket {_described(path, info)}, and connecting to "
-                f"a socket needs write (w) permission on it")
+        if not os.access(where, mode):
+            return f"{me} may not {act} {_described(where, info)}, and {needs}"
     return None
 
 
