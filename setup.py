@@ -17,7 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from setuptools import setup
+from setuptools import Distribution, setup
 from setuptools.command.bdist_wheel import bdist_wheel
 from setuptools.command.build_py import build_py
 
@@ -41,17 +41,21 @@ class BuildWithLibrary(build_py):
             os.chmod(target, 0o755)
 
 
-class PlatformWheel(bdist_wheel):
-    """Not pure: the wheel holds a compiled library. No Python extension, though: any Python 3
-    of the platform loads nothing of it, so the tag stays py3-none-PLATFORM."""
+class WithLibrary(Distribution):
+    """Not pure: the package holds a compiled library, so it goes where compiled code goes
+    (platlib: the wheel's root, `Root-Is-Purelib: false`), as auditwheel wants it."""
 
-    def finalize_options(self) -> None:
-        super().finalize_options()
-        self.root_is_pure = False
+    def has_ext_modules(self) -> bool:
+        return True
+
+
+class PlatformWheel(bdist_wheel):
+    """No Python extension, though: no Python loads the library, so the tag stays
+    py3-none-PLATFORM, for any Python 3 of the platform."""
 
     def get_tag(self) -> tuple[str, str, str]:
         _, _, platform = super().get_tag()
         return "py3", "none", platform
 
 
-setup(cmdclass={"build_py": BuildWithLibrary, "bdist_wheel": PlatformWheel})
+setup(distclass=WithLibrary, cmdclass={"build_py": BuildWithLibrary, "bdist_wheel": PlatformWheel})
