@@ -1,8 +1,12 @@
 # make              build libnvs.so for x86_64 and aarch64, for glibc 2.17 and newer
 #                   (libnvs/build.mk; no CUDA toolkit needed)
 # make test         every test, in a virtualenv this Makefile creates (.venv)
-# make dist         a wheel per architecture in dist/, each carrying its libnvs.so
-# make scheduler    build, install into .venv and run the scheduler in the foreground
+# make dist         an sdist and a wheel per architecture in dist/, each wheel carrying its
+#                   libnvs.so without debug information, whose debug file goes beside it
+# make scheduler    build, install into .venv (no test tools) and run the scheduler in the
+#                   foreground
+# make test-lowest  the tests of what users see, on the lowest dependency releases allowed
+# make constraints  pin the image's dependencies again (deploy/constraints.txt)
 # make install      library, Python package and systemd units under PREFIX (DESTDIR for staging)
 # make uninstall    remove what make install put under PREFIX
 PREFIX ?= /usr/local
@@ -46,18 +50,28 @@ DROP_IN_EXAMPLES := metrics.conf.example mps.conf.example
 # The README and every page it links, at the same relative paths, so the links work installed.
 DOCS := README.md LICENSE CHANGELOG.md $(wildcard docs/*.md) libnvs/README.md bench/README.md
 # What pip builds the package from: make install and make dist build from a copy of these.
-PYTHON_SOURCES := pyproject.toml README.md LICENSE nvs ctl plugin
+PYTHON_SOURCES := pyproject.toml setup.py README.md LICENSE nvs ctl plugin
+# The sdist's: the package's and what builds the library, with the units, deploy files and docs
+# (MANIFEST.in says which of them go in).
+SDIST_SOURCES := $(PYTHON_SOURCES) MANIFEST.in Makefile ship.mk CHANGELOG.md libnvs systemd deploy \
+                 docs bench/README.md
+VERSION := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' pyproject.toml)
 
-.PHONY: all lib fakecuda venv test dist scheduler install uninstall clean
+.PHONY: all lib fakecuda venv test test-lowest dist scheduler install uninstall clean constraints
 all: libs
 
 include libnvs/build.mk
 include tests/fakecuda/build.mk
+include ship.mk
 
-venv: $(VENV)/.installed
-$(VENV)/.installed: pyproject.toml
+# The package alone (make scheduler), then with its test tools (make test and the rest).
+$(VENV)/.package: pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install -q --upgrade pip
+	$(VENV)/bin/python -m pip install -q -e .
+	touch $@
+venv: $(VENV)/.installed
+$(VENV)/.installed: $(VENV)/.package
 	$(VENV)/bin/python -m pip install -q -e '.[test]'
 	touch $@
 
@@ -74,20 +88,19 @@ test:
 	GEMSHARE_BUILD_DIR=$(abspath $(BUILD)) $(VENV)/bin/python -m pytest -n $(TEST_WORKERS) \
 		--dist loadfile
 
-# Root gets the system socket; anyone else a private one, and their own group as the control
-# group so that gemsharectl may change settings. GEMSHARE_SOCKET, when set, wins.
-scheduler: lib venv
-	@if [ -n "$${GEMSHARE_SOCKET:-}" ]; then sock="$$GEMSHARE_SOCKET"; group=""; \
-	elif [ "$$(id -u)" = 0 ]; then sock=/var/run/gemshare/scheduler.sock; group=""; \
-	else group="--control-group=$$(id -gn)"; \
-	  if [ -n "$${XDG_RUNTIME_DIR:-}" ]; then sock="$$XDG_RUNTIME_DIR/gemshare/scheduler.sock"; \
-	  else sock="/tmp/gemshare-$$(id -u)/scheduler.sock"; fi; \
+# Root gets the system socket; anyone else a private one (the user a scheduler runs as may change
+# its settings with gemsharectl). GEMSHARE_SOCKET, when set, wins.
+scheduler: lib $(VENV)/.package
+	@if [ -n "$${GEMSHARE_SOCKET:-}" ]; then sock="$$GEMSHARE_SOCKET"; \
+	elif [ "$$(id -u)" = 0 ]; then sock=/var/run/gemshare/scheduler.sock; \
+	elif [ -n "$${XDG_RUNTIME_DIR:-}" ]; then sock="$$XDG_RUNTIME_DIR/gemshare/scheduler.sock"; \
+	else sock="/tmp/gemshare-$$(id -u)/scheduler.sock"; \
 	fi; \
 	echo "gemshare-scheduler is starting on $$sock (Ctrl-C stops it). In another shell:"; \
 	echo "  export GEMSHARE_SOCKET=$$sock"; \
 	echo "  LD_PRELOAD=$(abspath $(BUILD))/libnvs.so python train.py"; \
 	echo "  $(abspath $(VENV))/bin/gemsharectl status"; \
-	exec $(VENV)/bin/gemshare-scheduler --socket "$$sock" $$group \
+	exec $(VENV)/bin/gemshare-scheduler --socket "$$sock" \
 	  $(if $(SCHEDULER_CONFIG),--config "$(SCHEDULER_CONFIG)") \
 	  --state-dir "$(abspath $(SCHEDULER_STATE_DIR))" $(SCHEDULER_ARGS)
 
@@ -97,7 +110,7 @@ scheduler: lib venv
 # directory; -S: no site-packages) on that folder. pip builds a local project in place, so it
 # gets a copy under $(BUILD) to keep build files out of the source tree (one of its own, so that
 # two makes at once do not meet).
-install: lib venv
+install: ship-lib venv
 	@built=$$($(VENV)/bin/python -c '$(PYTHON_VERSION)'); \
 	if [ -z "$(INSTALL_BY_ENV)" ]; then \
 	  pinned=$$($(INSTALL_PYTHON) -c '$(PYTHON_VERSION)') || exit 1; \
@@ -111,11 +124,17 @@ install: lib venv
 	  fi; \
 	fi
 	install -d $(DESTDIR)$(PKGDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(SYSTEMDUNITDIR) $(DESTDIR)$(DOCDIR)
-	install -m 0755 $(BUILD)/libnvs.so $(DESTDIR)$(PKGDIR)/libnvs.so
+	install -m 0755 $(BUILD)/ship/libnvs.so $(DESTDIR)$(PKGDIR)/libnvs.so
+	@# Its debug file where gdb and systemd-coredump look for it by build ID (the default
+	@# debug-file-directory, /usr/lib/debug, for PREFIX=/usr).
+	id=$$(cat $(BUILD)/ship/libnvs.so.build-id) && \
+	install -D -m 0644 $(BUILD)/ship/libnvs.so.debug \
+	  $(DESTDIR)$(LIBDIR)/debug/.build-id/$$(echo $$id | cut -c1-2)/$$(echo $$id | cut -c3-).debug
 	rm -rf $(DESTDIR)$(PKGDIR)/python
 	source=$$(mktemp -d $(BUILD)/python-src.XXXXXX) && cp -R $(PYTHON_SOURCES) $$source/ && \
+	cp $(BUILD)/ship/libnvs.so $$source/nvs/libnvs.so && \
 	$(VENV)/bin/python -m pip install -q --disable-pip-version-check --no-warn-script-location \
-		--no-compile --target $(DESTDIR)$(PKGDIR)/python $$source && rm -rf $$source
+		--no-compile --target $(DESTDIR)$(PKGDIR)/python "$$source[kubernetes]" && rm -rf $$source
 	rm -rf $(DESTDIR)$(PKGDIR)/python/bin $(addprefix $(DESTDIR)$(PKGDIR)/python/,$(STRAY))
 	@# Where a wheel carries the library, a link to it: gemsharectl library-path finds it there.
 	ln -sfn ../../libnvs.so $(DESTDIR)$(PKGDIR)/python/gemshare_nvs/libnvs.so
@@ -153,6 +172,9 @@ install: lib venv
 	done
 
 uninstall:
+	@if [ -f $(BUILD)/ship/libnvs.so.build-id ]; then id=$$(cat $(BUILD)/ship/libnvs.so.build-id); \
+	  rm -f $(DESTDIR)$(LIBDIR)/debug/.build-id/$$(echo $$id | cut -c1-2)/$$(echo $$id | cut -c3-).debug; \
+	fi
 	rm -f $(addprefix $(DESTDIR)$(BINDIR)/,$(PROGRAMS))
 	rm -f $(addprefix $(DESTDIR)$(SYSTEMDUNITDIR)/,$(UNITS))
 	rm -rf $(DESTDIR)$(PKGDIR) $(DESTDIR)$(DOCDIR)
@@ -161,18 +183,45 @@ clean:
 	rm -rf $(BUILD) $(DIST)
 
 # Each wheel is the package built by pip from a copy of the sources, as for make install, with
-# that architecture's library inside it, tagged for the glibc the library needs
-# (manylinux_2_17_ARCH): nothing else in it depends on the machine.
+# that architecture's library inside it (stripped: its debug file goes beside the wheel, as
+# libnvs-VERSION-ARCH.so.debug), tagged for the glibc the library needs (manylinux_2_17_ARCH):
+# nothing else in it depends on the machine. The sdist holds the sources a wheel is built from,
+# the library's included (setup.py builds it).
 MANYLINUX := manylinux_$(subst .,_,$(GLIBC_FLOOR))
-dist: venv $(LIBNVS_ARCHES:%=$(BUILD)/%/libnvs.so)
+dist: venv ship-libs
 	@for arch in $(LIBNVS_ARCHES); do \
 	  source=$$(mktemp -d $(BUILD)/dist-src.XXXXXX) && cp -R $(PYTHON_SOURCES) $$source/ && \
-	  cp $(BUILD)/$$arch/libnvs.so $$source/nvs/libnvs.so && \
+	  cp $(BUILD)/$$arch/ship/libnvs.so $$source/nvs/libnvs.so && \
 	  $(VENV)/bin/python -m pip wheel -q --disable-pip-version-check --no-deps -w $(DIST) \
 	    --config-settings=--build-option=--plat-name=$(MANYLINUX)_$$arch $$source && \
+	  cp $(BUILD)/$$arch/ship/libnvs.so.debug $(DIST)/libnvs-$(VERSION)-$$arch.so.debug && \
 	  rm -rf $$source || exit 1; \
 	done
-	@ls $(DIST)/*-$(MANYLINUX)_*.whl
+	@source=$$(mktemp -d $(BUILD)/sdist-src.XXXXXX) && \
+	  cp -R --parents $(SDIST_SOURCES) $$source/ && \
+	  $(VENV)/bin/python -m build -q --sdist --outdir $(DIST) $$source >/dev/null && \
+	  rm -rf $$source
+	@ls $(DIST)/*-$(MANYLINUX)_*.whl $(DIST)/*.so.debug $(DIST)/gemshare-$(VERSION).tar.gz
+
+# The image's pins: what pip picks today for gemshare[kubernetes], in a fresh virtualenv.
+constraints:
+	@venv=$$(mktemp -d $(BUILD)/constraints.XXXXXX) && $(PYTHON) -m venv $$venv && \
+	$$venv/bin/python -m pip install -q --disable-pip-version-check -e '.[kubernetes]' && \
+	{ sed -n '1,/^$$/p' deploy/constraints.txt; \
+	  $$venv/bin/python -m pip freeze --exclude gemshare; } > deploy/constraints.txt.new && \
+	mv deploy/constraints.txt.new deploy/constraints.txt && rm -rf $$venv
+
+# The lowest releases pyproject.toml allows (tests/lowest-versions.txt), in a virtualenv of
+# their own, against the tests of what users see.
+LOWEST_VENV ?= $(BUILD)/venv-lowest
+LOWEST_TESTS ?= tests/ctl/test_ctl_help.py tests/ctl/test_ctl_errors.py tests/ctl/test_ctl_config.py \
+	tests/ctl/test_ctl_status.py tests/service/test_scheduler_command_line.py tests/plugin tests/observe \
+	tests/config
+test-lowest: lib fakecuda
+	$(PYTHON) -m venv $(LOWEST_VENV)
+	$(LOWEST_VENV)/bin/python -m pip install -q -c tests/lowest-versions.txt -e '.[test]'
+	GEMSHARE_BUILD_DIR=$(abspath $(BUILD)) $(LOWEST_VENV)/bin/python -m pytest -q \
+		-p no:cacheprovider $(LOWEST_TESTS)
 
 # make bench-cpu   benchmarks on the fake driver, no GPU needed: lock handoff, launch overhead,
 #                  scheduler scale, a pair with idle gaps (bench/README.md); BENCH_JSON=path also

@@ -2,7 +2,7 @@
 config file, and show its status.
 
 `gemsharectl --set-tq 30 --anti-thrash off` (options of the top-level command, alone or
-together) and `gemsharectl status [--json]` are part of the public contract.
+together; `--tq` is `--set-tq`'s other name, the scheduler's) and `gemsharectl status [--json]` are part of the public contract.
 """
 
 from __future__ import annotations
@@ -42,11 +42,12 @@ from gemshare_nvs.library import LibraryMissing, library_path
 from gemshare_nvs.version import version
 from gemshare_nvs.wire.connection import DEFAULT_SOCKET, socket_path
 
-from . import client, options, render, top_loop
+from . import client, options, render, top_loop, usage_errors
 from .config_view import config_view, errors_view
 from .errors import CtlError, ExitCode
 from .shares_window import ShareWindow
 from .top_view import top_view
+from .usage_errors import silence_stdout
 
 DEFAULT_TIMEOUT_S = 5.0
 TIMEOUT_MIN_S, TIMEOUT_MAX_S = 0.1, 3600.0
@@ -61,7 +62,7 @@ TIMEOUT = options.seconds("timeout", TIMEOUT_MIN_S, TIMEOUT_MAX_S, "--timeout 10
 
 EPILOG = f"""\
 [bold]Examples[/bold]
-  gemsharectl --set-tq 30 --anti-thrash off   (either option alone works too)
+  gemsharectl --tq 30 --anti-thrash off       (either option alone works too)
   gemsharectl --reset-settings                (the config file's settings apply again)
   gemsharectl status
   gemsharectl status --json
@@ -90,7 +91,8 @@ app = typer.Typer(
     name="gemsharectl",
     help="Control gemshare-scheduler, which shares NVIDIA GPUs between CUDA programs by handing "
          "each device's lock out for a time quantum (TQ).\n\n"
-         "With --set-tq, --anti-thrash, --set-min-slice-ms or --reset-settings the settings are "
+         "With --tq, --anti-thrash, --min-slice-ms or --reset-settings (named as the "
+         "scheduler's options; --set-tq and --set-min-slice-ms are the same) the settings are "
          "sent to the scheduler, which applies them at once; given a command as well, the "
          "settings change first. Settings changed here win over the config file's, which win "
          "over the scheduler's command line; the scheduler keeps them across restarts (in its "
@@ -99,6 +101,7 @@ app = typer.Typer(
     rich_markup_mode="rich",
     pretty_exceptions_show_locals=False,
     context_settings={"help_option_names": ["-h", "--help"]},
+    no_args_is_help=True,
 )
 
 
@@ -112,13 +115,15 @@ class Target:
 
 # The options every command that talks to the scheduler takes after its name as well
 # (`gemsharectl status --socket PATH`); given there, they win over the same given before it.
-SocketAfter = Annotated[Optional[Path], typer.Option("--socket", metavar="PATH",
-                                                     help=SOCKET_HELP)]
+# Plain text, not a Path: Typer would check a Path for reading, where a socket needs writing
+# (client.py checks that, when connecting is refused).
+SocketAfter = Annotated[Optional[str], typer.Option("--socket", metavar="PATH",
+                                                    help=SOCKET_HELP)]
 TimeoutAfter = Annotated[Optional[str], typer.Option("--timeout", metavar="SECONDS",
                                                      callback=TIMEOUT, help=TIMEOUT_HELP)]
 
 
-def _target(ctx: typer.Context, socket: Optional[Path], timeout: Optional[float]) -> Target:
+def _target(ctx: typer.Context, socket: Optional[str], timeout: Optional[float]) -> Target:
     before: Target = ctx.obj
     return Target(before.socket if socket is None else socket_path(socket),
                   before.timeout if timeout is None else timeout)
@@ -147,7 +152,7 @@ def _show_version(wanted: bool) -> None:
 def top_level(
     ctx: typer.Context,
     set_tq: Optional[str] = typer.Option(
-        None, "--set-tq", metavar="SECONDS", callback=options.whole(TQ, "--set-tq 30"),
+        None, "--tq", "--set-tq", metavar="SECONDS", callback=options.whole(TQ, "--tq 30"),
         help=f"Set the time quantum: whole seconds from {TQ_MIN} to {TQ_MAX}. A holder keeps a "
              f"device's lock this long while others wait. Takes effect at once."),
     anti_thrash: Optional[str] = typer.Option(
@@ -158,16 +163,16 @@ def top_level(
              "programs whose memory fits on the device together run together, and the rest "
              "take turns as with 'on'."),
     set_min_slice_ms: Optional[str] = typer.Option(
-        None, "--set-min-slice-ms", metavar="MS",
-        callback=options.whole(MIN_SLICE_MS, "--set-min-slice-ms 300"),
+        None, "--min-slice-ms", "--set-min-slice-ms", metavar="MS",
+        callback=options.whole(MIN_SLICE_MS, "--min-slice-ms 300"),
         help="Set the min slice: how long a holder keeps the lock before a client under its "
              "share of GPU time may take it, in milliseconds."),
     reset_settings: bool = typer.Option(
         False, "--reset-settings",
         help="Drop every setting changed with gemsharectl, here and in the scheduler's state "
              "file: the config file's values (else the command line's) apply again. With "
-             "--set-tq and the like, those are set afterwards."),
-    socket: Optional[Path] = typer.Option(
+             "--tq and the like, those are set afterwards."),
+    socket: Optional[str] = typer.Option(
         None, "--socket", metavar="PATH", envvar="GEMSHARE_SOCKET", show_envvar=False,
         help=SOCKET_HELP + " Also taken after a command."),
     timeout: Optional[str] = typer.Option(
@@ -181,8 +186,8 @@ def top_level(
     if set_tq is None and anti_thrash is None and set_min_slice_ms is None \
             and not reset_settings:
         if ctx.invoked_subcommand is None:
-            ctx.fail("nothing to do: give --set-tq and/or --anti-thrash, or a command such as "
-                     "'status'.")
+            ctx.fail("nothing to do: give a setting (--tq, --anti-thrash, --min-slice-ms, "
+                     "--reset-settings) or a command such as 'status'")
         return
     try:
         reply = client.change_settings(ctx.obj.socket, ctx.obj.timeout, tq=set_tq,
@@ -289,8 +294,7 @@ class ReaderGone(Exception):
 
 
 def _reader_gone() -> None:
-    # Python would otherwise complain when it flushes stdout at exit.
-    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    silence_stdout()
     raise ReaderGone
 
 
@@ -409,4 +413,4 @@ def library_path_command() -> None:
 
 
 def main() -> None:
-    app(prog_name="gemsharectl")
+    usage_errors.run(app, "gemsharectl")

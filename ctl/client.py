@@ -13,6 +13,7 @@ from pathlib import Path
 from gemshare_nvs.config import control
 from gemshare_nvs.wire.connection import Connection, SchedulerUnavailable
 
+from . import socket_access
 from .errors import CtlError, ExitCode
 
 _NOT_RUNNING = (errno.ENOENT, errno.ECONNREFUSED, errno.ENOTDIR)
@@ -31,18 +32,19 @@ def _connect(path: Path, timeout: float) -> Connection:
         # Connection keeps the OSError it explained as the exception's context.
         cause = exc.__context__
         code = cause.errno if isinstance(cause, OSError) else None
-        if code in _NOT_RUNNING:
+        what = socket_access.not_a_socket(path)  # whatever the kernel said of it
+        if code in _NOT_RUNNING or (code in _FORBIDDEN and what):
             raise CtlError(
-                f"no gemshare-scheduler is listening on {path}. Start it (for example "
-                f"'sudo systemctl start gemshare-scheduler' or 'sudo gemshare-scheduler'), or "
-                f"point --socket / GEMSHARE_SOCKET at the socket it uses.",
-                ExitCode.UNREACHABLE) from None
+                f"no gemshare-scheduler is listening on {path}{f' ({what})' if what else ''}. "
+                f"Start it (for example 'sudo systemctl start gemshare-scheduler' or 'sudo "
+                f"gemshare-scheduler'), or point --socket / GEMSHARE_SOCKET at the socket it "
+                f"uses.", ExitCode.UNREACHABLE) from None
         if code in _FORBIDDEN:
+            why = socket_access.permission_problem(path) or "this user may not reach it"
             raise CtlError(
-                f"permission denied opening the scheduler socket {path}: this user may not "
-                f"reach it. Ask an administrator for access to the socket and its directory, "
-                f"or run gemsharectl as root.",
-                ExitCode.PERMISSION) from None
+                f"permission denied opening the scheduler socket {path}: {why}. Ask an "
+                f"administrator for access to the socket and its directory, or run gemsharectl "
+                f"as root.", ExitCode.PERMISSION) from None
         raise CtlError(str(exc), ExitCode.UNREACHABLE) from None
 
 

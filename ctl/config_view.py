@@ -9,22 +9,54 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from gemshare_nvs.config.parsing import Config, ConfigError
-from gemshare_nvs.protocol import Mode
+from gemshare_nvs.config.parsing import TERM_CHECKS, Config, ConfigError
 
 from .render import MISSING, human_bytes
 
+# The header of each term's column; a term missing here is headed by its own name, so that a
+# term added to the file format shows before anyone names it.
+TERM_HEADERS = {"weight": "Weight", "gpu_limit": "GPU limit", "memory_limit": "Memory limit",
+                "sm_share": "SM share", "mps": "MPS", "mps_priority": "MPS priority"}
+
 
 def _value(value) -> str:
+    """A value as the file spells it: booleans and labels (modes, priorities) in TOML's words,
+    not Python's."""
     if value is None:
         return MISSING
-    if isinstance(value, Mode):
-        return value.label
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    label = getattr(value, "label", None)  # Mode, MpsPriority
+    if isinstance(label, str):
+        return label
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def _term(key: str, value) -> str:
-    return human_bytes(value) if key == "memory_limit" else _value(value)
+    if value is None:
+        return MISSING
+    if key == "memory_limit":
+        return human_bytes(value)
+    if key == "sm_share":
+        return f"{value}%"
+    return _value(value)
+
+
+def rules_table(config: Config) -> Table:
+    """One row per rule, with a column for each term that some rule gives."""
+    given = {key for rule in config.rules for key, _ in rule.values}
+    terms = [key for key in TERM_CHECKS if key in given]
+    table = Table(title="Rules (the first that matches a client gives its terms)",
+                  title_justify="left")
+    for column in ("Rule", "Line", "Match (all must hold)", *(TERM_HEADERS.get(key, key)
+                                                              for key in terms)):
+        table.add_column(column)
+    for rule in config.rules:
+        values = dict(rule.values)
+        table.add_row(str(rule.number), _value(rule.line),
+                      ", ".join(f"{key} = {json.dumps(value)}" for key, value in rule.match),
+                      *(_term(key, values.get(key)) for key in terms))
+    return table
 
 
 def config_view(config: Config) -> Group:
@@ -38,18 +70,7 @@ def config_view(config: Config) -> Group:
     else:
         parts.append(Text("No settings: the command line's apply.", style="dim"))
     if config.rules:
-        rules = Table(title="Rules (the first that matches a client gives its terms)",
-                      title_justify="left")
-        for column in ("Rule", "Line", "Match (all must hold)", "Weight", "GPU limit",
-                       "Memory limit"):
-            rules.add_column(column)
-        for rule in config.rules:
-            values = dict(rule.values)
-            rules.add_row(str(rule.number), _value(rule.line),
-                          ", ".join(f"{key} = {json.dumps(value)}" for key, value in rule.match),
-                          *(_term(key, values.get(key))
-                            for key in ("weight", "gpu_limit", "memory_limit")))
-        parts.append(rules)
+        parts.append(rules_table(config))
     else:
         parts.append(Text("No rules: every client has weight 1 and no limits.", style="dim"))
     return Group(*parts)

@@ -9,7 +9,6 @@ completions offer the words an option takes besides numbers.
 from __future__ import annotations
 
 import math
-import re
 from typing import Callable, Optional
 
 import typer
@@ -32,9 +31,7 @@ def whole(number: WholeNumber, example: str) -> Callable[[Optional[str]], Option
         if text is None:
             return None
         try:
-            if not re.fullmatch(r"\s*[+-]?\d+\s*", text):
-                raise number.refusal(text)
-            return number.check(int(text))
+            return number.from_text(text)
         except ValueError as exc:
             raise _refused(exc, example) from None
     return parse

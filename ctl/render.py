@@ -326,6 +326,7 @@ CLIENT_COLUMNS = (
     ("PID", True, _text("pid")),
     ("UID", True, _text("uid")),
     ("Name", False, lambda c: c.get("name") or MISSING),
+    ("Label", False, lambda c: c.get("label") or MISSING),
     ("Pod", False, _pod),
     ("Dev", True, _text("device")),
     ("Gang", False, lambda c: c.get("gang") or MISSING),
@@ -344,9 +345,10 @@ CLIENT_COLUMNS = (
 )
 # What a narrow terminal loses first; the rest always stays.
 DROPPABLE_COLUMNS = ("Connected since", "UID", "Revoked", "Waits", "Pod", "Terms from", "Usage",
-                     "Gang")
+                     "Gang", "Label")
 # Columns left out when no client has anything to show in them.
-SPARSE_COLUMNS = {"Pod": lambda c: c.get("pod"), "Gang": lambda c: c.get("gang"), "Limits": lambda c: limits(c) != MISSING,
+SPARSE_COLUMNS = {"Pod": lambda c: c.get("pod"), "Gang": lambda c: c.get("gang"),
+                  "Label": lambda c: c.get("label"), "Limits": lambda c: limits(c) != MISSING,
                   "Terms from": lambda c: terms_from(c) != MISSING,
                   "Weight": lambda c: "weight" in c, "Usage": lambda c: "usage_s" in c,
                   "MPS": lambda c: through_mps(c) != MISSING}

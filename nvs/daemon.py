@@ -12,6 +12,7 @@ from .service import early_signals
 early_signals.hold()
 
 import logging  # noqa: E402
+import os  # noqa: E402
 import signal  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
@@ -29,6 +30,7 @@ from .observe.tcp_address import AddressError  # noqa: E402
 from .service import command_line, fd_limits, journal, sdnotify  # noqa: E402
 from .service.gpus import Gpus  # noqa: E402
 from .service.log_rate import PeerRateLimit  # noqa: E402
+from .service.permissions import missing_group_warning  # noqa: E402
 from .service.readiness import LISTENING  # noqa: E402
 from .service.server import Server  # noqa: E402
 from .wire.listener import ListenerError, Listening, open_listener  # noqa: E402
@@ -45,8 +47,7 @@ GIL_SWITCH_SECONDS = 0.0005
 def setup_logging(debug: bool) -> PeerRateLimit:
     """Log to stderr, as journald wants it when that is where it goes; the filter that keeps
     each peer's warnings few is returned, to be flushed."""
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(journal.formatter(journal.stderr_is_journal()))
+    handler = journal.stderr_handler()
     rate_limit = PeerRateLimit()
     handler.addFilter(rate_limit)
     root = logging.getLogger("gemshare")
@@ -171,6 +172,9 @@ def main(argv=None) -> int:
     settings = command_line.read(argv)
     rate_limit = setup_logging(settings.debug)
     fit_connections(settings)
+    group_warning = missing_group_warning(settings.control_group, os.geteuid())
+    if group_warning is not None:
+        log.warning("%s", group_warning)
     try:
         configuration = Configuration.start(settings)
     except ConfigError as error:

@@ -19,7 +19,7 @@ import typer
 
 from gemshare_nvs.config.settings import debug_from_environment
 from gemshare_nvs.observe.tcp_address import AddressError, bind
-from gemshare_nvs.service import typer_command
+from gemshare_nvs.service import journal, typer_command
 from gemshare_nvs.service.mps import directories_beside
 from gemshare_nvs.wire.connection import DEFAULT_SOCKET, socket_path
 
@@ -155,8 +155,9 @@ def read(argv: Optional[Sequence[str]] = None) -> Options:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     options = read(argv)
-    logging.basicConfig(stream=sys.stderr, level=logging.DEBUG if options.debug else logging.INFO,
-                        format="%(asctime)s gemshare-device-plugin %(levelname)s %(message)s")
+    # The scheduler's format, journal priorities included (journal.py).
+    logging.basicConfig(level=logging.DEBUG if options.debug else logging.INFO,
+                        handlers=[journal.stderr_handler()])
     try:
         # Bound before anything starts, so that a taken or foreign address stops the start.
         health_socket = bind(*options.health, "probes", "--health") if options.health else None

@@ -15,7 +15,7 @@ from ..core.model.terms import no_rules
 from ..core.policy import Policy
 from .control import SetRequest
 from .file import Signature, read_if_present, signature
-from .layers import AT_START, LIVE, Layers, command_line_layer
+from .layers import AT_START, GEMSHARECTL, LIVE, Layers, command_line_layer
 from .parsing import Config, ConfigError
 from .runtime_state import StateFile, as_json
 from .settings import Settings
@@ -67,8 +67,26 @@ class Configuration:
         if self.layers.runtime:
             log.info("settings changed with gemsharectl before the last stop, kept in %s: %s",
                      self.state.path, self._words(self.layers.runtime))
+        self._warn_overridden(self.layers.overridden())
         if self.state.problem:
             self.warn_temporary()
+
+    def _warn_overridden(self, names) -> None:
+        """A command-line setting that another layer overrides is named, with the way back: a
+        value the user typed must never lose without a word."""
+        for name in names:
+            given, value = self.layers.command_line[name][0], self.layers.value(name)
+            option = f"--{name.replace('_', '-')}"
+            if self.layers.source(name) == GEMSHARECTL:
+                log.warning("%s %s on the command line is overridden by %s %s, set with "
+                            "gemsharectl and kept in %s: 'gemsharectl --reset-settings' drops "
+                            "the settings changed with gemsharectl, and the command line's "
+                            "apply again", option, as_json(given), name, as_json(value),
+                            self.state.path)
+            else:
+                log.warning("%s %s on the command line is overridden by %s %s in %s: remove "
+                            "it from the file for the command line's to apply", option,
+                            as_json(given), name, as_json(value), self.layers.source(name))
 
     def warn_temporary(self) -> None:
         log.warning("changes made with gemsharectl will last only until the scheduler stops: %s",
@@ -110,6 +128,8 @@ class Configuration:
                 log.warning("config %s: %s %s takes effect when the scheduler restarts (now %s)",
                             self.path, name, as_json(self.layers.value(name)),
                             as_json(self.started[name]))
+        self._warn_overridden(name for name in self.layers.overridden()
+                              if self.layers.source(name) != GEMSHARECTL)
         for name in LIVE:
             if name in config.settings and name in self.layers.runtime:
                 log.info("config %s: %s %s is not used while the value set with gemsharectl "

@@ -58,3 +58,9 @@ class Layers:
 
     def sources(self, names=LIVE) -> dict[str, str]:
         return {name: self.source(name) for name in names}
+
+    def overridden(self) -> list[str]:
+        """The settings given on the command line whose value in force comes from another
+        layer (the config file, or gemsharectl's)."""
+        return [name for name, (_, source) in self.command_line.items()
+                if source == COMMAND_LINE and self.source(name) != COMMAND_LINE]

@@ -77,6 +77,18 @@ class WholeNumber:
             raise self.refusal(value)
         return value
 
+    def from_text(self, text: str) -> int:
+        """A value as a command line gives it: decimal digits, perhaps signed, then checked;
+        anything else ("1.5", "30s", "1e3") is refused in the same words."""
+        if not re.fullmatch(r"\s*[+-]?\d+\s*", text):
+            raise self.refusal(text)
+        return self.check(int(text))
+
+    @property
+    def span(self) -> str:
+        """What it takes, for help texts: "whole seconds from 1 to 86400"."""
+        return f"whole {self.unit or 'number'} from {self.low} to {self.high}"
+
     def refusal(self, value) -> ValueError:
         """The error for a refused `value`: it says what is wanted."""
         of = f" of {self.unit}" if self.unit else ""

@@ -10,8 +10,9 @@ and `device_uuid` (the GPU's UUID, as NVIDIA's DCGM exporter labels it, so the t
 Cardinality stays bounded. Series per client are labelled by what people group programs by
 (namespace, pod, process, label: tallies.Series), never by pid or connection, so clients alike
 share one series and a program that comes back adds to it; they exist only while a client of
-theirs is connected. A node serves at most FIXED_SERIES + PER_DEVICE_SERIES per GPU +
-PER_CLIENT_FAMILIES per GPU for each distinct client identity connected (at most --max-clients).
+theirs is connected. A node serves at most FIXED_SERIES (and
+mps_metrics.MPS_SERIES with --mps) + PER_DEVICE_SERIES per GPU + PER_CLIENT_FAMILIES per GPU for
+each distinct client identity connected (at most --max-clients).
 """
 
 from __future__ import annotations

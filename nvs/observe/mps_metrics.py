@@ -8,6 +8,9 @@ from collections.abc import Callable, Iterable
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+# The series it adds to the node's own (metrics.FIXED_SERIES) with --mps: one per family below.
+MPS_SERIES = 3
+
 
 class MpsCollector(Collector):
     """Reads `status()` (the scheduler's MPS status object) at each scrape."""

@@ -12,6 +12,10 @@ from ..core.rules.usage import HALF_LIFE_S
 from ..core.snapshot import ClientSnapshot, DeviceSnapshot, GangSnapshot
 from ..protocol import REG_UNIFIED_MEMORY, ControlReply
 
+# The status object's version, its first key: raised when a key changes meaning or goes away,
+# not when one is added (readers ignore keys they do not know). docs/protocol.md lists them.
+STATUS_SCHEMA = 1
+
 
 def build_status(policy: Policy, now: float, wall: float, *, grace_ms: int,
                  gpus: list[dict] | None = None, extra: dict | None = None) -> dict:
@@ -19,6 +23,7 @@ def build_status(policy: Policy, now: float, wall: float, *, grace_ms: int,
     by_index = {gpu["index"]: gpu for gpu in gpus or []}
     snapshot = policy.snapshot(now, devices=by_index)
     status = {
+        "schema": STATUS_SCHEMA,
         "tq": snapshot.tq,
         "anti_thrash": snapshot.mode.label,
         "min_slice_ms": snapshot.min_slice_ms,

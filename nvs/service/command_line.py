@@ -48,17 +48,14 @@ LAYERED = {"tq": "tq", "anti_thrash": "mode", "min_slice_ms": "min_slice_ms",
            "mps_pipe_directory": "mps_pipe_directory"}
 
 
-def _checked(number: WholeNumber, what: str):
-    """A Typer callback: a whole number passed through its setting's check; None passes."""
+def _checked(number: WholeNumber):
+    """A Typer callback: a whole number passed through its setting's check, refused in the
+    words the config file and gemsharectl use; None passes."""
     def convert(text: Optional[str]) -> Optional[int]:
         if text is None:
             return None
         try:
-            value = int(text, 10)
-        except ValueError:
-            raise typer.BadParameter(f"{what} must be a whole number, not {text!r}") from None
-        try:
-            return number.check(value)
+            return number.from_text(text)
         except ValueError as exc:
             raise typer.BadParameter(str(exc)) from None
     return convert
@@ -99,8 +96,8 @@ def scheduler(
         help="where settings changed with gemsharectl are kept across restarts; an empty DIR "
              f"keeps them only while running (default {DEFAULT_STATE_DIR})"),
     tq: Optional[str] = typer.Option(
-        None, "--tq", metavar="SECONDS", callback=_checked(TQ, "--tq"),
-        help=f"time quantum in whole seconds, 1-86400 (default {DEFAULT_TQ})"),
+        None, "--tq", metavar="SECONDS", callback=_checked(TQ),
+        help=f"time quantum, {TQ.span} (default {DEFAULT_TQ})"),
     anti_thrash: Optional[str] = typer.Option(
         None, "--anti-thrash", metavar="|".join(MODE_LABELS), callback=_mode,
         autocompletion=modes_starting,
@@ -108,36 +105,39 @@ def scheduler(
              "whose memory fits on the GPU together hold it together, the rest take turns as "
              "with on (default on)"),
     min_slice_ms: Optional[str] = typer.Option(
-        None, "--min-slice-ms", metavar="MS", callback=_checked(MIN_SLICE_MS, "--min-slice-ms"),
+        None, "--min-slice-ms", metavar="MS", callback=_checked(MIN_SLICE_MS),
         help="how long a holder keeps the lock before a client under its share of GPU time "
-             f"may take it (default {DEFAULT_MIN_SLICE_MS})"),
+             f"may take it, {MIN_SLICE_MS.span} (default {DEFAULT_MIN_SLICE_MS})"),
     grace_ms: Optional[str] = typer.Option(
-        None, "--grace-ms", metavar="MS", callback=_checked(GRACE_MS, "--grace-ms"),
-        help="how long a holder told to drop the lock may take before it is revoked (default "
-             f"{DEFAULT_GRACE_MS})"),
+        None, "--grace-ms", metavar="MS", callback=_checked(GRACE_MS),
+        help="how long a holder told to drop the lock may take before it is revoked, "
+             f"{GRACE_MS.span} (default {DEFAULT_GRACE_MS})"),
     context_reserve_mib: Optional[str] = typer.Option(
         None, "--context-reserve-mib", metavar="MIB",
-        callback=_checked(CONTEXT_RESERVE_MIB, "--context-reserve-mib"),
+        callback=_checked(CONTEXT_RESERVE_MIB),
         help="in auto, GPU memory set aside for each holder's CUDA context besides what it "
-             f"allocated, whole MiB from 0 (default {DEFAULT_CONTEXT_RESERVE_MIB})"),
+             f"allocated, {CONTEXT_RESERVE_MIB.span} (default {DEFAULT_CONTEXT_RESERVE_MIB})"),
     capacity_mib: Optional[str] = typer.Option(
-        None, "--capacity-mib", metavar="MIB", callback=_checked(CAPACITY_MIB, "--capacity-mib"),
+        None, "--capacity-mib", metavar="MIB", callback=_checked(CAPACITY_MIB),
         help="in auto, treat each GPU as holding at most this many MiB: room kept for "
-             "programs outside gemshare (default: the GPU's whole memory)"),
+             f"programs outside gemshare, {CAPACITY_MIB.span} (default: the GPU's whole "
+             "memory)"),
     max_clients: str = typer.Option(
         str(DEFAULT_MAX_CLIENTS), "--max-clients", metavar="N", show_default=False,
-        callback=_checked(MAX_CLIENTS, "--max-clients"),
-        help=f"most registered clients at once (default {DEFAULT_MAX_CLIENTS})"),
+        callback=_checked(MAX_CLIENTS),
+        help=f"most registered clients at once, {MAX_CLIENTS.span} (default "
+             f"{DEFAULT_MAX_CLIENTS})"),
     max_clients_per_user: Optional[str] = typer.Option(
         None, "--max-clients-per-user", metavar="N",
-        callback=_checked(MAX_CLIENTS_PER_USER, "--max-clients-per-user"),
+        callback=_checked(MAX_CLIENTS_PER_USER),
         help="most clients of one user at once, so that others always find room; root is held "
-             "only to --max-clients (default: a quarter of --max-clients)"),
+             f"only to --max-clients; {MAX_CLIENTS_PER_USER.span} (default: a quarter of "
+             "--max-clients)"),
     control_group: str = typer.Option(
         DEFAULT_CONTROL_GROUP, "--control-group", metavar="NAME", show_default=False,
         callback=_group,
-        help="group whose members may change settings besides root (default "
-             f"{DEFAULT_CONTROL_GROUP})"),
+        help="group whose members may change settings besides root and the user the "
+             f"scheduler runs as (default {DEFAULT_CONTROL_GROUP})"),
     mps: bool = typer.Option(
         False, "--mps", show_default=False,
         help="run programs that may hold a GPU together (auto when they fit, and off) through "

@@ -1,4 +1,5 @@
-"""Log lines as journald wants them when stderr is its stream.
+"""Log lines as journald wants them when stderr is its stream: the one format of every
+long-running command (the scheduler's, the device plugin's).
 
 systemd sets JOURNAL_STREAM to the device and inode of the stream it connected to stderr. A
 line that starts with `<N>` (sd-daemon's convention, N a syslog priority) is stored with that
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 
 # syslog priorities: sd-daemon.h's SD_ERR, SD_WARNING, SD_INFO and SD_DEBUG.
 PRIORITIES = ((logging.ERROR, 3), (logging.WARNING, 4), (logging.INFO, 6))
@@ -47,3 +49,10 @@ def formatter(journal: bool) -> logging.Formatter:
         return JournalFormatter("%(levelname)s %(message)s")
     return logging.Formatter("%(asctime)s.%(msecs)03d %(levelname)s %(message)s",
                              "%Y-%m-%d %H:%M:%S")
+
+
+def stderr_handler() -> logging.Handler:
+    """A handler that writes to stderr in the format above, chosen for where stderr goes."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(formatter(stderr_is_journal()))
+    return handler

@@ -1,4 +1,6 @@
-"""Who may change the scheduler's settings: uid 0 and members of the control group.
+"""Who may change the scheduler's settings: uid 0, the user the scheduler runs as (its owner:
+a user who started a scheduler on a socket of their own controls it), and members of the
+control group.
 
 Membership counts the peer's primary gid and its supplementary groups as the kernel reported
 them when it connected (peer.py): what the process really has. Only where the kernel could not
@@ -12,18 +14,20 @@ import os
 import pwd
 
 
-def may_control(uid: int, gid: int, groups: tuple[int, ...] | None,
-                group: str) -> tuple[bool, str]:
-    """(allowed, why not). Blocking: the group database may live on the network."""
-    if uid == 0:
+def may_control(uid: int, gid: int, groups: tuple[int, ...] | None, group: str,
+                owner: int) -> tuple[bool, str]:
+    """(allowed, why not) for a peer of uid `uid`, to a scheduler running as uid `owner`.
+    Blocking: the group database may live on the network."""
+    if uid in (0, owner):
         return True, ""
     try:
         entry = grp.getgrnam(group)
     except KeyError:
-        return False, (f"permission denied: only root may change settings, because the control "
-                       f"group {group!r} does not exist (create it and add users to it, or run "
-                       f"as root)")
-    needs = f"permission denied: changing settings needs root or membership in group {group!r}"
+        return False, (f"permission denied: only root and the scheduler's own user (uid "
+                       f"{owner}) may change settings, because the control group {group!r} "
+                       f"does not exist (create it and add users to it, or run as root)")
+    needs = (f"permission denied: changing settings needs root, the scheduler's own user (uid "
+             f"{owner}) or membership in group {group!r}")
     if gid == entry.gr_gid:
         return True, ""
     if groups is not None:
@@ -36,6 +40,18 @@ def may_control(uid: int, gid: int, groups: tuple[int, ...] | None,
         return True, ""
     return False, (f"{needs} (uid {uid} is not a member in the group database; ask an admin "
                    f"to add you)")
+
+
+def missing_group_warning(group: str, owner: int) -> str | None:
+    """What to say at start when the control group does not exist, else None. Blocking."""
+    try:
+        grp.getgrnam(group)
+    except KeyError:
+        others = "" if owner == 0 else f" and uid {owner} (the user it runs as)"
+        return (f"the control group {group!r} does not exist: only root{others} may change "
+                f"settings; create it (groupadd {group}, then usermod -aG {group} USER) or "
+                f"name another with --control-group")
+    return None
 
 
 def _database_member(uid: int, gid: int, entry: grp.struct_group) -> bool:

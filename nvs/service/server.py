@@ -346,7 +346,8 @@ class Server:
         queued at once stay bounded whatever the client limit, and shared so that no user
         outside the control group can take them all (fair_slots.py)."""
         conn.privileged, conn.unprivileged_why = await trio.to_thread.run_sync(
-            may_control, conn.uid, conn.gid, conn.peer.groups, self.settings.control_group)
+            may_control, conn.uid, conn.gid, conn.peer.groups, self.settings.control_group,
+            os.geteuid())
         # Checked and counted (the caller sets the kind) with no wait between.
         why = fair_slots.control_refusal(self.conns.values(), conn.uid, conn.privileged,
                                          self.settings.max_control)

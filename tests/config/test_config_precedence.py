@@ -54,3 +54,12 @@ def test_the_command_line_names_the_files():
     assert (settings.config, settings.state_dir) == (Path("/etc/gemshare/gemshare.toml"),
                                                      Path("/var/lib/gemshare"))
     assert parse(["--config", ""]).config is None  # no config file at all
+
+
+def test_overridden_names_the_command_line_settings_another_layer_beats():
+    given = layers(["--tq", "10", "--min-slice-ms", "200", "--grace-ms", "500"],
+                   "tq = 45\ngrace_ms = 800\nanti_thrash = \"auto\"\n",
+                   runtime={"min_slice_ms": 100})
+    # anti_thrash was not given on the command line: a default beaten is nothing lost.
+    assert given.overridden() == ["tq", "min_slice_ms", "grace_ms"]
+    assert layers(["--tq", "10"]).overridden() == []

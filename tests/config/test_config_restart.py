@@ -80,3 +80,49 @@ def test_a_damaged_state_file_is_ignored_with_a_warning(scheduler_factory, short
     running = scheduler_factory(directory=directory)
     assert status(running)["tq"] == 30
     assert "WARNING ignoring" in running.log()
+
+
+def warnings(running) -> list[str]:
+    return [line for line in running.log().splitlines() if " WARNING " in line]
+
+
+def test_a_saved_setting_that_beats_the_command_line_is_a_warning_with_the_way_back(
+        scheduler_factory, short_tmp_dirs):
+    """make scheduler SCHEDULER_ARGS="--tq 10" after an earlier --set-tq: the 10 loses, and
+    the log says so at WARNING, naming the saved value, where it is kept and how to drop it."""
+    directory = short_tmp_dirs()
+    first = scheduler_factory(directory=directory)
+    request(first, {"op": "set", "tq": 9})
+    assert first.stop() == 0
+    second = scheduler_factory(directory=directory, tq=10, anti_thrash="auto")
+    assert status(second)["tq"] == 9
+    (line,) = [line for line in warnings(second) if "--tq 10" in line]
+    assert "overridden by tq 9, set with gemsharectl" in line
+    assert str(directory / "state" / "settings.json") in line
+    assert "gemsharectl --reset-settings" in line
+    assert not any("--anti-thrash" in line for line in warnings(second))  # not overridden
+
+
+def test_a_file_setting_that_beats_the_command_line_is_a_warning_at_start_and_reload(
+        scheduler_factory, short_tmp_dirs):
+    directory = short_tmp_dirs()
+    config = directory / "gemshare.toml"
+    config.write_text("tq = 20\n")
+    running = scheduler_factory(directory=directory, tq=10, anti_thrash="auto")
+    (line,) = [line for line in warnings(running) if "--tq 10" in line]
+    assert f"overridden by tq 20 in config ({config}:1)" in line and "remove it" in line
+    config.write_text('tq = 20\nanti_thrash = "on"\n')
+    deadline = time.monotonic() + 10
+    while not any("--anti-thrash auto" in line for line in warnings(running)):
+        assert time.monotonic() < deadline, running.log()
+        time.sleep(0.05)
+    (line,) = [line for line in warnings(running) if "--anti-thrash auto" in line]
+    assert f"overridden by anti_thrash on in config ({config}:2)" in line
+    assert status(running)["anti_thrash"] == "on"
+
+
+def test_defaults_beaten_by_the_file_are_no_warning(scheduler_factory, short_tmp_dirs):
+    directory = short_tmp_dirs()
+    (directory / "gemshare.toml").write_text("tq = 20\n")
+    running = scheduler_factory(directory=directory)  # no --tq: nothing typed was lost
+    assert not any("overridden" in line for line in warnings(running))

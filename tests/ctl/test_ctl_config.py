@@ -38,6 +38,67 @@ def test_config_check_prints_what_a_good_file_gives(ctl, tmp_path):
     assert "0.5" in rule and "16.0 GiB" in rule and " 8 " in rule  # its line
 
 
+MPS_TERMS = """\
+mps = true
+
+[[rule]]
+match = { label = "shared" }
+sm_share = 30
+
+[[rule]]
+match = { label = "trainer" }
+mps = false
+
+[[rule]]
+match = { label = "batch" }
+mps_priority = "low"
+"""
+
+
+def test_config_check_shows_the_mps_terms_in_toml_words(ctl, tmp_path):
+    path = tmp_path / "gemshare.toml"
+    path.write_text(MPS_TERMS)
+    result = ctl("config", "check", str(path))
+    assert result.returncode == 0, result.stderr
+    assert "mps = true  (line 1)" in result.stdout and "True" not in result.stdout
+    header = next(line for line in result.stdout.splitlines() if "Match" in line)
+    assert "SM share" in header and "MPS priority" in header
+    assert "Weight" not in header  # no rule gives one: no column of dashes
+
+    def row(label: str) -> list[str]:
+        line = next(line for line in result.stdout.splitlines() if f'label = "{label}"' in line)
+        return [cell.strip() for cell in line.strip("│┃ ").split("│")]
+    assert row("shared")[3:] == ["30%", "-", "-"]
+    assert row("trainer")[3:] == ["-", "false", "-"]
+    assert row("batch")[3:] == ["-", "-", "low"]
+
+
+def test_config_check_has_a_column_for_every_term_a_rule_may_give(tmp_path):
+    """Each term the file format knows, given by a rule of its own, shows in its own column:
+    a term added later cannot hide as the MPS terms once did."""
+    from rich.console import Console
+
+    from gemshare_ctl.config_view import rules_table
+    from gemshare_nvs.config import file as config_file
+    from gemshare_nvs.config.parsing import TERM_CHECKS
+    examples = {"weight": "2", "gpu_limit": "0.5", "memory_limit": '"1GiB"', "sm_share": "10",
+                "mps": "false", "mps_priority": '"low"'}
+    assert examples.keys() == TERM_CHECKS.keys()
+    path = tmp_path / "gemshare.toml"
+    path.write_text("".join(f'[[rule]]\nmatch = {{ label = "{key}" }}\n{key} = {value}\n'
+                            for key, value in examples.items()))
+    table = rules_table(config_file.read(path))
+    assert len(table.columns) == 3 + len(TERM_CHECKS)
+    console = Console(width=300, record=True)
+    console.print(table)
+    lines = console.export_text().splitlines()
+    for number, key in enumerate(TERM_CHECKS):
+        row = next(line for line in lines if f'label = "{key}"' in line)
+        cells = [cell.strip() for cell in row.strip("│ ").split("│")][3:]
+        given = [index for index, cell in enumerate(cells) if cell != "-"]
+        assert given == [number], (key, cells)
+
+
 def test_config_check_warns_of_a_rule_that_can_never_match_but_passes_the_file(ctl, tmp_path):
     path = tmp_path / "gemshare.toml"
     path.write_text(GOOD + '\n[[rule]]\nmatch = { process = "trainer-big" }\nweight = 4\n')

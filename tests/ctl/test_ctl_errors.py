@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import pty
 import signal
+import subprocess
+import sys
 
 import pytest
 
@@ -82,9 +85,56 @@ def test_socket_path_too_long_for_unix_sockets(ctl):
     assert_clean_failure(result, ExitCode.INVALID, "at most 107", "--socket")
 
 
-def test_nothing_to_do_is_a_usage_error(ctl):
+def test_bare_gemsharectl_shows_its_help(ctl):
     result = ctl()
+    assert result.returncode == ExitCode.INVALID  # as click has it for a bare group
+    assert "Usage: gemsharectl" in result.stdout and "--reset-settings" in result.stdout
+    assert result.stderr == ""
+
+
+def test_nothing_to_do_names_every_setting(ctl):
+    result = ctl("--timeout", "5")
     assert_clean_failure(result, ExitCode.INVALID, "nothing to do")
+    for option in ("--tq", "--anti-thrash", "--min-slice-ms", "--reset-settings"):
+        assert option in result.stderr
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--set-tq", "0"], "tq must be a whole number of seconds from 1 to 86400, not 0"),
+    (["status", "--bogus"], "No such option: --bogus"),
+    (["--anti-thrash", "sometimes"], "anti_thrash must be one of on, off, auto"),
+])
+def test_errors_into_a_pipe_are_one_plain_line(ctl, tmp_path, args, words):
+    result = ctl("--socket", str(tmp_path / "none.sock"), *args, env={"COLUMNS": "40"})
+    assert result.returncode == ExitCode.INVALID
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith("gemsharectl: ")
+    assert words in result.stderr and "╭" not in result.stderr and "\x1b" not in result.stderr
+
+
+def test_errors_on_a_terminal_keep_typers_box():
+    main, terminal = pty.openpty()
+    try:
+        process = subprocess.run([sys.executable, "-m", "gemshare_ctl", "--set-tq", "0"],
+                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                 stderr=terminal, timeout=60, env={**os.environ, "COLUMNS": "100"})
+        os.close(terminal)
+        terminal = -1
+        shown = b""
+        while chunk := _read_or_end(main):
+            shown += chunk
+    finally:
+        os.close(main)
+        if terminal >= 0:
+            os.close(terminal)
+    assert process.returncode == ExitCode.INVALID
+    assert "╭" in shown.decode() and "86400" in shown.decode()
+
+
+def _read_or_end(fd: int) -> bytes:
+    try:
+        return os.read(fd, 65536)
+    except OSError:  # EIO once the other end is closed
+        return b""
 
 
 def test_unprivileged_user_may_read_but_not_set(ctl, scheduler, ctl_as_nobody):
@@ -105,3 +155,32 @@ def test_socket_the_user_may_not_open_is_a_permission_error(scheduler, ctl_as_no
     assert status == ExitCode.PERMISSION, output
     assert "permission denied" in output and str(scheduler.socket) in output
     assert "Traceback" not in output
+
+
+def test_socket_mode_0600_of_another_user_is_a_permission_error_naming_write(scheduler,
+                                                                            ctl_as_nobody):
+    scheduler.socket.chmod(0o600)
+    status, output = ctl_as_nobody("--socket", str(scheduler.socket), "status")
+    assert status == ExitCode.PERMISSION, output
+    assert "permission denied" in output and "write (w) permission" in output
+    assert "mode 0600, owner root" in output and "not readable" not in output
+
+
+def test_a_socket_is_written_to_not_read(scheduler, ctl_as_nobody):
+    scheduler.socket.chmod(0o622)  # others may write but not read: enough to connect
+    status, output = ctl_as_nobody("--socket", str(scheduler.socket), "status", "--json")
+    assert status == ExitCode.OK, output
+    assert json.loads(output)["tq"] == 30
+
+
+def test_a_directory_that_may_not_be_searched_is_named(scheduler, ctl_as_nobody):
+    scheduler.socket.parent.chmod(0o700)
+    status, output = ctl_as_nobody("--socket", str(scheduler.socket), "status")
+    assert status == ExitCode.PERMISSION, output
+    assert f"may not search the directory {scheduler.socket.parent}" in output
+
+
+def test_a_path_that_is_no_socket_says_what_it_is(ctl, tmp_path):
+    (tmp_path / "plain").write_text("")
+    result = ctl("--socket", str(tmp_path / "plain"), "status")
+    assert_clean_failure(result, ExitCode.UNREACHABLE, "is a regular file, not a socket")

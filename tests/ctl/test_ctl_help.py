@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
+import pytest
+
 from gemshare_ctl.errors import ExitCode
 
 
@@ -26,3 +32,30 @@ def test_status_help_documents_json_and_columns(ctl):
 def test_version(ctl):
     result = ctl("--version")
     assert result.returncode == 0 and result.stdout.startswith("gemsharectl "), result
+
+
+# Every command's help, as a user reaches it.
+HELPS = [["gemsharectl", "--help"], *(["gemsharectl", *command, "--help"] for command in (
+    ["status"], ["top"], ["client"], ["config"], ["config", "check"], ["config", "reload"],
+    ["library-path"])), ["gemshare-scheduler", "--help"], ["gemshare-device-plugin", "--help"]]
+PROGRAMS = {"gemsharectl": "gemshare_ctl", "gemshare-scheduler": "gemshare_nvs.daemon",
+            "gemshare-device-plugin": "gemshare_plugin"}
+
+
+@pytest.mark.parametrize("command", HELPS, ids=" ".join)
+def test_flags_are_plain_flags_in_help(command):
+    """Typer's releases have shown flags as values (`--json <bool>`) or unset options with
+    `[default: None]`; in the releases pyproject.toml allows, neither shows."""
+    program, *args = command
+    result = subprocess.run([sys.executable, "-m", PROGRAMS[program], *args], text=True,
+                            capture_output=True, timeout=60, stdin=subprocess.DEVNULL,
+                            env={**os.environ, "COLUMNS": "200"})
+    assert result.returncode == 0, result.stderr
+    for wrong in ("<bool>", "BOOLEAN", "[default: None]", "default: False"):
+        assert wrong not in result.stdout, (wrong, result.stdout)
+
+
+def test_settings_options_are_named_as_the_schedulers_and_keep_their_old_names(ctl):
+    help_text = ctl("--help").stdout
+    for name in ("--tq", "--set-tq", "--anti-thrash", "--min-slice-ms", "--set-min-slice-ms"):
+        assert name in help_text, name

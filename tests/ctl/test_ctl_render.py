@@ -116,3 +116,15 @@ def test_a_client_on_several_gpus_shows_them_beside_its_state():
     assert "holding 0, 1" in next(line for line in out.splitlines() if "two-gpus" in line)
     waiting = next(line for line in out.splitlines() if "one-gpu" in line)
     assert "waiting" in waiting and "waiting 1" not in waiting  # its own device: said already
+
+
+def test_a_clients_label_shows_in_the_clients_table():
+    out = draw({"tq": 30, "anti_thrash": "on", "clients": [
+        {"id": 1, "pid": 7, "name": "python3", "label": "notebook", "state": "idle"},
+        {"id": 2, "pid": 8, "name": "python3", "label": "", "state": "idle"}]})
+    header = next(line for line in out.splitlines() if "Name" in line)
+    assert "Label" in header
+    assert "notebook" in next(line for line in out.splitlines() if " 7 " in line)
+    unlabelled = draw({"tq": 30, "anti_thrash": "on", "clients": [
+        {"id": 2, "pid": 8, "name": "python3", "label": "", "state": "idle"}]})
+    assert "Label" not in unlabelled  # no column of dashes

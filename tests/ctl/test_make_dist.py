@@ -1,7 +1,8 @@
-"""`make dist`: a wheel per architecture, tagged manylinux_2_17, each carrying its libnvs.so;
-auditwheel agrees with the tags, and pip installs a wheel with the three commands and a
-`gemsharectl library-path` that gives the library it carries, which a CUDA program then runs
-with."""
+"""`make dist`: a wheel per architecture, tagged manylinux_2_17 and marked platform-specific,
+each carrying its libnvs.so without debug information (its debug file beside it, one build ID
+for both); an sdist from which a wheel with a library is built; auditwheel agrees with the tags,
+and pip installs a wheel with the three commands and a `gemsharectl library-path` that gives the
+library it carries, which a CUDA program then runs with."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import re
 import subprocess
 import sys
 import sysconfig
+import tarfile
 import zipfile
 from importlib import metadata
 from pathlib import Path
@@ -18,6 +20,7 @@ from pathlib import Path
 import pytest
 from ctl_helpers import REPO, make_variables, skip_if_pypi_unreachable
 from elf_versions import MACHINES, machine, newer_than
+from elftools.elf.elffile import ELFFile
 
 ARCHITECTURES = sorted(MACHINES)
 TAG = "py3-none-manylinux_2_17_{}"
@@ -47,12 +50,47 @@ def wheel_text(wheel: Path, name: str) -> str:
         return archive.read(f"gemshare-{VERSION}.dist-info/{name}").decode()
 
 
-def test_one_wheel_per_architecture_and_nothing_else(wheels):
+def debug_file(wheel: Path, arch: str) -> Path:
+    return wheel.parent / f"libnvs-{VERSION}-{arch}.so.debug"
+
+
+def sdist(wheels: dict[str, Path]) -> Path:
+    return next(iter(wheels.values())).parent / f"gemshare-{VERSION}.tar.gz"
+
+
+def test_one_wheel_and_debug_file_per_architecture_an_sdist_and_nothing_else(wheels):
     folder = next(iter(wheels.values())).parent
-    assert sorted(folder.iterdir()) == sorted(wheels.values())
+    expected = [*wheels.values(), *(debug_file(w, a) for a, w in wheels.items()), sdist(wheels)]
+    assert sorted(folder.iterdir()) == sorted(expected)
     for arch, wheel in wheels.items():
         tags = re.findall(r"^Tag: (.+)$", wheel_text(wheel, "WHEEL"), re.M)
         assert tags == [TAG.format(arch)]
+        # It carries a compiled library: installers must not take it for pure Python.
+        assert "Root-Is-Purelib: false" in wheel_text(wheel, "WHEEL")
+
+
+def test_the_metadata_names_the_project_its_extra_and_its_classifiers(wheels):
+    meta = wheel_text(next(iter(wheels.values())), "METADATA")
+    assert re.search(r"^Project-URL: Source, https://", meta, re.M)
+    assert "Classifier: Operating System :: POSIX :: Linux" in meta
+    assert "Provides-Extra: kubernetes" in meta
+    grpc = re.findall(r"^Requires-Dist: grpcio.*$", meta, re.M)
+    assert grpc and all('extra == "kubernetes"' in line or 'extra == "test"' in line
+                        for line in grpc), grpc
+
+
+def build_id(path: Path) -> str:
+    with path.open("rb") as stream:
+        for section in ELFFile(stream).iter_sections():
+            if section.name == ".note.gnu.build-id":
+                (note,) = section.iter_notes()
+                return note["n_desc"]
+    raise AssertionError(f"{path} has no build ID")
+
+
+def debug_sections(path: Path) -> list[str]:
+    with path.open("rb") as stream:
+        return [s.name for s in ELFFile(stream).iter_sections() if s.name.startswith(".debug")]
 
 
 def test_each_wheel_carries_its_architectures_portable_library(wheels, tmp_path):
@@ -61,7 +99,12 @@ def test_each_wheel_carries_its_architectures_portable_library(wheels, tmp_path)
             library = Path(archive.extract(PACKAGED_LIBRARY, tmp_path / arch))
         assert machine(library) == arch
         assert newer_than(library, "2.17") == {}
-        assert library.read_bytes() == (BUILD / arch / "libnvs.so").read_bytes()
+        assert library.read_bytes() == (BUILD / arch / "ship" / "libnvs.so").read_bytes()
+        # Stripped, and its debug file is the one with its build ID and the debug information.
+        debug = debug_file(wheel, arch)
+        assert debug_sections(library) == [] and ".debug_info" in debug_sections(debug)
+        assert build_id(library) == build_id(debug)
+        assert library.stat().st_size < debug.stat().st_size / 2
         scripts = wheel_text(wheel, "entry_points.txt")
         assert all(f"{command} = " in scripts for command in COMMANDS), scripts
 
@@ -124,3 +167,31 @@ def test_library_path_is_the_wheels_library_and_a_program_runs_with_it(installed
                          capture_output=True, text=True, timeout=60, env=env)
     assert ran.returncode == 0, ran.stdout + ran.stderr
     assert "is_managed=1" in ran.stdout  # converted to Unified Memory: the library is at work
+
+
+def test_the_sdist_holds_what_builds_everything(wheels):
+    with tarfile.open(sdist(wheels)) as archive:
+        names = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
+    for needed in ("setup.py", "pyproject.toml", "Makefile", "ship.mk", "libnvs/build.mk",
+                   "libnvs/entry/hooks.c", "libnvs/wire/gemshare_protocol.h",
+                   "systemd/gemshare-scheduler.service", "docs/protocol.md", "LICENSE",
+                   "CHANGELOG.md", "nvs/daemon.py", "ctl/app.py", "plugin/cli.py"):
+        assert needed in names, needed
+    assert not [name for name in names if name.endswith(".so")]  # sources only
+
+
+def test_a_wheel_built_from_the_sdist_carries_a_library_it_built(wheels, tmp_path):
+    """As pip does for `pip install gemshare-VERSION.tar.gz`; PORTABLE=0 builds it with cc (the
+    portable build's Zig comes from PyPI, as make's does)."""
+    out = tmp_path / "from-sdist"
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
+                            "--disable-pip-version-check", "-w", str(out), str(sdist(wheels))],
+                           capture_output=True, text=True, timeout=TIMEOUT,
+                           env={**os.environ, "PORTABLE": "0"}, stdin=subprocess.DEVNULL)
+    skip_if_pypi_unreachable(built, "pip wheel of the sdist")
+    assert built.returncode == 0, built.stdout + built.stderr
+    (wheel,) = out.glob("*.whl")
+    assert "Root-Is-Purelib: false" in wheel_text(wheel, "WHEEL")
+    with zipfile.ZipFile(wheel) as archive:
+        library = Path(archive.extract(PACKAGED_LIBRARY, tmp_path / "lib"))
+    assert machine(library) == platform.machine() and debug_sections(library) == []

@@ -51,6 +51,15 @@ def test_expected_files_are_in_place(staged):
     usr = staged / "usr"
     # Where the device plugin and the image have it; the package links to it.
     assert (usr / "lib/gemshare/libnvs.so").read_bytes()[:4] == b"\x7fELF"
+    # Stripped, its debug file where gdb looks by build ID (/usr/lib/debug for PREFIX=/usr).
+    build = Path(make_variables()[0].split("=", 1)[1])
+    shipped = build / "ship" / "libnvs.so"
+    assert (usr / "lib/gemshare/libnvs.so").read_bytes() == shipped.read_bytes()
+    build_id = (build / "ship" / "libnvs.so.build-id").read_text().strip()
+    debug = usr / "lib/debug/.build-id" / build_id[:2] / f"{build_id[2:]}.debug"
+    assert debug.read_bytes() == (build / "ship" / "libnvs.so.debug").read_bytes()
+    # The device plugin's gRPC comes with it: the kubernetes extra.
+    assert (usr / "lib/gemshare/python/grpc").is_dir()
     assert os.readlink(usr / "lib/gemshare/python/gemshare_nvs/libnvs.so") == "../../libnvs.so"
     for name in ("gemshare-scheduler", "gemsharectl"):
         launcher = usr / "bin" / name
@@ -99,7 +108,7 @@ def test_installed_pages_link_only_to_installed_files(staged):
 
 
 @pytest.mark.parametrize("name, options", [("metrics.conf.example", "--metrics 127.0.0.1:9410"),
-                                           ("mps.conf.example", "--mps")])
+                                           ("mps.conf.example", "--anti-thrash auto --mps")])
 def test_the_drop_ins_are_installed_pointing_at_the_installed_scheduler(staged, name, options):
     drop_in = (staged / "usr/share/doc/gemshare" / name).read_text()
     assert f"\nExecStart=/usr/bin/gemshare-scheduler {options}\n" in drop_in

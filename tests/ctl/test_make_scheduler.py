@@ -48,3 +48,17 @@ def test_make_scheduler_runs_in_the_foreground_and_prints_the_socket(ctl):
             os.killpg(make.pid, signal.SIGKILL)
             make.wait()
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_make_scheduler_installs_the_package_without_test_tools(tmp_path):
+    """What make scheduler would run for a fresh virtualenv (make -n: nothing is run)."""
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    planned = subprocess.run(["make", "-n", "-C", str(REPO), "scheduler",
+                              f"VENV={tmp_path / 'venv'}", f"BUILD={tmp_path / 'build'}"],
+                             capture_output=True, text=True, timeout=60,
+                             stdin=subprocess.DEVNULL)
+    assert planned.returncode == 0, planned.stderr
+    installs = [line for line in planned.stdout.splitlines() if "pip install" in line]
+    assert any(line.rstrip().endswith("-e .") for line in installs), installs
+    assert not any("[test]" in line for line in installs), installs

@@ -11,6 +11,15 @@ from ctl_helpers import REPO
 
 from gemshare_ctl.app import app
 from gemshare_nvs.config import file as config_file
+from gemshare_nvs.core.policy import Policy
+from gemshare_nvs.observe.metrics import (
+    FIXED_SERIES,
+    PER_CLIENT_FAMILIES,
+    PER_DEVICE_SERIES,
+    registry_for,
+)
+from gemshare_nvs.observe.mps_metrics import MPS_SERIES
+from gemshare_nvs.protocol import Mode
 from gemshare_nvs.service.command_line import option_names
 
 README = (REPO / "README.md").read_text()
@@ -85,3 +94,19 @@ def test_the_comparisons_figures_are_the_benchmarks():
     missing = sorted(n for n in numbers
                      if not re.search(rf"(?<![\d.]){re.escape(n)}(?![\d])", benchmarks))
     assert missing == [], f"figures not in docs/benchmarks.md: {missing}"
+
+
+def test_the_metrics_table_names_every_family_and_the_bound_its_counts():
+    policy = Policy(tq=30, mode=Mode.ON, grace_s=10, max_clients=8)
+    registry = registry_for(policy, lambda: 0.0,
+                            lambda: {"enabled": True, "running": True, "restarts": 0})
+    families = {family.name + ("_total" if family.type == "counter" else "")
+                for family in registry.collect()}
+    assert "gemshare_mps_up" in families
+    table = README.split("| metric | type |", 1)[1].split("\n\n", 1)[0]
+    documented_families = set(re.findall(r"^\| `(gemshare_\w+)`", table, re.M))
+    assert documented_families == families
+    bound = re.search(r"bounded: (\d+) of its own \((\d+) with `--mps`\), (\d+) per GPU, and at "
+                      r"most (\d+) per GPU", README)
+    assert bound and tuple(map(int, bound.groups())) == (
+        FIXED_SERIES, FIXED_SERIES + MPS_SERIES, PER_DEVICE_SERIES, PER_CLIENT_FAMILIES)

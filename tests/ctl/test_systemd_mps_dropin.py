@@ -15,6 +15,7 @@ from test_systemd_units import (
     security_review,
 )
 
+from gemshare_nvs.protocol import Mode
 from gemshare_nvs.service.command_line import parse
 
 DROP_IN = UNITS / "gemshare-scheduler.service.d" / "mps.conf.example"
@@ -34,6 +35,8 @@ def test_the_drop_in_runs_the_scheduler_with_mps_as_root():
     program, *options = commands[-1].split()
     assert program == read_unit(SERVICE)["Service"]["ExecStart"].split()[0]
     assert "--mps" in options and parse(options).mps
+    # In `on` nobody would go through MPS.
+    assert parse(options).mode == Mode.AUTO and "anti_thrash" in parse(options).given
     assert (only("DynamicUser"), only("User")) == ("no", "root")
 
 

@@ -72,17 +72,17 @@ def test_it_builds_libnvs_with_the_projects_own_rules_in_a_stage_of_its_own():
     stages = [rest for word, rest in instructions() if word == "FROM"]
     assert len(stages) >= 3 and any(s.endswith("AS libnvs") for s in stages)
     runs = " ".join(rest for word, rest in instructions() if word == "RUN")
-    assert "make -f libnvs/build.mk" in runs
+    assert "make -f libnvs/build.mk -f ship.mk" in runs and " ship-lib " in runs
     assert (REPO / "libnvs" / "build.mk").is_file()
     library = [dest for sources, dest, staged in copies() if staged
                and any(s.endswith("libnvs.so") for s in sources)]
-    assert library == ["/usr/local/lib/gemshare/libnvs.so"]
+    assert library == ["nvs/libnvs.so", "/usr/local/lib/gemshare/libnvs.so"]
 
 
 def test_the_package_in_the_image_links_to_its_library():
     """So that `gemsharectl library-path` in the image prints the library, as after make install."""
     runs = [rest for word, rest in final_stage() if word == "RUN"]
-    assert any(run.startswith("ln -s /usr/local/lib/gemshare/libnvs.so ")
+    assert any(run.startswith("ln -sf /usr/local/lib/gemshare/libnvs.so ")
                and "gemshare_nvs.__file__" in run and run.endswith('/libnvs.so"')
                for run in runs), runs
 
@@ -148,3 +148,63 @@ def test_node_commands_install_the_library_and_hand_over_the_directories(
         if directories:
             info = (root / directory).stat()
             assert stat.S_IMODE(info.st_mode) == 0o755 and info.st_uid == os.getuid()
+
+
+def pins() -> dict[str, str]:
+    found = {}
+    for line in (DEPLOY / "constraints.txt").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, version = line.split("==")
+            found[canonical(name)] = version.strip()
+    return found
+
+
+def canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def test_the_image_installs_the_kubernetes_extra_with_its_pins():
+    runs = [rest for word, rest in instructions() if word == "RUN" and "pip install" in rest]
+    assert any("-c deploy/constraints.txt" in run and '".[kubernetes]"' in run for run in runs)
+    assert ["deploy/constraints.txt"] in [sources for sources, _, staged in copies()]
+
+
+def test_every_pin_is_within_pyprojects_ranges():
+    from packaging.requirements import Requirement
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    given = pins()
+    for text in (*project["dependencies"], *project["optional-dependencies"]["kubernetes"]):
+        requirement = Requirement(text)
+        if requirement.marker is not None and \
+                not requirement.marker.evaluate({"python_version": "3.12"}):
+            continue  # not installed on the image's Python
+        version = given.get(canonical(requirement.name))
+        assert version is not None, f"{requirement.name} is not pinned"
+        assert requirement.specifier.contains(version), (requirement, version)
+
+
+def test_everything_the_image_installs_is_pinned():
+    """Every distribution gemshare[kubernetes] brings, at any depth, as this environment's
+    metadata names them, for the image's Python."""
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+    environment = {"python_version": "3.12", "python_full_version": "3.12.0",
+                   "sys_platform": "linux", "platform_system": "Linux", "extra": ""}
+    wanted = [Requirement("gemshare[kubernetes]")]
+    seen: set[str] = set()
+    while wanted:
+        requirement = wanted.pop()
+        name = canonical(requirement.name)
+        if name in seen:
+            continue
+        seen.add(name)
+        for text in metadata.requires(requirement.name) or []:
+            inner = Requirement(text)
+            if inner.marker is None or any(
+                    inner.marker.evaluate({**environment, "extra": extra})
+                    for extra in ("", *requirement.extras)):
+                wanted.append(inner)
+    seen.discard("gemshare")
+    assert "grpcio" in seen and "typer" in seen
+    assert sorted(seen - set(pins())) == []

@@ -13,6 +13,9 @@ from deploy_files import KUBECTL, MPS_OVERLAY, REPO, parse_yaml, pod_templates, 
 from test_kubernetes_manifests import container, host_mount, volumes_of
 from test_kubernetes_policies import OLDEST_RELEASE
 
+from gemshare_nvs.config import file as config_file
+from gemshare_nvs.config.layers import Layers, command_line_layer
+from gemshare_nvs.protocol import Mode
 from gemshare_nvs.service.command_line import parse
 from gemshare_nvs.service.mps import MpsControl
 from gemshare_plugin import cli as plugin_cli
@@ -64,10 +67,27 @@ def test_the_overlay_changes_only_what_mps_needs(rendered, rendered_mps):
         ("DaemonSet/gemshare-device-plugin", "spec", "template", "spec", "containers",
          "device-plugin", "args"),
     }
-    for pod_name, name in ((SCHEDULER, "scheduler"), (PLUGIN, "device-plugin")):
+    for pod_name, name, added in ((SCHEDULER, "scheduler", ["--anti-thrash", "auto", "--mps"]),
+                                  (PLUGIN, "device-plugin", ["--mps"])):
         before = container(pod_templates(rendered)[pod_name], name)["args"]
         after = container(pod_templates(rendered_mps)[pod_name], name)["args"]
-        assert after == [*before, "--mps"]  # one option more, at the end
+        assert after == [*before, *added]  # options added at the end
+
+
+def mode_in_force(objects: list, tmp_path: Path) -> Mode:
+    """The scheduler's mode as it starts: its command line with the ConfigMap's file over it,
+    layered as the scheduler layers them."""
+    settings = parse(container(pod_templates(objects)[SCHEDULER], "scheduler")["args"])
+    (config_map,) = [obj for obj in objects if obj["kind"] == "ConfigMap"]
+    path = tmp_path / settings.config.name
+    path.write_text(config_map["data"][settings.config.name])
+    return Layers(command_line_layer(settings), config_file.read(path)).value("anti_thrash")
+
+
+def test_the_overlays_scheduler_runs_in_auto_so_programs_can_go_through_mps(
+        rendered, rendered_mps, tmp_path):
+    assert mode_in_force(rendered_mps, tmp_path) == Mode.AUTO
+    assert mode_in_force(rendered, tmp_path) == Mode.ON  # the base keeps the default
 
 
 def test_the_plugin_mounts_the_pipe_directory_the_scheduler_makes(rendered_mps):

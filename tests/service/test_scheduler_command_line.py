@@ -2,7 +2,10 @@
 
 import pytest
 
+from gemshare_ctl import options
 from gemshare_nvs import protocol as p
+from gemshare_nvs.config import settings
+from gemshare_nvs.config.settings import MIN_SLICE_MS, TQ
 from gemshare_nvs.service import command_line
 
 
@@ -10,18 +13,18 @@ from gemshare_nvs.service import command_line
     (["--tq", "0"], "from 1 to 86400"),
     (["--tq", "-3"], "from 1 to 86400"),
     (["--tq", "86401"], "from 1 to 86400"),
-    (["--tq", "abc"], "--tq must be a whole number"),
-    (["--tq", "1.5"], "--tq must be a whole number"),
+    (["--tq", "abc"], "tq must be a whole number of seconds from 1 to 86400, not 'abc'"),
+    (["--tq", "1.5"], "tq must be a whole number of seconds from 1 to 86400, not '1.5'"),
     (["--anti-thrash", "maybe"], "must be one of on, off, auto, not 'maybe'"),
     (["--grace-ms", "0"], "grace must be"),
     (["--max-clients", "0"], "max clients must be"),
     (["--max-clients-per-user", "0"], "max clients per user must be"),
-    (["--max-clients-per-user", "x"], "--max-clients-per-user must be a whole number"),
+    (["--max-clients-per-user", "x"], "max clients per user must be a whole number from 1"),
     (["--context-reserve-mib", "-1"], "context reserve must be a whole number of MiB from 0"),
     (["--context-reserve-mib", "1048577"], "from 0 to 1048576"),
-    (["--context-reserve-mib", "0.5"], "--context-reserve-mib must be a whole number"),
+    (["--context-reserve-mib", "0.5"], "context reserve must be a whole number of MiB"),
     (["--capacity-mib", "0"], "capacity must be a whole number of MiB from 1 to 1048576"),
-    (["--capacity-mib", "2GiB"], "--capacity-mib must be a whole number"),
+    (["--capacity-mib", "2GiB"], "capacity must be a whole number of MiB from 1 to 1048576"),
     (["--control-group", " "], "--control-group must name a group"),
     (["--metrics"], "'--metrics' requires an argument"),
     (["--bogus"], "No such option: --bogus"),
@@ -36,8 +39,32 @@ def test_bad_option_is_refused_with_a_message(short_tmp_dirs, run_scheduler, arg
 
 
 def test_a_refused_value_is_named_with_its_option(short_tmp_dirs, run_scheduler):
-    result = run_scheduler("--socket", str(short_tmp_dirs() / "never.sock"), "--tq", "abc")
-    assert "Invalid value for '--tq': --tq must be a whole number, not 'abc'" in result.stderr
+    result = run_scheduler("--socket", str(short_tmp_dirs() / "never.sock"), "--tq", "1.5")
+    assert ("Invalid value for '--tq': tq must be a whole number of seconds from 1 to 86400, "
+            "not '1.5'") in result.stderr
+
+
+def test_the_scheduler_and_gemsharectl_refuse_a_value_in_the_same_words(short_tmp_dirs,
+                                                                         run_scheduler):
+    """docs/config.md promises one wording wherever a value is given."""
+    for number, option, value in ((TQ, "--tq", "1.5"), (MIN_SLICE_MS, "--min-slice-ms", "-1")):
+        result = run_scheduler("--socket", str(short_tmp_dirs() / "never.sock"), option, value)
+        with pytest.raises(Exception) as refused:
+            options.whole(number, "")(value)
+        words = str(refused.value.message).split(" (for example")[0]
+        assert words in result.stderr
+
+
+@pytest.mark.parametrize("option, number", [
+    ("--tq", "TQ"), ("--min-slice-ms", "MIN_SLICE_MS"), ("--grace-ms", "GRACE_MS"),
+    ("--context-reserve-mib", "CONTEXT_RESERVE_MIB"), ("--capacity-mib", "CAPACITY_MIB"),
+    ("--max-clients", "MAX_CLIENTS"), ("--max-clients-per-user", "MAX_CLIENTS_PER_USER")])
+def test_help_gives_each_numbers_range(run_scheduler, option, number):
+    span = getattr(settings, number).span
+    help_text = run_scheduler("--help").stdout
+    # The option's entry: its line and the lines that carry on its text, words rejoined.
+    entry = help_text.split(f"\n  {option} ", 1)[1].split("\n  --", 1)[0]
+    assert span in " ".join(entry.split()), entry
 
 
 @pytest.mark.parametrize("flag", ["--help", "-h"])

@@ -1,0 +1,61 @@
+"""What pyproject.toml cannot say: a wheel carries libnvs.so, so it is platform-specific, and a
+wheel built from the sdist builds that library first.
+
+`make dist` puts the library in nvs/ before it builds each wheel (--plat-name gives the
+platform); a wheel built from the sdist (pip install gemshare-VERSION.tar.gz) has none there, and
+runs `make -f libnvs/build.mk -f ship.mk ship-lib`, which needs make and, for the portable build,
+Zig from PyPI (PORTABLE=0 in the environment builds with cc for this machine's glibc instead).
+An editable install (pip install -e .) builds nothing: a source tree's library is build/'s.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from setuptools import Distribution, setup
+from setuptools.command.bdist_wheel import bdist_wheel
+from setuptools.command.build_py import build_py
+
+LIBRARY = Path("nvs") / "libnvs.so"
+PACKAGED = Path("gemshare_nvs") / "libnvs.so"
+
+
+class BuildWithLibrary(build_py):
+    """The package, with the library made here when the tree does not hold one already."""
+
+    def run(self) -> None:
+        super().run()
+        if self.editable_mode or LIBRARY.exists():
+            return  # package data carries the one make dist placed
+        with tempfile.TemporaryDirectory(prefix="gemshare-lib-") as build:
+            subprocess.run(["make", "-f", "libnvs/build.mk", "-f", "ship.mk", f"BUILD={build}",
+                            f"PYTHON={sys.executable}", "ship-lib"], check=True)
+            target = Path(self.build_lib) / PACKAGED
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(Path(build) / "ship" / "libnvs.so", target)
+            os.chmod(target, 0o755)
+
+
+class WithLibrary(Distribution):
+    """Not pure: the package holds a compiled library, so it goes where compiled code goes
+    (platlib: the wheel's root, `Root-Is-Purelib: false`), as auditwheel wants it."""
+
+    def has_ext_modules(self) -> bool:
+        return True
+
+
+class PlatformWheel(bdist_wheel):
+    """No Python extension, though: no Python loads the library, so the tag stays
+    py3-none-PLATFORM, for any Python 3 of the platform."""
+
+    def get_tag(self) -> tuple[str, str, str]:
+        _, _, platform = super().get_tag()
+        return "py3", "none", platform
+
+
+setup(distclass=WithLibrary, cmdclass={"build_py": BuildWithLibrary, "bdist_wheel": PlatformWheel})
