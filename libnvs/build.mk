@@ -30,8 +30,8 @@ ZIG := $(ZIG_DIR)/ziglang/zig
 zig_cc = $(ZIG) cc -target $(1)-linux-gnu.$(or $(2),$(GLIBC_FLOOR)) -fno-sanitize=undefined
 
 # One folder per part (libnvs/README.md); includes name the folder: #include "base/log.h".
-# cuda_api_check.c is a compile-time proof, never part of the library.
-LIBNVS_SRC := $(filter-out libnvs/cuda/cuda_api_check.c,$(wildcard libnvs/*/*.c))
+# cuda_api_check.c and nvml_api_check.c are compile-time proofs, never part of the library.
+LIBNVS_SRC := $(filter-out %_api_check.c,$(wildcard libnvs/*/*.c))
 LIBNVS_DEPS := $(LIBNVS_SRC) $(wildcard libnvs/*/*.h libnvs/*/*.def) libnvs/build.mk
 LIBNVS_CFLAGS := -std=gnu11 -O2 -g -fPIC -fvisibility=hidden -Wall -Wextra -Werror -pthread \
                  -Ilibnvs
