@@ -175,11 +175,14 @@ class ScriptedScheduler:
             with self._changed:
                 self._connections[pid] = connection
             time.sleep(self.registration_delay)
-            if self.memory_limit is not None:
-                connection.sendall(p.encode(p.Limits(self.memory_limit, self.budget_used)))
-            if self.mps is not None:
-                connection.sendall(p.encode(self.mps))
-            connection.sendall(p.encode(p.Registered(pid, p.Mode.ON, TQ_SECONDS)))
+            answer = [p.Limits(self.memory_limit, self.budget_used)] \
+                if self.memory_limit is not None else []
+            answer += [self.mps] if self.mps is not None else []
+            try:
+                connection.sendall(b"".join(map(p.encode, [*answer, p.Registered(
+                    pid, p.Mode.ON, TQ_SECONDS)])))
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the client gave up waiting and left
         with self._changed:
             self._received.append((arrived, pid, message))
             self._changed.notify_all()
