@@ -12,7 +12,7 @@
 #define NVML_NO_UNVERSIONED_FUNC_DEFS
 #include <nvml.h>
 
-#define GS_SAME_TYPE(a, b, what) _Static_assert(__builtin_types_compatible_p(a, b), what);
+#include "base/api_check.h"
 
 #define GS_CONSTANTS(X)                                                                          \
     X(NVML_SUCCESS) X(NVML_ERROR_UNINITIALIZED) X(NVML_ERROR_INVALID_ARGUMENT)                   \
@@ -84,16 +84,9 @@ void gs_nvml_api_check(void)
 #define GS_CHECK_CONSTANT(C)                                                                     \
     _Static_assert((long long)C == (long long)nvmlh_##C, #C " differs from nvml.h");
     GS_CONSTANTS(GS_CHECK_CONSTANT)
-#define GS_CHECK_STRUCT(T)                                                                       \
-    _Static_assert(sizeof(T) == sizeof(nvmlh_##T), #T ": size differs from nvml.h");             \
-    _Static_assert(_Alignof(T) == _Alignof(nvmlh_##T), #T ": alignment differs from nvml.h");
+#define GS_CHECK_STRUCT(T) GS_API_CHECK_STRUCT(nvmlh_, T, "nvml.h")
     GS_STRUCTS(GS_CHECK_STRUCT)
-#define GS_CHECK_FIELD_LAYOUT(T, f)                                                              \
-    _Static_assert(offsetof(T, f) == offsetof(nvmlh_##T, f), #T "." #f ": offset differs");      \
-    _Static_assert(sizeof(((T *)0)->f) == sizeof(((nvmlh_##T *)0)->f), #T "." #f ": size differs");
-#define GS_CHECK_FIELD(T, f)                                                                     \
-    GS_CHECK_FIELD_LAYOUT(T, f)                                                                  \
-    GS_SAME_TYPE(__typeof__(((T *)0)->f), __typeof__(((nvmlh_##T *)0)->f),                      \
-                 #T "." #f ": type differs")
+#define GS_CHECK_FIELD_LAYOUT(T, f) GS_API_CHECK_FIELD_LAYOUT(nvmlh_, T, f)
+#define GS_CHECK_FIELD(T, f) GS_API_CHECK_FIELD(nvmlh_, T, f)
     GS_FIELDS(GS_CHECK_FIELD, GS_CHECK_FIELD_LAYOUT)
 }

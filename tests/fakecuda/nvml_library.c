@@ -166,19 +166,6 @@ static uint64_t min_u64(uint64_t a, uint64_t b)
     return a < b ? a : b;
 }
 
-FAKE_API nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
-{
-    nvmlReturn_t r = check_device(device);
-    if (r != NVML_SUCCESS)
-        return r;
-    if (!memory)
-        return NVML_ERROR_INVALID_ARGUMENT;
-    memory->total = fake_config()->device_mem;
-    memory->used = min_u64(FAKE_NVML_RESERVED + allocated(device->dev), memory->total);
-    memory->free = memory->total - memory->used;
-    return NVML_SUCCESS;
-}
-
 FAKE_API nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
 {
     nvmlReturn_t r = check_device(device);
@@ -193,6 +180,17 @@ FAKE_API nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory
     memory->used = min_u64(allocated(device->dev), memory->total - memory->reserved);
     memory->free = memory->total - memory->reserved - memory->used;
     return NVML_SUCCESS;
+}
+
+/* The first version counts the driver's reserve as used. */
+FAKE_API nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
+{
+    nvmlMemory_v2_t v2 = {.version = nvmlMemory_v2};
+    nvmlReturn_t r = memory ? nvmlDeviceGetMemoryInfo_v2(device, &v2)
+                            : NVML_ERROR_INVALID_ARGUMENT;
+    if (r == NVML_SUCCESS)
+        *memory = (nvmlMemory_t){.total = v2.total, .free = v2.free, .used = v2.reserved + v2.used};
+    return r;
 }
 
 /* FAKECUDA_NVML_PROCESSES entries of one mode (NVML_PROCESS_MODE_ALL: every one), as details. */

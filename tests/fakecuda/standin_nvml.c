@@ -115,77 +115,80 @@ static void list_entries(const unsigned char *entries, unsigned int n, size_t en
     }
 }
 
-typedef nvmlReturn_t (*list_fn)(nvmlDevice_t device, unsigned int *count, void *infos);
+/* One list call: into `infos`, with room for *count entries. */
+typedef nvmlReturn_t (*list_call)(const void *how, unsigned int *count, void *infos);
 
-/* The lists as programs read them: a first call with no room asks how many there are, a second
- * one with room fetches them. */
+/* A list as programs read it: a first call with no room asks how many there are, a second one
+ * with room fetches them. Prints "<step> <what> first= needed= count= processes=pid:bytes;...". */
+static bool read_list(const char *step, const char *what, list_call call, const void *how,
+                      size_t entry_size)
+{
+    unsigned int needed = 0;
+    nvmlReturn_t first = call(how, &needed, NULL);
+    unsigned int count = needed + 2;
+    unsigned char *entries = calloc(count, entry_size);
+    nvmlReturn_t r = first == NVML_ERROR_INSUFFICIENT_SIZE || first == NVML_SUCCESS
+                         ? call(how, &count, entries)
+                         : first;
+    if (r != NVML_SUCCESS)
+        count = 0;
+    char found[1024], details[1200];
+    list_entries(entries, count, entry_size, found, sizeof found);
+    free(entries);
+    snprintf(details, sizeof details, "%s first=%d needed=%u count=%u processes=%s", what,
+             (int)first, needed, count, found);
+    return report(r, step, details);
+}
+
+typedef nvmlReturn_t (*process_list_fn)(nvmlDevice_t device, unsigned int *count, void *infos);
+
+static nvmlReturn_t call_process_list(const void *how, unsigned int *count, void *infos)
+{
+    return (*(const process_list_fn *)how)(device, count, infos);
+}
+
 static bool step_processes(const char *step, const char *kind, const char *version)
 {
+#define STANDIN_NVML_LISTS(name, Kind)                                                           \
+    {name, "1", offsetof(__typeof__(nvml), nvmlDeviceGet##Kind##RunningProcesses),               \
+     sizeof(nvmlProcessInfo_v1_t)},                                                              \
+        {name, "2", offsetof(__typeof__(nvml), nvmlDeviceGet##Kind##RunningProcesses_v2),        \
+         sizeof(nvmlProcessInfo_v2_t)},                                                          \
+        {name, "3", offsetof(__typeof__(nvml), nvmlDeviceGet##Kind##RunningProcesses_v3),        \
+         sizeof(nvmlProcessInfo_t)},
     static const struct {
         const char *kind, *version;
         size_t offset, entry_size;
-    } lists[] = {
-        {"compute", "1", offsetof(__typeof__(nvml), nvmlDeviceGetComputeRunningProcesses),
-         sizeof(nvmlProcessInfo_v1_t)},
-        {"compute", "2", offsetof(__typeof__(nvml), nvmlDeviceGetComputeRunningProcesses_v2),
-         sizeof(nvmlProcessInfo_v2_t)},
-        {"compute", "3", offsetof(__typeof__(nvml), nvmlDeviceGetComputeRunningProcesses_v3),
-         sizeof(nvmlProcessInfo_t)},
-        {"graphics", "1", offsetof(__typeof__(nvml), nvmlDeviceGetGraphicsRunningProcesses),
-         sizeof(nvmlProcessInfo_v1_t)},
-        {"graphics", "2", offsetof(__typeof__(nvml), nvmlDeviceGetGraphicsRunningProcesses_v2),
-         sizeof(nvmlProcessInfo_v2_t)},
-        {"graphics", "3", offsetof(__typeof__(nvml), nvmlDeviceGetGraphicsRunningProcesses_v3),
-         sizeof(nvmlProcessInfo_t)},
-        {"mps", "1", offsetof(__typeof__(nvml), nvmlDeviceGetMPSComputeRunningProcesses),
-         sizeof(nvmlProcessInfo_v1_t)},
-        {"mps", "2", offsetof(__typeof__(nvml), nvmlDeviceGetMPSComputeRunningProcesses_v2),
-         sizeof(nvmlProcessInfo_v2_t)},
-        {"mps", "3", offsetof(__typeof__(nvml), nvmlDeviceGetMPSComputeRunningProcesses_v3),
-         sizeof(nvmlProcessInfo_t)},
-    };
+    } lists[] = {STANDIN_NVML_LISTS("compute", Compute) STANDIN_NVML_LISTS("graphics", Graphics)
+                     STANDIN_NVML_LISTS("mps", MPSCompute)};
     for (size_t k = 0; k < sizeof lists / sizeof lists[0]; k++) {
         if (strcmp(lists[k].kind, kind) || strcmp(lists[k].version, version))
             continue;
-        list_fn fn = *(const list_fn *)((const char *)&nvml + lists[k].offset);
-        unsigned int needed = 0;
-        nvmlReturn_t first = fn(device, &needed, NULL);
-        unsigned int count = needed + 2;
-        unsigned char *entries = calloc(count, lists[k].entry_size);
-        nvmlReturn_t r = first == NVML_ERROR_INSUFFICIENT_SIZE || first == NVML_SUCCESS
-                             ? fn(device, &count, entries)
-                             : first;
-        char found[1024], details[1200];
-        list_entries(entries, r == NVML_SUCCESS ? count : 0, lists[k].entry_size, found,
-                     sizeof found);
-        free(entries);
-        snprintf(details, sizeof details, "kind=%s version=%s first=%d needed=%u count=%u "
-                 "processes=%s", kind, version, (int)first, needed, r == NVML_SUCCESS ? count : 0,
-                 found);
-        return report(r, step, details);
+        char what[64];
+        snprintf(what, sizeof what, "kind=%s version=%s", kind, version);
+        return read_list(step, what, call_process_list, (const char *)&nvml + lists[k].offset,
+                         lists[k].entry_size);
     }
     fprintf(stderr, "standin: nvml-processes takes compute|graphics|mps and 1|2|3\n");
     exit(2);
 }
 
+static nvmlReturn_t call_details(const void *how, unsigned int *count, void *infos)
+{
+    nvmlProcessDetailList_t list = {.version = nvmlProcessDetailList_v1,
+                                    .mode = *(const unsigned int *)how,
+                                    .numProcArrayEntries = *count,
+                                    .procArray = infos};
+    nvmlReturn_t r = nvml.nvmlDeviceGetRunningProcessDetailList(device, &list);
+    *count = list.numProcArrayEntries;
+    return r;
+}
+
 static bool step_details(const char *step, unsigned int mode)
 {
-    nvmlProcessDetailList_t list = {.version = nvmlProcessDetailList_v1, .mode = mode};
-    nvmlReturn_t first = nvml.nvmlDeviceGetRunningProcessDetailList(device, &list);
-    unsigned int needed = list.numProcArrayEntries;
-    list.numProcArrayEntries = needed + 2;
-    list.procArray = calloc(needed + 2, sizeof *list.procArray);
-    nvmlReturn_t r = first == NVML_ERROR_INSUFFICIENT_SIZE || first == NVML_SUCCESS
-                         ? nvml.nvmlDeviceGetRunningProcessDetailList(device, &list)
-                         : first;
-    char found[1024], details[1200];
-    unsigned int count = r == NVML_SUCCESS ? list.numProcArrayEntries : 0;
-    list_entries((const unsigned char *)list.procArray, count, sizeof *list.procArray, found,
-                 sizeof found);
-    free(list.procArray);
-    snprintf(details, sizeof details, "mode=%u first=%d needed=%u count=%u processes=%s", mode,
-             (int)first, needed, count, found);
-    return report(r, step, details);
+    char what[32];
+    snprintf(what, sizeof what, "mode=%u", mode);
+    return read_list(step, what, call_details, &mode, sizeof(nvmlProcessDetail_v1_t));
 }
 
 static const struct {
