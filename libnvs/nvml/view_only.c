@@ -30,7 +30,7 @@ static struct gs_view {
     int64_t register_deadline;
     bool limits_heard; /* LIMITS came on this connection */
     bool waited;       /* the first query waited for its answer; later ones never do */
-    bool scheduler;    /* this process is the scheduler: never ask it */
+    bool never;        /* no scheduler to ask: this process is it, or the socket path is bad */
 } gs_view = {.mu = PTHREAD_MUTEX_INITIALIZER, .conn = GS_CONN_INITIAL};
 
 static pthread_once_t gs_view_once = PTHREAD_ONCE_INIT;
@@ -40,9 +40,9 @@ static void gs_view_after_fork_child(void)
     /* The child registers on its own; only the forking thread runs in it. */
     if (gs_view.conn.sock >= 0)
         close(gs_view.conn.sock);
-    bool scheduler = gs_view.scheduler;
+    bool never = gs_view.never;
     gs_view = (struct gs_view){.mu = PTHREAD_MUTEX_INITIALIZER, .conn = GS_CONN_INITIAL,
-                               .scheduler = scheduler};
+                               .never = never};
 }
 
 static void gs_view_setup(void)
@@ -110,9 +110,10 @@ static void gs_view_connect(struct gs_view *v, int64_t now)
     const struct gs_config *cfg = gs_config();
     char why[128];
     if (cfg->socket_too_long || gs_listens_on(cfg->socket_path)) {
-        v->scheduler = !cfg->socket_too_long;
+        v->never = true;
         gs_debug("NVML: %s: the card is shown as it is",
-                 v->scheduler ? "this process is the scheduler" : "GEMSHARE_SOCKET is too long");
+                 cfg->socket_too_long ? "GEMSHARE_SOCKET is too long"
+                                      : "this process is the scheduler");
         return;
     }
     if (!gs_conn_open(&v->conn, cfg->socket_path, why, sizeof why)) {
@@ -160,7 +161,7 @@ static void gs_view_update(struct gs_view *v)
         gs_conn_fail(&v->conn, "no answer to REGISTER");
     if (v->conn.broken)
         gs_view_close(v, now); /* the limit stays until a registration says otherwise */
-    if (v->conn.sock < 0 && !v->scheduler && now >= v->conn.next_retry)
+    if (v->conn.sock < 0 && !v->never && now >= v->conn.next_retry)
         gs_view_connect(v, now);
     if (!v->waited) {
         v->waited = true;

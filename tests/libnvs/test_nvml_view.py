@@ -176,6 +176,34 @@ def test_a_program_that_only_asks_nvml_learns_its_limit_view_only(scripted):
     assert seen["stderr"] == ""
 
 
+# A monitor that reads twice: once, then again after the test says so.
+MONITOR = """
+import json, os, runpy, sys, time
+reader = runpy.run_path(sys.argv[1])
+first = reader["read"]()
+open(sys.argv[2], "w").close()
+while not os.path.exists(sys.argv[3]):
+    time.sleep(0.01)
+print(json.dumps([first, reader["read"]()]))
+"""
+
+
+def test_a_view_only_program_takes_the_limits_sent_since_its_last_query(scripted):
+    gpu, scheduler = scripted
+    scheduler.memory_limit = 16 * MIB
+    program = gpu.start([], command=[sys.executable, "-c", MONITOR, str(READER),
+                                     str(gpu.path("read")), str(gpu.path("changed"))])
+    wait_file(gpu.path("read"))
+    scheduler.send(program.pid, p.Limits(8 * MIB, 2 * MIB))  # the budget changed meanwhile
+    gpu.path("changed").touch()
+    result = program.wait()
+    assert result.returncode == 0, result.describe()
+    first, second = (seen["gpus"][0] for seen in json.loads(result.stdout))
+    assert (first["total"], first["used"]) == (16 * MIB, 0)
+    assert (second["total"], second["used"]) == (8 * MIB, 2 * MIB)
+    assert len(scheduler.received(program.pid, p.Register)) == 1
+
+
 def test_a_stand_in_that_never_uses_cuda_registers_view_only_once(scripted):
     gpu, scheduler = scripted
     scheduler.memory_limit = 16 * MIB
