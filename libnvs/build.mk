@@ -6,6 +6,8 @@
 #                                 preload libtsan.so first, see libnvs/README.md)
 #   make check-cuda-api           prove libnvs/cuda/cuda_api.h and hooks.def against cuda.h, or
 #                                 skip
+#   make check-nvml-api           prove libnvs/nvml/nvml_api.h against nvml.h (in NVML_INCLUDE,
+#                                 by default CUDA_INCLUDE), or skip
 #
 # The library is preloaded into programs of any image, so it is built against glibc 2.17
 # (CentOS 7, the oldest any CUDA release still supports) with Zig's C compiler, which carries
@@ -16,6 +18,8 @@ BUILD ?= build
 CC ?= cc
 PYTHON ?= python3
 CUDA_INCLUDE ?= /usr/local/cuda/include
+# nvml.h: in a CUDA toolkit with its NVML development part, or in PyPI's nvidia-nvml-dev.
+NVML_INCLUDE ?= $(CUDA_INCLUDE)
 PORTABLE ?= 1
 TOOLS ?= .tools
 GLIBC_FLOOR := 2.17
@@ -30,8 +34,8 @@ ZIG := $(ZIG_DIR)/ziglang/zig
 zig_cc = $(ZIG) cc -target $(1)-linux-gnu.$(or $(2),$(GLIBC_FLOOR)) -fno-sanitize=undefined
 
 # One folder per part (libnvs/README.md); includes name the folder: #include "base/log.h".
-# cuda_api_check.c is a compile-time proof, never part of the library.
-LIBNVS_SRC := $(filter-out libnvs/cuda/cuda_api_check.c,$(wildcard libnvs/*/*.c))
+# cuda_api_check.c and nvml_api_check.c are compile-time proofs, never part of the library.
+LIBNVS_SRC := $(filter-out %_api_check.c,$(wildcard libnvs/*/*.c))
 LIBNVS_DEPS := $(LIBNVS_SRC) $(wildcard libnvs/*/*.h libnvs/*/*.def) libnvs/build.mk
 LIBNVS_CFLAGS := -std=gnu11 -O2 -g -fPIC -fvisibility=hidden -Wall -Wextra -Werror -pthread \
                  -Ilibnvs
@@ -45,7 +49,7 @@ else
 LIBNVS_CHOSEN := $(BUILD)/host/libnvs.so
 endif
 
-.PHONY: lib libs zig check-cuda-api FORCE
+.PHONY: lib libs zig check-cuda-api check-nvml-api FORCE
 ifeq ($(SANITIZE),thread)
 # The ThreadSanitizer runtime is the host compiler's, so is this build.
 lib: $(BUILD)/tsan/libnvs.so
@@ -86,4 +90,13 @@ check-cuda-api:
 	    echo "check-cuda-api: ok: libnvs/cuda/cuda_api.h and libnvs/cuda/hooks.def match $(CUDA_INCLUDE)/cuda.h"; \
 	else \
 	    echo "check-cuda-api: skipped: no cuda.h/cudaTypedefs.h in $(CUDA_INCLUDE) (set CUDA_INCLUDE=...)"; \
+	fi
+
+check-nvml-api:
+	@if [ -f "$(NVML_INCLUDE)/nvml.h" ]; then \
+	    $(CC) -std=gnu11 -Wall -Wextra -Werror -I"$(NVML_INCLUDE)" -Ilibnvs -fsyntax-only \
+	        libnvs/nvml/nvml_api_check.c && \
+	    echo "check-nvml-api: ok: libnvs/nvml/nvml_api.h matches $(NVML_INCLUDE)/nvml.h"; \
+	else \
+	    echo "check-nvml-api: skipped: no nvml.h in $(NVML_INCLUDE) (set NVML_INCLUDE=...)"; \
 	fi

@@ -6,7 +6,6 @@
 #include "client/client.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -20,6 +19,7 @@
 #include "base/clock.h"
 #include "base/config.h"
 #include "base/log.h"
+#include "base/process.h"
 #include "client/gang.h"
 #include "gate/capture.h"
 #include "gate/contexts.h"
@@ -27,6 +27,7 @@
 #include "gate/mps.h"
 #include "gate/registration.h"
 #include "gate/wake.h"
+#include "lock/identity.h"
 #include "lock/liveness.h"
 #include "lock/lock.h"
 #include "lock/session.h"
@@ -78,20 +79,6 @@ static void gs_fail_if_broken(struct gs_session *s)
     }
 }
 
-static void gs_process_name(char *out, size_t size)
-{
-    int fd = open("/proc/self/comm", O_RDONLY | O_CLOEXEC);
-    ssize_t n = fd >= 0 ? read(fd, out, size - 1) : -1;
-    if (fd >= 0)
-        close(fd);
-    if (n > 0) {
-        out[n] = '\0';
-        out[strcspn(out, "\n")] = '\0';
-    } else {
-        snprintf(out, size, "%s", program_invocation_short_name);
-    }
-}
-
 static void gs_connect(struct gs_session *s)
 {
     const struct gs_config *cfg = gs_config();
@@ -115,10 +102,7 @@ static void gs_connect(struct gs_session *s)
     struct gs_register m = {.device = 0,
                             .flags = (cfg->unified_memory ? GS_REG_UNIFIED_MEMORY : 0) |
                                      (cfg->mps ? 0 : GS_REG_NO_MPS)};
-    gs_process_name(m.process_name, sizeof m.process_name);
-    strncpy(m.pod_namespace, cfg->pod_namespace, sizeof m.pod_namespace);
-    strncpy(m.pod_name, cfg->pod_name, sizeof m.pod_name);
-    strncpy(m.label, cfg->label, sizeof m.label);
+    gs_process_describe(&m);
     gs_conn_send(&s->conn, GS_MSG_REGISTER, &m, sizeof m);
     /* Before any lock request: the scheduler grants a gang member's locks with its gang's. */
     const struct gs_gang *gang = gs_gang();
@@ -251,6 +235,7 @@ static void gs_after_fork_child(void)
     gs_contexts_after_fork_child();
     gs_memory_after_fork_child();
     gs_migrate_after_fork_child();
+    gs_identity_after_fork_child();
 }
 
 void gs_client_start(void)

@@ -13,7 +13,7 @@
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
-#define GS_SAME_TYPE(a, b, what) _Static_assert(__builtin_types_compatible_p(a, b), what);
+#include "base/api_check.h"
 
 /* Plain types and handles: must be the very same C type. */
 #define GS_TYPES(X)                                                                              \
@@ -151,17 +151,10 @@ void gs_cuda_api_check(void)
 #define GS_CHECK_CONSTANT(C)                                                                     \
     _Static_assert((long long)C == (long long)cudah_##C, #C " differs from cuda.h");
     GS_CONSTANTS(GS_CHECK_CONSTANT)
-#define GS_CHECK_STRUCT(T)                                                                       \
-    _Static_assert(sizeof(T) == sizeof(cudah_##T), #T ": size differs from cuda.h");             \
-    _Static_assert(_Alignof(T) == _Alignof(cudah_##T), #T ": alignment differs from cuda.h");
+#define GS_CHECK_STRUCT(T) GS_API_CHECK_STRUCT(cudah_, T, "cuda.h")
     GS_STRUCTS(GS_CHECK_STRUCT)
-#define GS_CHECK_FIELD_LAYOUT(T, f)                                                              \
-    _Static_assert(offsetof(T, f) == offsetof(cudah_##T, f), #T "." #f ": offset differs");      \
-    _Static_assert(sizeof(((T *)0)->f) == sizeof(((cudah_##T *)0)->f), #T "." #f ": size differs");
-#define GS_CHECK_FIELD(T, f)                                                                     \
-    GS_CHECK_FIELD_LAYOUT(T, f)                                                                  \
-    GS_SAME_TYPE(__typeof__(((T *)0)->f), __typeof__(((cudah_##T *)0)->f),                      \
-                 #T "." #f ": type differs")
+#define GS_CHECK_FIELD_LAYOUT(T, f) GS_API_CHECK_FIELD_LAYOUT(cudah_, T, f)
+#define GS_CHECK_FIELD(T, f) GS_API_CHECK_FIELD(cudah_, T, f)
     GS_FIELDS(GS_CHECK_FIELD, GS_CHECK_FIELD_LAYOUT)
     /* Our CUresult is a type of its own in this scope (checked above as an enumeration), so a
      * function type that takes one is compared shape for shape, with cuda.h's CUresult put in

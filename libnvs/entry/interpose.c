@@ -1,6 +1,6 @@
 /* How programs reach our wrappers: dlsym, cuGetProcAddress / cuGetProcAddress_v2 and cuInit,
  * whose own wrappers are made here, and the table of every wrapper they hand out. (The other
- * exported symbols are made in hooks.c.) */
+ * exported symbols are made in hooks.c, the NVML ones in nvml_hooks.c.) */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stdatomic.h>
@@ -8,6 +8,7 @@
 
 #include "base/log.h"
 #include "client/client.h"
+#include "entry/nvml_hooks.h"
 #include "entry/wrap.h"
 
 /* The lookups' own wrappers: each hands over to its gs_impl_ function below. */
@@ -110,11 +111,33 @@ __asm__(".text\n"
 #error "libnvs supports x86-64 and aarch64"
 #endif
 
+/* An NVML function we answer (nvml_hooks.c): our wrapper, with the one the handle finds kept
+ * behind it. Nothing starts: a program that only asks NVML gets no client thread. */
+static void *gs_dlsym_nvml(void *handle, const char *name)
+{
+    int id = gs_nvml_find(name);
+    if (id < 0)
+        return GS_PASS_THROUGH;
+    void *fn = gs_real_dlsym(handle, name);
+    if (fn == NULL)
+        return GS_PASS_THROUGH; /* let glibc answer, dlerror() included */
+    if (fn == gs_nvml_hook(id)) {
+        fn = gs_real_dlsym(RTLD_NEXT, name); /* as for the driver's functions below */
+        if (fn == NULL)
+            return NULL;
+    }
+    gs_nvml_set_real(id, fn);
+    gs_debug("dlsym(%s): wrapped", name);
+    return gs_nvml_hook(id);
+}
+
 GS_NO_TSAN void *gs_dlsym_hook(void *handle, const char *name)
 {
     if (!gs_find_real_dlsym())
         return NULL; /* no glibc dlsym to go to: said so on stderr */
     /* Every dlsym of the process comes here: decide on the first bytes for everything else. */
+    if (name != NULL && name[0] == 'n' && !strncmp(name, "nvml", 4))
+        return gs_dlsym_nvml(handle, name);
     if (name == NULL || name[0] != 'c' || name[1] != 'u' || name[2] < 'A' || name[2] > 'Z')
         return GS_PASS_THROUGH;
     enum gs_variant variant;

@@ -43,6 +43,11 @@ void gs_registration_expect(void)
     atomic_store_explicit(&gs_reg.expected, true, memory_order_release);
 }
 
+bool gs_registration_expected(void)
+{
+    return atomic_load_explicit(&gs_reg.expected, memory_order_acquire);
+}
+
 void gs_registration_attempt_over(bool registered, const char *failure)
 {
     pthread_mutex_lock(&gs_reg.mu);

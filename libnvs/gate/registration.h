@@ -10,6 +10,8 @@
 
 /* The client is starting: from now on waiting for its first attempt makes sense. */
 void gs_registration_expect(void);
+/* Whether the client was started (the program uses CUDA): its registration is the process's. */
+bool gs_registration_expected(void);
 /* Client thread: a connection attempt ended, registered or not (failure: why not, or NULL). */
 void gs_registration_attempt_over(bool registered, const char *failure);
 /* The client could not start: nobody will attempt anything, so nobody may wait for it. */

@@ -1,14 +1,16 @@
 /* Each device's GPU UUID for DEVICE_UUID, so that the scheduler keys its locks by physical GPU. */
 #include "lock/identity.h"
 
+#include <pthread.h>
 #include <stdio.h>
 
 #include "cuda/impl.h"
 #include "memory/memory.h"
 
 /* Kept once known: a child forked after CUDA started cannot ask the driver again, and it runs
- * on the same GPUs as its parent. */
+ * on the same GPUs as its parent. The client thread and NVML queries both ask. */
 static char gs_uuids[GS_MAX_DEVICES][48];
+static pthread_mutex_t gs_uuids_mu = PTHREAD_MUTEX_INITIALIZER;
 
 void gs_identity_uuid(int device, char *out, size_t size)
 {
@@ -16,6 +18,7 @@ void gs_identity_uuid(int device, char *out, size_t size)
         snprintf(out, size, "%s", "");
         return;
     }
+    pthread_mutex_lock(&gs_uuids_mu);
     char *uuid = gs_uuids[device];
     CUdevice dev;
     CUuuid id;
@@ -28,4 +31,11 @@ void gs_identity_uuid(int device, char *out, size_t size)
                  b[13], b[14], b[15]);
     }
     snprintf(out, size, "%s", uuid);
+    pthread_mutex_unlock(&gs_uuids_mu);
+}
+
+void gs_identity_after_fork_child(void)
+{
+    /* Only the forking thread runs in the child: nobody holds the mutex. */
+    pthread_mutex_init(&gs_uuids_mu, NULL);
 }

@@ -187,7 +187,7 @@ static void gs_on_registered(struct gs_session *s, const struct gs_registered *m
     /* LIMITS comes before REGISTERED when a limit applies: none means none, also for a limit
      * kept from an earlier connection. */
     if (!s->limits_heard)
-        gs_memory_set_limit(0);
+        gs_memory_set_limit((struct gs_memory_limit){0, 0});
     struct gs_lock_actions todo = {0};
     gs_lock_core_registered(&s->lock, m->mode, &todo);
     gs_carry_out(s, &todo);
@@ -267,7 +267,8 @@ void gs_lock_handle(struct gs_session *s, const struct gs_header *h, const uint8
         break;
     case GS_MSG_LIMITS:
         s->limits_heard = true;
-        gs_memory_set_limit(m.limits.memory_limit);
+        gs_memory_set_limit((struct gs_memory_limit){m.limits.memory_limit,
+                                                     m.limits.budget_used});
         return;
     case GS_MSG_MPS:
         if (!s->registering) {

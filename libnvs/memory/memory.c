@@ -129,8 +129,16 @@ static void gs_warn_limited(void)
                 "GEMSHARE_DEBUG=1 names each refusal)");
 }
 
+/* What counts against the limit on a device where this process holds `held` bytes: those and
+ * what the others sharing its budget hold (saturating: a bad budget_used cannot wrap). */
+static uint64_t gs_budget_taken(uint64_t held, struct gs_memory_limit terms)
+{
+    return held > UINT64_MAX - terms.budget_used ? UINT64_MAX : held + terms.budget_used;
+}
+
 /* Counts `size` bytes of `kind` on the device before the allocation is made, or refuses them:
- * past the scheduler's limit (every kind: what the reports count), or, for converted memory,
+ * past the scheduler's limit (every kind: what the reports count, with what the others of its
+ * budget hold), or, for converted memory,
  * past the whole device for this one process. The program's own managed memory is left out of
  * that second sum: it may exceed the device natively, so it must not crowd out the rest. */
 static CUresult gs_reserve(const char *api, int device, size_t size, enum gs_alloc_kind kind)
@@ -141,11 +149,12 @@ static CUresult gs_reserve(const char *api, int device, size_t size, enum gs_all
     uint64_t total = gs_records_device_total(device);
     bool whole_device = kind == GS_ALLOC_CONVERTED && !gs_config()->single_oversub && total > 0;
     for (int attempt = 0;; attempt++) {
+        struct gs_memory_limit terms = gs_memory_limit();
         gs_records_lock();
-        uint64_t limit = gs_records_limit();
         uint64_t held = gs_records_held(device);
         uint64_t own = held - gs_records_own_managed(device);
-        bool over_limit = limit > 0 && (size > limit || held > limit - size);
+        uint64_t taken = gs_budget_taken(held, terms);
+        bool over_limit = terms.limit > 0 && (size > terms.limit || taken > terms.limit - size);
         bool over_device = whole_device && (size > total || own > total - size);
         if (!over_limit && !over_device) {
             gs_records_count(device, (int64_t)size, kind);
@@ -163,8 +172,9 @@ static CUresult gs_reserve(const char *api, int device, size_t size, enum gs_all
             gs_warn_limited();
             gs_debug("%s of %zu bytes refused with CUDA_ERROR_OUT_OF_MEMORY: the scheduler's "
                      "memory limit is %llu bytes per device and this process holds %llu bytes "
-                     "on device %d",
-                     api, size, (unsigned long long)limit, (unsigned long long)held, device);
+                     "on device %d, the others sharing its budget %llu",
+                     api, size, (unsigned long long)terms.limit, (unsigned long long)held, device,
+                     (unsigned long long)terms.budget_used);
         } else {
             gs_debug("%s of %zu bytes refused with CUDA_ERROR_OUT_OF_MEMORY: this process "
                      "already holds %llu of the %llu bytes of device %d, not counting its own "
@@ -449,20 +459,19 @@ CUresult gs_impl_cuMemGetInfo_v2(enum gs_variant variant, size_t *free_bytes, si
         return r;
     gs_records_note_device_total(device, (uint64_t)*total);
     gs_reap_deferred(false, false);
-    uint64_t limit = gs_records_limit();
-    gs_records_lock();
-    uint64_t held = gs_records_held(device);
-    gs_records_unlock();
+    struct gs_memory_limit terms = gs_memory_limit();
+    uint64_t held = gs_memory_held(device);
     /* With Unified Memory the whole device is this process's while it holds the lock: what is
      * free is what it has not allocated, whatever other processes hold. */
     if (gs_config()->unified_memory)
         *free_bytes = held < *total ? *total - held : 0;
     /* Under a limit the device looks no larger than it, so that frameworks sizing their caches
-     * from these numbers stay within it. */
-    if (limit > 0) {
-        uint64_t room = held < limit ? limit - held : 0;
-        if (*total > limit)
-            *total = limit;
+     * from these numbers stay within it; what the others of the budget hold is not free. */
+    if (terms.limit > 0) {
+        uint64_t taken = gs_budget_taken(held, terms);
+        uint64_t room = taken < terms.limit ? terms.limit - taken : 0;
+        if (*total > terms.limit)
+            *total = terms.limit;
         if (*free_bytes > room)
             *free_bytes = room;
     }
@@ -473,7 +482,7 @@ CUresult gs_impl_cuDeviceTotalMem_v2(enum gs_variant variant, size_t *bytes, CUd
 {
     gs_registration_wait_first_attempt();
     CUresult r = GS_REAL(cuDeviceTotalMem_v2, variant)(bytes, dev);
-    uint64_t limit = gs_records_limit();
+    uint64_t limit = gs_memory_limit().limit;
     if (r == CUDA_SUCCESS && bytes != NULL && limit > 0 && *bytes > limit)
         *bytes = limit;
     return r;

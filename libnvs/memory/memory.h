@@ -44,10 +44,20 @@ bool gs_memory_deferred_pending(void);
  * thread, while stream captures are held off. */
 void gs_memory_reap(void);
 
-/* The scheduler's memory limit per device (LIMITS), for every device; 0: none. Allocations
- * that would take a device past it fail with CUDA_ERROR_OUT_OF_MEMORY, and cuMemGetInfo and
- * cuDeviceTotalMem answer no more than it. */
-void gs_memory_set_limit(uint64_t bytes);
+/* The scheduler's memory terms (LIMITS), the same for every device: the most this process may
+ * hold on each (0: none), and what the other programs sharing that budget (its container's)
+ * hold there. Allocations that would take what this process holds plus budget_used past the
+ * limit fail with CUDA_ERROR_OUT_OF_MEMORY; cuMemGetInfo, cuDeviceTotalMem and the NVML view
+ * show a device no larger than the limit. */
+struct gs_memory_limit {
+    uint64_t limit;
+    uint64_t budget_used;
+};
+void gs_memory_set_limit(struct gs_memory_limit terms);
+/* Any time, from any thread. */
+struct gs_memory_limit gs_memory_limit(void);
+/* Bytes this process holds on the device: what its memory reports and the limit count. */
+uint64_t gs_memory_held(int device);
 
 void gs_memory_after_fork_child(void); /* records and VMM mappings too */
 void gs_vmm_after_fork_child(void);

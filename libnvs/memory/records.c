@@ -1,5 +1,5 @@
 /* The allocation records: a hash table by device pointer (or VMM handle), and the per-device
- * sums the limits, cuMemGetInfo and the memory reports read. */
+ * sums the limits, cuMemGetInfo, the NVML view and the memory reports read. */
 #include "memory/records.h"
 
 #include <pthread.h>
@@ -32,9 +32,11 @@ static struct gs_records {
     uint64_t clock;
     _Atomic uint64_t device_total[GS_MAX_DEVICES];
     /* The scheduler's memory limit (LIMITS): bytes this process may hold on each device; 0:
-     * none. Kept when the scheduler is lost, and in a forked child: the operator set it, and
-     * the next registration replaces it. */
+     * none. And what the others sharing that budget (its container) hold there, counted
+     * against the limit too. Kept when the scheduler is lost, and in a forked child: the
+     * operator set it, and the next registration replaces it. */
     _Atomic uint64_t limit;
+    _Atomic uint64_t budget_used;
 } gs_rec = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 static bool gs_device_ok(int device)
@@ -168,17 +170,29 @@ void gs_records_note_device_total(int device, uint64_t total)
         atomic_store(&gs_rec.device_total[device], total);
 }
 
-uint64_t gs_records_limit(void)
+struct gs_memory_limit gs_memory_limit(void)
 {
-    return atomic_load(&gs_rec.limit);
+    return (struct gs_memory_limit){atomic_load(&gs_rec.limit), atomic_load(&gs_rec.budget_used)};
 }
 
-void gs_memory_set_limit(uint64_t bytes)
+void gs_memory_set_limit(struct gs_memory_limit terms)
 {
-    uint64_t old = atomic_exchange(&gs_rec.limit, bytes);
-    if (old != bytes)
+    uint64_t old = atomic_exchange(&gs_rec.limit, terms.limit);
+    uint64_t old_used = atomic_exchange(&gs_rec.budget_used, terms.budget_used);
+    if (old != terms.limit)
         gs_debug("memory limit per device: %llu bytes (was %llu; 0: none)",
-                 (unsigned long long)bytes, (unsigned long long)old);
+                 (unsigned long long)terms.limit, (unsigned long long)old);
+    if (old_used != terms.budget_used)
+        gs_debug("the others sharing that budget hold %llu bytes (was %llu)",
+                 (unsigned long long)terms.budget_used, (unsigned long long)old_used);
+}
+
+uint64_t gs_memory_held(int device)
+{
+    gs_records_lock();
+    uint64_t held = gs_records_held(device);
+    gs_records_unlock();
+    return held;
 }
 
 uint64_t gs_memory_device_total(int device)
@@ -244,8 +258,9 @@ void gs_records_after_fork_child(void)
     uint64_t totals[GS_MAX_DEVICES];
     for (int d = 0; d < GS_MAX_DEVICES; d++)
         totals[d] = atomic_load(&gs_rec.device_total[d]);
-    uint64_t limit = atomic_load(&gs_rec.limit);
-    gs_rec = (struct gs_records){.mu = PTHREAD_MUTEX_INITIALIZER, .limit = limit};
+    uint64_t limit = atomic_load(&gs_rec.limit), budget_used = atomic_load(&gs_rec.budget_used);
+    gs_rec = (struct gs_records){.mu = PTHREAD_MUTEX_INITIALIZER, .limit = limit,
+                                 .budget_used = budget_used};
     for (int d = 0; d < GS_MAX_DEVICES; d++)
         atomic_store(&gs_rec.device_total[d], totals[d]);
 }

@@ -39,7 +39,7 @@ struct gs_alloc {
 void gs_records_lock(void);
 void gs_records_unlock(void);
 
-/* The rest under the lock, but for gs_records_device_total and gs_records_limit. */
+/* The rest under the lock, but for gs_records_device_total. */
 struct gs_alloc **gs_records_find(uint64_t key, bool vmm);
 void gs_records_link(struct gs_alloc *a);
 /* Counts bytes of this kind in or out of a device and tells the client thread. */
@@ -61,8 +61,6 @@ const char *gs_records_kind_name(enum gs_alloc_kind kind);
 /* The device's size as the driver reports it (asked once); 0 when unknown. Any time. */
 uint64_t gs_records_device_total(int device);
 void gs_records_note_device_total(int device, uint64_t total);
-/* The scheduler's memory limit per device; 0: none. Any time. */
-uint64_t gs_records_limit(void);
 
 void gs_records_after_fork_child(void);
 

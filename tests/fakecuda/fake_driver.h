@@ -119,6 +119,11 @@ void fake_memory_usage(CUdevice dev, uint64_t *device_bytes, uint64_t *managed_b
 /* Reserve/return simulated device memory; reserve fails (false) past the device size. */
 bool fake_device_reserve(CUdevice dev, uint64_t bytes);
 void fake_device_unreserve(CUdevice dev, uint64_t bytes);
+/* Managed bytes allocated (delta > 0) or freed on dev: never limited. */
+void fake_managed_count(CUdevice dev, int64_t delta);
+/* The device's UUID bytes ("gemsharefake", FAKECUDA_GPU_SET, the ordinal), as the driver's
+ * cuDeviceGetUuid and NVML's nvmlDeviceGetUUID both give them. */
+void fake_gpu_uuid(CUdevice dev, unsigned char out[16]);
 /* Anonymous, lazily backed memory: huge sizes cost no RAM until touched. */
 void *fake_map_bytes(size_t size);
 void fake_unmap_bytes(void *p, size_t size);

@@ -6,16 +6,13 @@
  * RAM until touched. Device allocations count against FAKECUDA_DEVICE_MEM and fail with
  * CUDA_ERROR_OUT_OF_MEMORY past it; managed ones may exceed it, as Unified Memory allows.
  *
- * Each process has a device of its own, unless FAKECUDA_SHARED_DEVICE names a file: processes
- * naming the same file count their memory on one shared device, as processes on one GPU do
- * (a killed process's memory is not given back, unlike on the GPU). */
+ * What each device has in use is fake_gpu.c's (shared between processes through
+ * FAKECUDA_SHARED_DEVICE). */
 #define _GNU_SOURCE
 #include <stdlib.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "fake_driver.h"
@@ -24,42 +21,6 @@
 
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct fake_alloc *registry;
-
-/* Bytes in use per device; lock-free atomics, so they work in a shared mapping too. */
-struct usage {
-    _Atomic uint64_t device[FAKE_MAX_DEVICES];
-    _Atomic uint64_t managed[FAKE_MAX_DEVICES];
-};
-static struct usage private_usage;
-static struct usage *usage = &private_usage;
-static pthread_once_t usage_once = PTHREAD_ONCE_INIT;
-
-static void usage_open(void)
-{
-    const char *path = getenv("FAKECUDA_SHARED_DEVICE");
-    if (!path || !*path)
-        return;
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-    struct stat st;
-    void *p = MAP_FAILED;
-    /* Growing an existing file to the same size changes nothing: no race between processes. */
-    if (fd >= 0 && fstat(fd, &st) == 0 &&
-        (st.st_size >= (off_t)sizeof *usage || ftruncate(fd, sizeof *usage) == 0))
-        p = mmap(NULL, sizeof *usage, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (fd >= 0)
-        close(fd);
-    if (p == MAP_FAILED)
-        fprintf(stderr, "fakecuda: cannot share device memory through FAKECUDA_SHARED_DEVICE=%s; "
-                        "this process gets a device of its own\n", path);
-    else
-        usage = p;
-}
-
-static struct usage *usage_of(void)
-{
-    pthread_once(&usage_once, usage_open);
-    return usage;
-}
 
 static size_t page_round(size_t n)
 {
@@ -78,29 +39,6 @@ void fake_unmap_bytes(void *p, size_t size)
 {
     if (p && size)
         munmap(p, page_round(size));
-}
-
-bool fake_device_reserve(CUdevice dev, uint64_t bytes)
-{
-    uint64_t limit = fake_config()->device_mem;
-    _Atomic uint64_t *used = &usage_of()->device[dev];
-    uint64_t cur = atomic_load(used);
-    do {
-        if (bytes > limit || cur > limit - bytes)
-            return false;
-    } while (!atomic_compare_exchange_weak(used, &cur, cur + bytes));
-    return true;
-}
-
-void fake_device_unreserve(CUdevice dev, uint64_t bytes)
-{
-    atomic_fetch_sub(&usage_of()->device[dev], bytes);
-}
-
-void fake_memory_usage(CUdevice dev, uint64_t *device_bytes, uint64_t *managed_bytes)
-{
-    *device_bytes = atomic_load(&usage_of()->device[dev]);
-    *managed_bytes = atomic_load(&usage_of()->managed[dev]);
 }
 
 void fake_alloc_insert(const struct fake_alloc *a)
@@ -291,7 +229,7 @@ FAKE_API CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned
         struct fake_alloc a = {.base = (uintptr_t)p, .size = bytesize, .mapped = bytesize,
                                .kind = FAKE_MEM_MANAGED, .device = ctx->device, .ctx = ctx};
         fake_alloc_insert(&a);
-        atomic_fetch_add(&usage_of()->managed[ctx->device], bytesize);
+        fake_managed_count(ctx->device, (int64_t)bytesize);
         *dptr = (CUdeviceptr)(uintptr_t)p;
     }
     fake_log("alloc_managed", "api=cuMemAllocManaged ptr=0x%llx size=%zu flags=%u dev=%d result=%d",
@@ -332,7 +270,7 @@ void fake_release(const struct fake_alloc *a, const char *api)
     free(a->on_host);
     fake_unmap_bytes((void *)a->base, a->mapped);
     if (a->kind == FAKE_MEM_MANAGED)
-        atomic_fetch_sub(&usage_of()->managed[a->device], a->size);
+        fake_managed_count(a->device, -(int64_t)a->size);
     else
         fake_device_unreserve(a->device, a->size);
     fake_log("free", "api=%s ptr=0x%llx size=%zu kind=%s result=0", api,

@@ -1,6 +1,6 @@
-/* Driver-wide state of the fake: configuration, cuInit, fork, devices and contexts. */
+/* Driver-wide state of the fake: cuInit, fork, devices and contexts (the configuration is
+ * fake_gpu.c's). */
 #define _GNU_SOURCE
-#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,119 +9,6 @@
 
 #define FAKE_DRIVER_VERSION 13000
 #define FAKE_CTX_STACK 16
-
-/* ---- configuration ------------------------------------------------------------------------- */
-
-static struct fake_config config;
-static pthread_once_t config_once = PTHREAD_ONCE_INIT;
-
-/* "1073741824", "1G", "512M", "64k": binary multiples. */
-static bool parse_bytes(const char *s, uint64_t *out)
-{
-    char *end;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (end == s)
-        return false;
-    uint64_t mult = 1;
-    switch (toupper((unsigned char)*end)) {
-    case 'K': mult = 1ull << 10; end++; break;
-    case 'M': mult = 1ull << 20; end++; break;
-    case 'G': mult = 1ull << 30; end++; break;
-    case 'T': mult = 1ull << 40; end++; break;
-    default: break;
-    }
-    if (*end == 'i' || *end == 'B' || *end == 'b')
-        end++;
-    if (*end == 'B')
-        end++;
-    if (*end != '\0' || v == 0)
-        return false;
-    *out = (uint64_t)v * mult;
-    return true;
-}
-
-static bool parse_uint(const char *s, uint64_t *out)
-{
-    char *end;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (end == s || *end != '\0')
-        return false;
-    *out = v;
-    return true;
-}
-
-/* A byte count from the environment, when set; a bad one is reported as `error`. */
-static void env_bytes(const char *name, uint64_t *out, const char *error)
-{
-    const char *v = getenv(name);
-    if (v && *v && !parse_bytes(v, out))
-        config.config_error = error;
-}
-
-/* A rate in GB/s from the environment, when set; a bad one is reported as `error`. */
-static void env_rate(const char *name, double *out, const char *error)
-{
-    const char *v = getenv(name);
-    if (!v || !*v)
-        return;
-    char *end;
-    double rate = strtod(v, &end);
-    if (end != v && *end == '\0' && rate > 0 && rate < 1e6)
-        *out = rate;
-    else
-        config.config_error = error;
-}
-
-static void config_load(void)
-{
-    config.device_mem = 16ull << 30;
-    config.device_count = 1;
-    config.kernel_us = 20;
-    const char *v;
-    uint64_t n;
-    env_bytes("FAKECUDA_DEVICE_MEM", &config.device_mem,
-              "FAKECUDA_DEVICE_MEM must be a positive byte count such as 1073741824 or 1G");
-    if ((v = getenv("FAKECUDA_DEVICE_COUNT")) && *v) {
-        if (parse_uint(v, &n) && n >= 1 && n <= FAKE_MAX_DEVICES)
-            config.device_count = (int)n;
-        else
-            config.config_error = "FAKECUDA_DEVICE_COUNT must be a whole number from 1 to 64";
-    }
-    if ((v = getenv("FAKECUDA_KERNEL_US")) && *v) {
-        if (parse_uint(v, &n))
-            config.kernel_us = n;
-        else
-            config.config_error = "FAKECUDA_KERNEL_US must be a whole number of microseconds";
-    }
-    if ((v = getenv("FAKECUDA_GPU_SET")) && *v) {
-        if (parse_uint(v, &n) && n <= 255)
-            config.gpu_set = (int)n;
-        else
-            config.config_error = "FAKECUDA_GPU_SET must be a whole number from 0 to 255";
-    }
-    if ((v = getenv("FAKECUDA_PREFETCH_HOLD")) && *v)
-        config.prefetch_hold = v;
-    env_rate("FAKECUDA_MIGRATE_GBPS", &config.migrate_gbps,
-             "FAKECUDA_MIGRATE_GBPS must be a positive rate in GB/s such as 12 or 0.05");
-    env_rate("FAKECUDA_PIN_GBPS", &config.pin_gbps,
-             "FAKECUDA_PIN_GBPS must be a positive rate in GB/s such as 12 or 0.05");
-    env_bytes("FAKECUDA_HOST_PREFETCH_LIMIT", &config.host_prefetch_limit,
-              "FAKECUDA_HOST_PREFETCH_LIMIT must be a positive byte count such as 8M");
-    env_bytes("FAKECUDA_HOST_PIN_LIMIT", &config.host_pin_limit,
-              "FAKECUDA_HOST_PIN_LIMIT must be a positive byte count such as 8M");
-    if ((v = getenv("FAKECUDA_INIT_ERROR")) && *v) {
-        if (parse_uint(v, &n) && n > 0)
-            config.init_error = (CUresult)n;
-        else
-            config.config_error = "FAKECUDA_INIT_ERROR must be a non-zero CUresult number";
-    }
-}
-
-const struct fake_config *fake_config(void)
-{
-    pthread_once(&config_once, config_load);
-    return &config;
-}
 
 /* ---- cuInit and fork ----------------------------------------------------------------------- */
 
@@ -239,10 +126,7 @@ FAKE_API CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev)
     FAKE_TRY(fake_check_device(dev));
     if (!uuid)
         return CUDA_ERROR_INVALID_VALUE;
-    memset(uuid, 0, sizeof *uuid);
-    memcpy(uuid->bytes, "gemsharefake", 12);
-    uuid->bytes[14] = (char)fake_config()->gpu_set;
-    uuid->bytes[15] = (char)dev;
+    fake_gpu_uuid(dev, (unsigned char *)uuid->bytes);
     return CUDA_SUCCESS;
 }
 

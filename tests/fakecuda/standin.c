@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "standin_api.h"
+#include "standin_nvml.h"
 
 #define MAX_BUFFERS 64
 #define WAIT_FILE_TIMEOUT_S 60
@@ -75,7 +76,15 @@ static const char usage[] =
     "  get-proc NAME VERSION FLAGS   cuGetProcAddress_v2 through dlopen/dlsym\n"
     "  sleep-ms MS | wait-file PATH | touch-file PATH | pid | exit CODE\n"
     "  clock                     print CLOCK_MONOTONIC in ns (time a stretch of steps)\n"
-    "  every-ms MS               sleep until the next multiple of MS since the first every-ms\n";
+    "  every-ms MS               sleep until the next multiple of MS since the first every-ms\n"
+    "NVML steps (libnvidia-ml.so.1 by dlopen and dlsym; standin_linked: linked to it):\n"
+    "  nvml-init                 nvmlInit_v2; NVML device 0 becomes the device\n"
+    "  nvml-device N | nvml-device-by-uuid N   NVML device N, by index / by its UUID\n"
+    "  nvml-memory 1|2|2-bad     nvmlDeviceGetMemoryInfo / _v2 (2-bad: a wrong struct version)\n"
+    "  nvml-processes compute|graphics|mps 1|2|3   the running-process list of that version,\n"
+    "                            asked for its count first, as programs do\n"
+    "  nvml-details MODE         nvmlDeviceGetRunningProcessDetailList (0 compute, 1 graphics,\n"
+    "                            2 MPS, 3 all)\n";
 
 struct buffer {
     char name[32];
@@ -971,6 +980,13 @@ static bool run_step(int *i, int argc, char **argv)
         sleep_to_next_tick(parse_size(ARG()));
     else if (strcmp(step, "exit") == 0)
         exit(atoi(ARG()));
+    else if (standin_nvml_arity(step) >= 0) {
+        const char *args[2] = {NULL, NULL};
+        for (int k = 0; k < standin_nvml_arity(step); k++)
+            args[k] = ARG();
+        if (!standin_nvml_run(step, args))
+            failures++;
+    }
     else {
         char msg[96];
         snprintf(msg, sizeof msg, "unknown step '%s'", step);

@@ -3,7 +3,9 @@ client gets (DROP_LOCK with a byte count, EVICT, IDLE_HINT, grant flags) and of 
 
 It speaks the real protocol (`gemshare_nvs.protocol`) on a Unix socket: it answers REGISTER with
 REGISTERED (mode `on`) by itself, after `registration_delay` seconds and preceded by LIMITS when
-`memory_limit` is set and by `mps` (an MPS frame) when that is, records every frame a client
+`memory_limit` is set (with `budget_used`) and by `mps` (an MPS frame) when that is, answers a
+view-only registration (REG_VIEW_ONLY, a program that only asks NVML) the same way, records
+every frame a client
 sends with the CLOCK_MONOTONIC time it arrived (the clock of the fake driver's log), and sends
 whatever the test asks. Clients are known by their pid (SO_PEERCRED).
 """
@@ -39,8 +41,10 @@ class ScriptedScheduler:
         self._grants: dict[int, int] = {}  # pid -> grants sent
         self._stopping = False
         # How registrations are answered: the memory limit sent before REGISTERED (None: no
-        # LIMITS), the MPS frame sent before it (None: none), and how long the answer takes.
+        # LIMITS) and what the others of its budget hold, the MPS frame sent before it (None:
+        # none), and how long the answer takes.
         self.memory_limit: int | None = None
+        self.budget_used = 0
         self.mps: p.Mps | None = None
         self.registration_delay = 0.0
         self._thread = threading.Thread(target=self._serve, name="scripted-scheduler",
@@ -84,11 +88,11 @@ class ScriptedScheduler:
     def evict(self, pid: int, size: int) -> None:
         self.send(pid, p.Evict(0, 0, size))
 
-    def limit(self, pid: int, memory_limit: int) -> None:
+    def limit(self, pid: int, memory_limit: int, budget_used: int = 0) -> None:
         """Sends LIMITS and returns once the client has handled it: it handles frames in order,
         so a MOVED that answers an EVICT of nothing sent behind it means it has."""
         answered = len(self.moved(pid, done=True))
-        self.send(pid, p.Limits(memory_limit))
+        self.send(pid, p.Limits(memory_limit, budget_used))
         self.evict(pid, 0)
         self.wait_moved_done(pid, answered + 1)
 
@@ -171,11 +175,14 @@ class ScriptedScheduler:
             with self._changed:
                 self._connections[pid] = connection
             time.sleep(self.registration_delay)
-            if self.memory_limit is not None:
-                connection.sendall(p.encode(p.Limits(self.memory_limit)))
-            if self.mps is not None:
-                connection.sendall(p.encode(self.mps))
-            connection.sendall(p.encode(p.Registered(pid, p.Mode.ON, TQ_SECONDS)))
+            answer = [p.Limits(self.memory_limit, self.budget_used)] \
+                if self.memory_limit is not None else []
+            answer += [self.mps] if self.mps is not None else []
+            try:
+                connection.sendall(b"".join(map(p.encode, [*answer, p.Registered(
+                    pid, p.Mode.ON, TQ_SECONDS)])))
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the client gave up waiting and left
         with self._changed:
             self._received.append((arrived, pid, message))
             self._changed.notify_all()

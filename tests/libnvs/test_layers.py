@@ -18,8 +18,8 @@ from libnvs_programs import REPO
 LIBNVS = REPO / "libnvs"
 ROW = re.compile(r"^\| `(\w+)/` \| [^|]+ \| ([^|]+) \|$", re.M)
 INCLUDE = re.compile(r'^#include "(\w+)/([\w.]+)"', re.M)
-# A compile-time proof against cuda.h, never part of the library.
-NOT_IN_LIBRARY = {LIBNVS / "cuda" / "cuda_api_check.c"}
+# Compile-time proofs against cuda.h and nvml.h, never part of the library.
+NOT_IN_LIBRARY = {LIBNVS / "cuda" / "cuda_api_check.c", LIBNVS / "nvml" / "nvml_api_check.c"}
 
 
 def table() -> list[tuple[str, set[str]]]:

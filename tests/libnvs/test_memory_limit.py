@@ -114,6 +114,44 @@ def test_a_limit_changed_at_run_time_applies_at_once(scripted):
     assert mem_info(result) == [(0, 16 * MIB), (DEVICE - 21 * MIB, DEVICE)]
 
 
+def test_what_the_others_of_the_budget_hold_counts_against_the_limit(scripted):
+    gpu, scheduler = scripted
+    scheduler.memory_limit = 16 * MIB
+    scheduler.budget_used = 6 * MIB  # the rest of its container
+    result = gpu.run(["init", "alloc", "a", "4M", "mem-info", "alloc", "b", "8M",
+                      "alloc", "c", "6M", "mem-info"], env=DEBUG)
+
+    assert result.returncode == 3, result.describe()
+    first, refused, last = result.steps("alloc")
+    assert first["result"] == last["result"] == "0", result.describe()
+    assert refused["error"] == "CUDA_ERROR_OUT_OF_MEMORY", result.describe()
+    assert mem_info(result) == [(6 * MIB, 16 * MIB), (0, 16 * MIB)]
+    assert any(f"holds {4 * MIB} bytes on device 0, the others sharing its budget {6 * MIB}"
+               in line for line in result.gemshare_lines()), result.describe()
+
+
+def test_a_change_of_what_the_others_hold_applies_at_once(scripted):
+    gpu, scheduler = scripted
+    scheduler.memory_limit = 16 * MIB
+    program = gpu.start(["init", "alloc", "a", "4M", "touch-file", gpu.path("allocated"),
+                         "wait-file", gpu.path("crowded"), "mem-info", "alloc", "b", "4M",
+                         "touch-file", gpu.path("refused"), "wait-file", gpu.path("left"),
+                         "mem-info", "alloc", "c", "4M"])
+    wait_file(gpu.path("allocated"))
+    scheduler.limit(program.pid, 16 * MIB, budget_used=10 * MIB)
+    gpu.path("crowded").touch()
+    wait_file(gpu.path("refused"))
+    scheduler.limit(program.pid, 16 * MIB, budget_used=0)
+    gpu.path("left").touch()
+    result = program.wait()
+
+    assert result.returncode == 3, result.describe()
+    allocated, refused, after = result.steps("alloc")
+    assert allocated["result"] == after["result"] == "0", result.describe()
+    assert refused["error"] == "CUDA_ERROR_OUT_OF_MEMORY", result.describe()
+    assert mem_info(result) == [(2 * MIB, 16 * MIB), (12 * MIB, 16 * MIB)]
+
+
 def test_a_limit_sent_before_registered_binds_the_first_allocation(scripted):
     gpu, scheduler = scripted
     scheduler.memory_limit = 8 * MIB
