@@ -71,13 +71,18 @@ class DeviceList:
 
     def indices(self) -> dict[str, int]:
         """Each advertised GPU's index, by UUID."""
-        with self._changed:
-            return {gpu.uuid: gpu.index for gpu in self._gpus}
+        return self.layout()[0]
 
     def counts(self) -> dict[str, int]:
         """How many units each advertised GPU has, by UUID."""
+        return self.layout()[1]
+
+    def layout(self) -> tuple[dict[str, int], dict[str, int]]:
+        """indices() and counts() of one moment."""
         with self._changed:
-            return {gpu.uuid: self.resource.count(gpu) for gpu in self._gpus}
+            gpus = self._gpus
+        return ({gpu.uuid: gpu.index for gpu in gpus},
+                {gpu.uuid: self.resource.count(gpu) for gpu in gpus})
 
     def named(self, uuid: str) -> str:
         """A GPU as messages name it: "GPU 0 (GPU-8f3c...)", or its UUID alone when it is not

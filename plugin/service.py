@@ -77,7 +77,7 @@ class DevicePluginService:
 
     def GetPreferredAllocation(self, request, context):
         responses = []
-        for number, wanted in enumerate(request.container_requests):
+        for wanted in request.container_requests:
             try:
                 chosen = self.placement.prefer(self.resource, list(wanted.available_deviceIDs),
                                                list(wanted.must_include_deviceIDs),
@@ -89,7 +89,7 @@ class DevicePluginService:
         return api.PreferredAllocationResponse(container_responses=responses)
 
     def Allocate(self, request, context):
-        counts, indices = self.devices.counts(), self.devices.indices()
+        indices, counts = self.devices.layout()
         responses = []
         for number, wanted in enumerate(request.container_requests):
             try:
