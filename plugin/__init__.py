@@ -1,1 +1,2 @@
-"""gemshare-device-plugin: the Kubernetes device plugin that advertises gemshare slots."""
+"""gemshare-device-plugin: the Kubernetes device plugin that advertises gemshare's slots, GPU
+memory units and compute units."""

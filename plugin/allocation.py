@@ -1,4 +1,5 @@
-"""What a container given some slots gets: the library preloaded, the scheduler's socket, its GPUs.
+"""What a container given units of ours gets: the library preloaded, the scheduler's socket, its
+GPUs, whichever of the three resources (or several) it asked for.
 
 Nothing here asks the scheduler anything: a pod must start while the scheduler is down or
 restarting, and the library in it runs unscheduled until the scheduler answers (it fails open).
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 from . import api
-from .slots import parse_slot_id
+from .resources import Resource
 
 CONTAINER_LIBRARY = "/usr/local/lib/gemshare/libnvs.so"
 CONTAINER_SOCKET_DIR = "/var/run/gemshare"
@@ -50,31 +51,47 @@ class Paths:
         return str(PurePosixPath(CONTAINER_SOCKET_DIR) / PurePosixPath(self.scheduler_socket).name)
 
 
-def gpus_of(device_ids, known: dict[str, int], slots: int) -> list[str]:
-    """The GPU UUIDs the slots are on, each once, in the GPUs' index order; `known` is the
-    index of each advertised GPU by UUID, each with `slots` slots. Raises UnknownDevices naming
+def units_by_gpu(resource: Resource, device_ids, counts: dict[str, int],
+                 indices: dict[str, int]) -> dict[str, int]:
+    """How many of the units are on each GPU, by UUID in the GPUs' index order; `counts` is
+    how many units each advertised GPU has, `indices` its index. Raises UnknownDevices naming
     every ID that was not advertised."""
-    uuids, unknown = set(), []
+    units: dict[str, int] = {}
+    unknown = []
     for device_id in device_ids:
-        parsed = parse_slot_id(device_id)
-        if parsed is None or parsed[0] not in known or parsed[1] >= slots:
+        parsed = resource.parse(device_id)
+        if parsed is None or parsed[1] >= counts.get(parsed[0], 0):
             unknown.append(device_id)
         else:
-            uuids.add(parsed[0])
+            units[parsed[0]] = units.get(parsed[0], 0) + 1
     if unknown:
         shown = ", ".join(repr(device_id[:80]) for device_id in unknown[:5])
         more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
         raise UnknownDevices(f"unknown device IDs {shown}{more}: this plugin advertises "
-                             f"GPU-UUID::SLOT, SLOT from 0 to {slots - 1}, for the GPUs "
-                             f"{', '.join(known) or '(none found)'}")
-    if not uuids:
-        raise UnknownDevices("no device IDs in the request: ask for at least one slot")
-    return sorted(uuids, key=lambda uuid: known[uuid])
+                             f"{resource.name} as {resource.id_shape}, {_numbering(counts)}")
+    if not units:
+        raise UnknownDevices(f"no device IDs in the request: ask for at least one of "
+                             f"{resource.name}")
+    return {uuid: units[uuid] for uuid in sorted(units, key=lambda uuid: indices[uuid])}
 
 
-def container_response(device_ids, known: dict[str, int], slots: int, paths: Paths):
-    """The ContainerAllocateResponse for one container's slots (UnknownDevices when bad)."""
-    uuids = gpus_of(device_ids, known, slots)
+def _numbering(counts: dict[str, int]) -> str:
+    """How the advertised units are numbered, for a refusal."""
+    if not counts:
+        return "for the GPUs (none found)"
+    if len(set(counts.values())) == 1:
+        (count,) = set(counts.values())
+        return f"numbered from 0 to {count - 1}, for the GPUs {', '.join(counts)}"
+    return "numbered from 0 on each GPU, of which " + ", ".join(
+        f"{uuid} has {count}" for uuid, count in counts.items())
+
+
+def container_response(uuids, paths: Paths):
+    """The ContainerAllocateResponse for one container given units of the GPUs `uuids`.
+
+    The same for every resource: when a container has several of ours, the kubelet merges their
+    answers, keeping the first of each variable and of each mount's container path, and logs an
+    error where a later one differs. Theirs differ only where their GPUs do."""
     mounts = [api.Mount(container_path=CONTAINER_LIBRARY, host_path=paths.library,
                         read_only=True),
               api.Mount(container_path=CONTAINER_SOCKET_DIR, host_path=paths.socket_dir,

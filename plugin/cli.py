@@ -17,7 +17,7 @@ from typing import Optional, Sequence
 
 import typer
 
-from gemshare_nvs.config.settings import debug_from_environment
+from gemshare_nvs.config.settings import Size, debug_from_environment
 from gemshare_nvs.observe.tcp_address import AddressError, bind
 from gemshare_nvs.service import journal, typer_command
 from gemshare_nvs.service.mps import directories_beside
@@ -27,6 +27,7 @@ from . import resource_names
 from .allocation import CONTAINER_LIBRARY, SHARED_MEMORY_DIR, Paths
 from .health import HealthServer
 from .lifecycle import Plugin
+from .resources import COMPUTE_SUFFIX, MEMORY_SUFFIX, family, family_names, size_words
 
 PROG = "gemshare-device-plugin"
 DEFAULT_SOCKET_DIR = "/var/lib/kubelet/device-plugins"
@@ -36,6 +37,12 @@ DEFAULT_LIBRARY = "/usr/local/lib/gemshare/libnvs.so"
 DEFAULT_RESOURCE = "gemshare.io/gpu"
 DEFAULT_SLOTS = 10
 MAX_SLOTS = 1000
+MIB = 1 << 20
+DEFAULT_MEMORY_UNIT = "1GiB"
+# Units so small that a GPU has thousands would crowd the kubelet's lists (devices.py caps them);
+# a unit larger than any GPU makes none.
+MEMORY_UNIT = Size("--memory-unit", 64 * MIB, 1 << 40)
+MAX_MEMORY_OVERCOMMIT = 10
 
 log = logging.getLogger(PROG)
 
@@ -45,6 +52,8 @@ class Options:
     kubelet_socket_dir: str
     slots: int
     resource_name: str
+    memory_unit: int  # bytes
+    memory_overcommit: float
     scheduler_socket: str
     library: str
     mps_pipe_directory: Optional[str]  # None: the scheduler does not run MPS
@@ -63,10 +72,35 @@ def _slot_count(text: str) -> int:
 
 
 def _resource_name(text: str) -> str:
-    refused = resource_names.refusal(text)
-    if refused is not None:
-        raise typer.BadParameter(refused)
+    for name in family_names(text):  # the memory and compute resources are named after it
+        refused = resource_names.refusal(name)
+        if refused is not None:
+            raise typer.BadParameter(refused if name == text else
+                                     f"the memory and compute resources are named after it: "
+                                     f"{refused}")
     return text
+
+
+def _memory_unit(text: str) -> int:
+    try:
+        size = MEMORY_UNIT.check(text)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    if size % MIB:
+        raise typer.BadParameter(f"--memory-unit must be a whole number of MiB (the units' "
+                                 f"device IDs name it in MiB), not {text!r}")
+    return size
+
+
+def _memory_overcommit(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 1 <= value <= MAX_MEMORY_OVERCOMMIT:  # NaN too
+        raise typer.BadParameter(f"--memory-overcommit must be a number from 1 to "
+                                 f"{MAX_MEMORY_OVERCOMMIT}, such as 1.5, not {text!r}")
+    return value
 
 
 def _absolute_path(text: Optional[str]) -> Optional[str]:
@@ -78,9 +112,12 @@ def _absolute_path(text: Optional[str]) -> Optional[str]:
 app = typer_command.plain_app(PROG)
 
 
-@app.command(help="Kubernetes device plugin: advertises N gemshare slots per GPU to the kubelet "
-                  "and gives each container that gets slots libnvs.so, the scheduler's socket "
-                  "and its GPUs.")
+@app.command(help="Kubernetes device plugin: advertises three resources to the kubelet, each "
+                  "its own registration: NAME slots (--slots per GPU), NAME-memory units "
+                  "(--memory-unit each, as many per GPU as its memory holds times "
+                  "--memory-overcommit) and NAME-compute units (100 per GPU). A container that "
+                  "gets any of them gets libnvs.so, the scheduler's socket and the GPU its "
+                  "units are on; its memory and compute units become its budget there.")
 def plugin(
     ctx: typer.Context,
     kubelet_socket_dir: str = typer.Option(
@@ -95,8 +132,21 @@ def plugin(
     resource_name: str = typer.Option(
         DEFAULT_RESOURCE, "--resource-name", metavar="NAME", show_default=False,
         callback=_resource_name,
-        help=f"the extended resource pods ask for: DOMAIN/NAME, the domain outside "
-             f"kubernetes.io (default {DEFAULT_RESOURCE})"),
+        help=f"the slots' extended resource: DOMAIN/NAME, the domain outside kubernetes.io; "
+             f"the memory and compute resources are NAME{MEMORY_SUFFIX} and NAME{COMPUTE_SUFFIX} "
+             f"(default {DEFAULT_RESOURCE})"),
+    memory_unit: str = typer.Option(
+        DEFAULT_MEMORY_UNIT, "--memory-unit", metavar="SIZE", show_default=False,
+        callback=_memory_unit,
+        help=f"the size of one NAME{MEMORY_SUFFIX} unit, a whole number of MiB from "
+             f"{size_words(MEMORY_UNIT.low)} to {size_words(MEMORY_UNIT.high)}, such as 1GiB, "
+             f"512MiB or 1.5G (default {DEFAULT_MEMORY_UNIT})"),
+    memory_overcommit: str = typer.Option(
+        "1", "--memory-overcommit", metavar="X", show_default=False,
+        callback=_memory_overcommit,
+        help=f"advertise X times each GPU's memory in units, 1 to {MAX_MEMORY_OVERCOMMIT}: above "
+             f"1 the containers' budgets together exceed the GPU, and Unified Memory moves what "
+             f"does not fit to the host and back (default 1)"),
     scheduler_socket: Optional[str] = typer.Option(
         None, "--scheduler-socket", metavar="PATH", callback=_absolute_path,
         help=f"the scheduler's socket on the host (default $GEMSHARE_SOCKET, else "
@@ -118,7 +168,7 @@ def plugin(
     health: Optional[str] = typer.Option(
         None, "--health", metavar="ADDR:PORT", callback=typer_command.tcp_address,
         help="answer Kubernetes probes over HTTP: /healthz while the plugin's loop runs, "
-             "/readyz while it is registered with the kubelet (default: off)"),
+             "/readyz while every resource is registered with the kubelet (default: off)"),
     debug: bool = typer_command.debug_flag(),
     show_version: bool = typer_command.version_flag(PROG),
 ) -> None:
@@ -132,7 +182,8 @@ def plugin(
     elif mps:  # where the scheduler starts its own daemon
         mps_pipe_directory = str(directories_beside(Path(scheduler))[0])
     ctx.obj.append(Options(kubelet_socket_dir=kubelet_socket_dir, slots=slots,
-                           resource_name=resource_name, scheduler_socket=scheduler,
+                           resource_name=resource_name, memory_unit=memory_unit,
+                           memory_overcommit=memory_overcommit, scheduler_socket=scheduler,
                            library=library, mps_pipe_directory=mps_pipe_directory,
                            health=health,
                            debug=debug or debug_from_environment()))
@@ -172,7 +223,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if options.mps_pipe_directory is not None:
         log.info("MPS: containers get the control daemon's pipe directory %s and the host's %s",
                  options.mps_pipe_directory, SHARED_MEMORY_DIR)
-    plugin = Plugin(options.kubelet_socket_dir, options.resource_name, options.slots, paths)
+    plugin = Plugin(options.kubelet_socket_dir,
+                    family(options.resource_name, options.slots, options.memory_unit,
+                           options.memory_overcommit), paths)
     stop = threading.Event()
 
     def stop_on_signal(number, frame):

@@ -1,9 +1,10 @@
 """Which GPUs this node has and whether each is healthy, as NVML tells it.
 
 A GPU is healthy while NVML can still read it (handle, UUID at its index, memory) and it has
-reported no critical XID error. A GPU NVML cannot read at all when we first look cannot be
+reported no critical XID error. Its memory's size, as NVML last read it, sets how many memory
+units it has (resources.py). A GPU NVML cannot read at all when we first look cannot be
 named, so it is left out and looked for again at the next check; one read before stays in the
-list, unhealthy, so that the kubelet stops giving out its slots but keeps the pods it has. XIDs
+list, unhealthy, so that the kubelet stops giving out its units but keeps the pods it has. XIDs
 that an application causes by itself (a bad kernel, a page fault, a preempted context) say
 nothing about the GPU and are ignored; any other critical XID marks the GPU unhealthy until the
 plugin restarts, since NVML never says that the GPU recovered.
@@ -32,6 +33,7 @@ class Gpu:
     index: int
     uuid: str
     healthy: bool
+    memory_bytes: int = 0  # total, as last read; 0 until NVML has read it
 
 
 def _text(value) -> str:
@@ -46,6 +48,7 @@ class GpuHealth:
         self._started = False
         self._reason_logged = ""
         self._uuids: dict[int, str] = {}  # index -> UUID, once read
+        self._memory: dict[str, int] = {}  # UUID -> total bytes, as last read
         self._failed_xid: set[str] = set()
         self._events = None
         self._watched: set[str] = set()  # GPUs registered for XID events
@@ -72,7 +75,8 @@ class GpuHealth:
             self._started = False
 
     def _report(self, readable: dict[int, bool]) -> list[Gpu]:
-        return [Gpu(index, uuid, readable.get(index, False) and uuid not in self._failed_xid)
+        return [Gpu(index, uuid, readable.get(index, False) and uuid not in self._failed_xid,
+                    self._memory.get(uuid, 0))
                 for index, uuid in sorted(self._uuids.items())]
 
     def _start(self) -> bool:
@@ -152,7 +156,7 @@ class GpuHealth:
             failed = [uuid] if uuid else list(self._uuids.values())
             for each in failed:
                 if each not in self._failed_xid:
-                    log.error("GPU %s reported critical XID %d: its slots are unhealthy until "
+                    log.error("GPU %s reported critical XID %d: its units are unhealthy until "
                               "the plugin restarts", each, xid)
                     self._failed_xid.add(each)
 
@@ -162,7 +166,7 @@ class GpuHealth:
             handle = nvml.nvmlDeviceGetHandleByIndex(index)
             if _text(nvml.nvmlDeviceGetUUID(handle)) != uuid:
                 return False
-            nvml.nvmlDeviceGetMemoryInfo(handle)
+            self._memory[uuid] = int(nvml.nvmlDeviceGetMemoryInfo(handle).total)
             return True
         except Exception:
             return False

@@ -3,8 +3,9 @@
 - `/healthz` (liveness): 200 while the plugin's loop goes round (it does every poll interval,
   looking at the kubelet's directory and at NVML); 503 once it has not for `stuck_after`
   seconds, say because NVML hangs, so that the kubelet restarts the container.
-- `/readyz` (readiness): 200 while the plugin serves on its socket and is registered with the
-  kubelet whose socket is there now; 503 with the reason otherwise (no kubelet, a refusal).
+- `/readyz` (readiness): 200 while the plugin serves each of its resources on its socket and
+  has them all registered with the kubelet whose socket is there now; 503 with the reason
+  otherwise (no kubelet, a refusal), naming the resource.
 
 Answered by a small threaded HTTP server beside the plugin's loop: the probes read two of the
 loop's attributes and never wait on it.

@@ -1,7 +1,8 @@
-"""The DevicePlugin service the kubelet calls: options, the slot list, allocation.
+"""The DevicePlugin service the kubelet calls for one resource: options, the unit list,
+allocation.
 
-Every answer comes from the DeviceList and the paths given at start; nothing here blocks on
-the scheduler or on NVML.
+Every answer comes from the DeviceList, the placement the three resources share and the paths
+given at start; nothing here blocks on the scheduler or on NVML.
 """
 
 from __future__ import annotations
@@ -12,9 +13,9 @@ import threading
 import grpc
 
 from . import api
-from .allocation import Paths, UnknownDevices, container_response
+from .allocation import Paths, UnknownDevices, container_response, units_by_gpu
 from .devices import DeviceList
-from .slots import preferred
+from .placement import NoRoom, Placement
 
 log = logging.getLogger("gemshare-device-plugin")
 
@@ -25,9 +26,11 @@ STREAM_CHECK_S = 1.0
 
 
 class DevicePluginService:
-    def __init__(self, devices: DeviceList, paths: Paths):
+    def __init__(self, devices: DeviceList, paths: Paths, placement: Placement):
         self.devices = devices
+        self.resource = devices.resource
         self.paths = paths
+        self.placement = placement
         self.stopping = threading.Event()
         self._streams = 0
         self._lock = threading.Lock()
@@ -73,26 +76,43 @@ class DevicePluginService:
             log.debug("a ListAndWatch stream ended")
 
     def GetPreferredAllocation(self, request, context):
-        return api.PreferredAllocationResponse(container_responses=[
-            api.ContainerPreferredAllocationResponse(deviceIDs=preferred(
-                list(wanted.available_deviceIDs), list(wanted.must_include_deviceIDs),
-                wanted.allocation_size))
-            for wanted in request.container_requests])
+        responses = []
+        for wanted in request.container_requests:
+            try:
+                chosen = self.placement.prefer(self.resource, list(wanted.available_deviceIDs),
+                                               list(wanted.must_include_deviceIDs),
+                                               wanted.allocation_size)
+            except NoRoom as exc:
+                log.warning("refused a request: %s", exc)
+                context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
+            responses.append(api.ContainerPreferredAllocationResponse(deviceIDs=chosen))
+        return api.PreferredAllocationResponse(container_responses=responses)
 
     def Allocate(self, request, context):
-        known = self.devices.indices()
+        indices, counts = self.devices.layout()
         responses = []
         for number, wanted in enumerate(request.container_requests):
             try:
-                responses.append(container_response(wanted.devices_ids, known,
-                                                    self.devices.slots, self.paths))
+                units = units_by_gpu(self.resource, wanted.devices_ids, counts, indices)
             except UnknownDevices as exc:
                 log.warning("refused an allocation: %s", exc)
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                               f"container request {number}: {exc}")
-            log.info("allocated %d slots on GPUs %s", len(wanted.devices_ids),
-                     responses[-1].envs["NVIDIA_VISIBLE_DEVICES"])
+            responses.append(container_response(units, self.paths))
+            self.placement.allocated(self.resource, list(wanted.devices_ids))
+            self._say(units)
         return api.AllocateResponse(container_responses=responses)
+
+    def _say(self, units: dict[str, int]) -> None:
+        """Log an allocation, and how it is split where a budget is split over GPUs."""
+        shown = ", ".join(f"{count} on {self.devices.named(uuid)}" for uuid, count in units.items())
+        amount = self.resource.amount(sum(units.values()))
+        if len(units) > 1 and self.resource.one_gpu:
+            log.warning("%s: allocated %s split over %d GPUs, %s; the container gets each "
+                        "GPU's part as a budget on that GPU alone", self.resource.name, amount,
+                        len(units), shown)
+        else:
+            log.info("%s: allocated %s, %s", self.resource.name, amount, shown)
 
     def PreStartContainer(self, request, context):
         return api.PreStartContainerResponse()

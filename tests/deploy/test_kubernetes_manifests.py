@@ -1,5 +1,6 @@
 """deploy/kubernetes: every file parses, the base renders, and the objects it makes fit together:
-the commands the containers run, the host paths they expect, the resource name pods ask for."""
+the commands the containers run, the host paths they expect, the resources pods ask for, the node
+sockets the scheduler reads."""
 
 from __future__ import annotations
 
@@ -15,17 +16,27 @@ import pytest
 from deploy_files import BASE, DEPLOY, KUBECTL, REPO, parse_yaml, pod_templates, render_with_kubectl
 
 from gemshare_nvs.config import file as config_file
+from gemshare_nvs.service.command_line import option_names as scheduler_option_names
 from gemshare_nvs.service.command_line import parse
 from gemshare_plugin import cli as plugin_cli
+from gemshare_plugin.resources import family
 
 NAMESPACE = "gemshare-system"
 RESOURCE = "gemshare.io/gpu"
+RESOURCES = {RESOURCE, "gemshare.io/gpu-memory", "gemshare.io/gpu-compute"}
 SOCKET = "/var/run/gemshare/scheduler.sock"
 KUBELET_DIR = "/var/lib/kubelet/device-plugins"
 HOST_LIBRARY = "/usr/local/lib/gemshare/libnvs.so"  # where the device plugin mounts it from
 SCHEDULER, PLUGIN = "gemshare-scheduler", "gemshare-device-plugin"
 # The device plugin's options the public contract fixes; the README documents all of them.
 CONTRACT_PLUGIN_OPTIONS = {"--kubelet-socket-dir", "--slots", "--resource-name"}
+# Where the scheduler learns what Kubernetes gave a container (issue 29's contract): the kubelet's
+# pod-resources socket, named on its command line, and the container runtime's, the first of
+# these that exists.
+POD_RESOURCES_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
+CRI_SOCKETS = ("/run/containerd/containerd.sock", "/var/run/crio/crio.sock")
+NODE_OPTIONS = {"--pod-resources-socket", "--cri-socket"}
+EXAMPLES = BASE / "examples"
 YAML_FILES = sorted([*DEPLOY.rglob("*.yaml"), *DEPLOY.rglob("*.yml")])
 PROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
 
@@ -143,11 +154,24 @@ def test_every_container_runs_a_command_of_the_image(pods):
         assert [c["command"][0] for c in spec["containers"]] == [name]
 
 
+def without_node_options(args: list) -> list:
+    """The arguments less the node-socket options and their values."""
+    kept, words = [], iter(args)
+    for word in words:
+        if word in NODE_OPTIONS:
+            next(words)
+        else:
+            kept.append(word)
+    return kept
+
+
 def test_scheduler_arguments_are_its_own_and_its_paths_are_mounted(pods):
     spec = pods[SCHEDULER]
     scheduler, volumes = container(spec, "scheduler"), volumes_of(spec)
     args = scheduler["args"]
-    parsed = parse(args)  # refuses an option, or a value, the scheduler does not take
+    # Refuses an option, or a value, the scheduler does not take (the node-socket options are
+    # checked below, where the scheduler has them).
+    parsed = parse(without_node_options(args))
     given = options(args)
     assert given["--socket"] == SOCKET
     assert host_mount(scheduler, volumes, SOCKET) == SOCKET  # where the plugin's pods look
@@ -158,7 +182,38 @@ def test_scheduler_arguments_are_its_own_and_its_paths_are_mounted(pods):
     config_dir = str(PurePosixPath(given["--config"]).parent)
     (mount,) = [m for m in scheduler["volumeMounts"] if m["mountPath"] == config_dir]
     assert volumes[mount["name"]]["configMap"]["name"] == "gemshare-config"
-    assert scheduler["securityContext"]["runAsNonRoot"] is True
+
+
+@pytest.mark.skipif(not NODE_OPTIONS <= scheduler_option_names(),
+                    reason="the scheduler's --pod-resources-socket and --cri-socket come with "
+                           "issue 29's scheduler side")
+def test_the_scheduler_takes_the_node_socket_options_it_is_given(pods):
+    parse(container(pods[SCHEDULER], "scheduler")["args"])
+
+
+def test_the_scheduler_reaches_the_node_sockets_read_only(pods):
+    spec = pods[SCHEDULER]
+    scheduler, volumes = container(spec, "scheduler"), volumes_of(spec)
+    given = options(scheduler["args"])
+    assert given["--pod-resources-socket"] == POD_RESOURCES_SOCKET
+    # No --cri-socket: the default finds whichever runtime the node has, both being mounted.
+    assert "--cri-socket" not in given
+    mounts = {m["mountPath"]: m for m in scheduler["volumeMounts"]}
+    for socket in (POD_RESOURCES_SOCKET, *CRI_SOCKETS):
+        # At its host path, through its directory (a restarted kubelet or runtime makes a new
+        # socket file, which only a directory's mount shows), read-only.
+        assert host_mount(scheduler, volumes, socket) == socket
+        directory = str(PurePosixPath(socket).parent)
+        assert mounts[directory]["readOnly"] is True
+    for socket in CRI_SOCKETS:  # the runtimes' unmounts must reach the scheduler's container
+        assert mounts[str(PurePosixPath(socket).parent)]["mountPropagation"] == "HostToContainer"
+    assert spec["hostPID"] is True  # /proc/PID/cgroup of every pod's programs
+    # Those sockets answer root alone; nothing else of root's is kept.
+    context = scheduler["securityContext"]
+    assert (context["runAsUser"], context["runAsNonRoot"]) == (0, False)
+    assert context["capabilities"] == {"drop": ["ALL"]}
+    (prepare,) = spec["initContainers"]  # which hands the directories to root
+    assert {e["name"]: e["value"] for e in prepare["env"]} == {"SCHEDULER_USER": "root"}
 
 
 def test_the_config_map_holds_a_config_the_scheduler_accepts(rendered, pods, tmp_path):
@@ -189,6 +244,11 @@ def test_device_plugin_arguments_are_its_documented_options(pods):
     assert given.get("--scheduler-socket", SOCKET) == SOCKET
     assert given["--resource-name"] == RESOURCE
     assert int(given["--slots"]) >= 1
+    parsed = plugin_cli.parse(plugin["args"])
+    advertised = family(parsed.resource_name, parsed.slots, parsed.memory_unit,
+                        parsed.memory_overcommit)
+    assert {resource.name for resource in advertised} == RESOURCES
+    assert (parsed.memory_unit, parsed.memory_overcommit) == (1 << 30, 1.0)
     assert given["--kubelet-socket-dir"] == KUBELET_DIR
     assert host_mount(plugin, volumes, KUBELET_DIR) == KUBELET_DIR
     # What it hands to pods is at the host paths it names, as seen from its own container.
@@ -232,7 +292,18 @@ def test_example_pod_asks_for_one_slot_and_names_itself():
     assert env["POD_NAMESPACE"] == "metadata.namespace"
 
 
-def test_the_resource_name_is_the_same_everywhere():
+def test_example_pod_asks_for_memory_and_compute_alone():
+    (pod,) = parse_yaml((EXAMPLES / "pod-memory-compute.yaml").read_text())
+    (main,) = pod["spec"]["containers"]
+    limits = main["resources"]["limits"]
+    assert (limits["gemshare.io/gpu-memory"], limits["gemshare.io/gpu-compute"]) == (8, 30)
+    assert RESOURCE not in limits  # no slot: memory and compute are enough
+    assert not set(main["resources"].get("requests", {})) & RESOURCES
+    # The scheduler learns the pod from the node: the pod need not name itself.
+    assert "env" not in main
+
+
+def test_the_resource_names_are_the_same_everywhere():
     named = {match for path in [*YAML_FILES, *DEPLOY.rglob("*.md")]
              for match in re.findall(r"gemshare\.io/[\w.-]+", path.read_text())}
-    assert named == {RESOURCE}
+    assert named == RESOURCES

@@ -21,7 +21,7 @@ from gemshare_plugin.health import LIVENESS, READINESS
 
 SCHEDULER, PLUGIN = "gemshare-scheduler", "gemshare-device-plugin"
 RUNTIME_CLASS = "nvidia"
-EXAMPLE_POD = BASE / "examples" / "pod.yaml"
+EXAMPLE_PODS = sorted((BASE / "examples").glob("*.yaml"))
 # The oldest Kubernetes release the manifests are for (RuntimeDefault seccomp in the pod's
 # securityContext is GA since 1.19), and the newest whose schemas kubernetes-validate carries.
 OLDEST_RELEASE = "1.25"
@@ -128,11 +128,16 @@ def test_the_network_policy_opens_only_the_ports_the_pods_serve_and_no_way_out(r
     assert policy["spec"]["egress"] == []
 
 
-def test_every_pod_and_the_example_run_under_the_nvidia_runtime_class(rendered):
+def examples() -> list[dict]:
+    return [obj for path in EXAMPLE_PODS for obj in parse_yaml(path.read_text())]
+
+
+def test_every_pod_and_the_examples_run_under_the_nvidia_runtime_class(rendered):
     for name, spec in pod_templates(rendered).items():
         assert spec["runtimeClassName"] == RUNTIME_CLASS, name
-    (example,) = parse_yaml(EXAMPLE_POD.read_text())
-    assert example["spec"]["runtimeClassName"] == RUNTIME_CLASS
+    assert len(EXAMPLE_PODS) >= 2
+    for example in examples():
+        assert example["spec"]["runtimeClassName"] == RUNTIME_CLASS
 
 
 def test_the_readme_says_what_the_manifests_rely_on(rendered):
@@ -149,8 +154,7 @@ def test_the_readme_says_what_the_manifests_rely_on(rendered):
 
 @pytest.mark.parametrize("release", [OLDEST_RELEASE, kubernetes_validate.utils.latest_version()])
 def test_every_object_fits_the_api_schema(rendered, release):
-    example = parse_yaml(EXAMPLE_POD.read_text())
-    for obj in [*rendered, *example]:
+    for obj in [*rendered, *examples()]:
         # strict: a misspelt or misplaced field is an error, not something the API drops.
         kubernetes_validate.validate(obj, release, strict=True)
 

@@ -2,10 +2,10 @@
 
 `fake_nvml` is the stand-in pynvml of tests/fake_nvml, loaded as a module of its own
 and configured through the environment (FAKE_NVML_GPUS, FAKE_NVML_FAIL_AT, ...), with TWO_GPUS
-set. `plugin_factory(directory, **options)` runs a lifecycle.Plugin in a thread of this process
-on that socket directory, with that NVML, short intervals and HOST_PATHS (unless `paths` says);
-every plugin started is stopped at teardown. `plugin_process(*args, **env)` runs the command
-itself, logging to a file, and kills what is still running at teardown.
+set. `plugin_factory(directory, **options)` runs a lifecycle.Plugin of the three resources in a
+thread of this process on that socket directory, with that NVML, short intervals and HOST_PATHS
+(unless `paths` says); every plugin started is stopped at teardown. `plugin_process(*args,
+**env)` runs the command itself, logging to a file, and kills what is still running at teardown.
 """
 
 from __future__ import annotations
@@ -18,11 +18,12 @@ import threading
 from pathlib import Path
 
 import pytest
-from plugin_helpers import FAKE_NVML_DIR, HOST_PATHS, REPO, TWO_GPUS, plugin_environment
+from plugin_helpers import FAKE_NVML_DIR, GIB, HOST_PATHS, REPO, TWO_GPUS, plugin_environment
 
 from gemshare_plugin.allocation import Paths
 from gemshare_plugin.gpu_health import GpuHealth
 from gemshare_plugin.lifecycle import Plugin
+from gemshare_plugin.resources import family
 
 STOP_S = 10.0
 
@@ -56,10 +57,12 @@ def plugin_factory(fake_nvml):
     started: list[RunningPlugin] = []
 
     def start(directory, slots: int = 3, resource_name: str = "gemshare.io/gpu",
-              paths: Paths = HOST_PATHS, **options) -> RunningPlugin:
+              paths: Paths = HOST_PATHS, memory_unit: int = GIB, memory_overcommit: float = 1.0,
+              **options) -> RunningPlugin:
         options = {"poll_interval": 0.05, "health_interval": 0.05, "register_timeout": 2.0,
                    "max_backoff": 0.2, **options}
-        plugin = Plugin(str(directory), resource_name, slots, paths,
+        plugin = Plugin(str(directory),
+                        family(resource_name, slots, memory_unit, memory_overcommit), paths,
                         health=GpuHealth(fake_nvml), **options)
         started.append(RunningPlugin(plugin))
         return started[-1]

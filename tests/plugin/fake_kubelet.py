@@ -1,9 +1,20 @@
-"""A kubelet for tests: the v1beta1 Registration service on `kubelet.sock`, and the client side.
+"""A kubelet for tests, built from the upstream device-plugin API (v1beta1, the messages of
+gemshare_plugin.api): the Registration service on `kubelet.sock`, the client side of each
+plugin, and the device manager's way of admitting a container.
 
 Like the real one, on each Register it records the request, dials the plugin's endpoint in the
 same directory, asks for its options and keeps a ListAndWatch stream open, whose answers it
-queues. `stop()` does what a kubelet that goes down and comes back does to the directory: every
-socket in it is removed.
+queues; it keeps one plugin per resource name, the last registered. `stop()` does what a
+kubelet that goes down and comes back does to the directory: every socket in it is removed.
+
+`admit(limits)` does what the kubelet's device manager (pkg/kubelet/cm/devicemanager) does for
+one container: for each resource in turn (in the order given: the kubelet's is a Go map's, so
+none is fixed), the healthy units no other container holds, GetPreferredAllocation over them,
+the preferred ones it may take and the rest filled from the others in no particular order, then
+Allocate; an error fails the admission with the words the pod's status and events then carry.
+The answers are merged as its deviceRunContainerOptions merges them: the first of each
+variable and of each mount's container path is kept, and a later one that differs is a
+conflict (which the kubelet logs as an error).
 """
 
 from __future__ import annotations
@@ -12,12 +23,14 @@ import os
 import queue
 import threading
 from concurrent import futures
+from dataclasses import dataclass, field
 
 import grpc
 
 from gemshare_plugin import api
 
 WAIT_S = 10.0
+SLOTS = "gemshare.io/gpu"
 
 
 class Stream:
@@ -25,6 +38,8 @@ class Stream:
 
     def __init__(self, channel: grpc.Channel):
         self.responses: queue.Queue = queue.Queue()
+        self.latest: dict[str, str] = {}  # the last list sent, as the kubelet keeps it
+        self.listed = threading.Event()  # set once a list came
         self.ended = threading.Event()
         call = channel.unary_stream(api.method_path("DevicePlugin", "ListAndWatch"),
                                     request_serializer=api.Empty.SerializeToString,
@@ -36,7 +51,9 @@ class Stream:
     def _read(self) -> None:
         try:
             for response in self._call:
-                self.responses.put({device.ID: device.health for device in response.devices})
+                self.latest = {device.ID: device.health for device in response.devices}
+                self.listed.set()
+                self.responses.put(self.latest)
         except grpc.RpcError:
             pass
         finally:
@@ -68,8 +85,57 @@ class PluginClient:
         return self.call("Allocate", api.AllocateRequest(container_requests=[
             api.ContainerAllocateRequest(devices_ids=ids) for ids in containers]))
 
+    def preferred(self, available: list[str], size: int, must_include: list[str] = ()):
+        """The IDs the plugin prefers for one container."""
+        request = api.PreferredAllocationRequest(container_requests=[
+            api.ContainerPreferredAllocationRequest(available_deviceIDs=available,
+                                                    must_include_deviceIDs=must_include,
+                                                    allocation_size=size)])
+        (answer,) = self.call("GetPreferredAllocation", request).container_responses
+        return list(answer.deviceIDs)
+
     def close(self) -> None:
         self.channel.close()
+
+
+@dataclass
+class Link:
+    """What the kubelet keeps of one registration: the client, the options, the stream."""
+    client: PluginClient
+    options: object
+    stream: Stream
+
+
+class AdmissionFailed(Exception):
+    """The kubelet refused the pod: the message is what its status and events say."""
+
+
+@dataclass
+class Admission:
+    """One container the fake kubelet admitted."""
+    devices: dict[str, list[str]] = field(default_factory=dict)  # resource -> its unit IDs
+    envs: dict[str, str] = field(default_factory=dict)
+    mounts: dict[str, tuple[str, bool]] = field(default_factory=dict)  # path -> (host, ro)
+    conflicts: list[str] = field(default_factory=list)
+
+    def merge(self, response) -> None:
+        for name, value in response.envs.items():
+            if name not in self.envs:
+                self.envs[name] = value
+            elif self.envs[name] != value:
+                self.conflicts.append(f"env {name}: {self.envs[name]!r} then {value!r}")
+        for mount in response.mounts:
+            kept = self.mounts.setdefault(mount.container_path,
+                                          (mount.host_path, mount.read_only))
+            if kept[0] != mount.host_path:
+                self.conflicts.append(f"mount {mount.container_path}: {kept[0]!r} then "
+                                      f"{mount.host_path!r}")
+
+
+def go_error(error: grpc.RpcError) -> str:
+    """A gRPC error as the kubelet (Go) prints it."""
+    code = "".join(part.title() for part in error.code().name.split("_"))
+    return f"rpc error: code = {code} desc = {error.details()}"
 
 
 class FakeKubelet:
@@ -82,6 +148,8 @@ class FakeKubelet:
         self.options: list = []
         self.streams: list[Stream] = []
         self.clients: list[PluginClient] = []
+        self.links: dict[str, list[Link]] = {}  # resource name -> its links, oldest first
+        self.allocated: dict[str, set[str]] = {}  # resource name -> units held by containers
         self._changed = threading.Condition()
         self._server = None
 
@@ -105,30 +173,92 @@ class FakeKubelet:
             self.registrations.append(request)
             self._changed.notify_all()
         # The real kubelet dials the plugin after answering; so does this one.
-        threading.Thread(target=self._connect, args=(request.endpoint,), daemon=True).start()
+        threading.Thread(target=self._connect, args=(request,), daemon=True).start()
         return api.Empty()
 
-    def _connect(self, endpoint: str) -> None:
-        client = PluginClient(os.path.join(self.directory, endpoint))
+    def _connect(self, request) -> None:
+        client = PluginClient(os.path.join(self.directory, request.endpoint))
         options = client.call("GetDevicePluginOptions", api.Empty())
         stream = Stream(client.channel)
         with self._changed:
             self.clients.append(client)
             self.options.append(options)
             self.streams.append(stream)
+            self.links.setdefault(request.resource_name, []).append(
+                Link(client, options, stream))
             self._changed.notify_all()
 
-    def wait_for_stream(self, count: int = 1, timeout: float = WAIT_S) -> Stream:
-        """The `count`-th ListAndWatch stream, once the plugin registered that often."""
+    def wait_for_link(self, count: int = 1, resource: str = SLOTS,
+                      timeout: float = WAIT_S) -> Link:
+        """The `count`-th registration of `resource`, once its stream is open."""
         with self._changed:
-            assert self._changed.wait_for(lambda: len(self.streams) >= count, timeout), (
-                f"{len(self.streams)} streams after {timeout} s, not {count}")
-            return self.streams[count - 1]
+            assert self._changed.wait_for(
+                lambda: len(self.links.get(resource, ())) >= count, timeout), (
+                f"{len(self.links.get(resource, ()))} registrations of {resource} after "
+                f"{timeout} s, not {count}")
+            return self.links[resource][count - 1]
 
-    def client(self) -> PluginClient:
-        """A client on the endpoint of the last registration."""
-        self.wait_for_stream(len(self.registrations) or 1)
-        return self.clients[-1]
+    def wait_for_stream(self, count: int = 1, resource: str = SLOTS,
+                        timeout: float = WAIT_S) -> Stream:
+        """The `count`-th ListAndWatch stream of `resource`, once the plugin registered it
+        that often."""
+        return self.wait_for_link(count, resource, timeout).stream
+
+    def client(self, resource: str = SLOTS) -> PluginClient:
+        """A client on the endpoint of the last registration of `resource`."""
+        self.wait_for_link(1, resource)
+        return self.links[resource][-1].client
+
+    def admit(self, limits: dict[str, int]) -> Admission:
+        """Admit one container asking for `limits` of the plugin's resources, in that order;
+        AdmissionFailed as the kubelet words it."""
+        admission = Admission()
+        try:
+            for resource, needed in limits.items():
+                admission.devices[resource] = ids = self._allocate_devices(resource, needed)
+                try:
+                    (response,) = self.client(resource).allocate(ids).container_responses
+                except grpc.RpcError as error:
+                    raise AdmissionFailed(self._failure(go_error(error))) from None
+                admission.merge(response)
+        except AdmissionFailed:
+            self.release(admission)
+            raise
+        return admission
+
+    def release(self, admission: Admission) -> None:
+        """The container is gone: its units are free again."""
+        for resource, ids in admission.devices.items():
+            self.allocated.get(resource, set()).difference_update(ids)
+
+    def _allocate_devices(self, resource: str, needed: int) -> list[str]:
+        self.wait_for_link(1, resource)
+        link = self.links[resource][-1]
+        assert link.stream.listed.wait(WAIT_S), f"no list of {resource} came"
+        held = self.allocated.setdefault(resource, set())
+        available = [device_id for device_id, health in link.stream.latest.items()
+                     if health == api.HEALTHY and device_id not in held]
+        if len(available) < needed:
+            raise AdmissionFailed(self._failure(
+                f"requested number of devices unavailable for {resource}. Requested: "
+                f"{needed}, Available: {len(available)}"))
+        chosen: list[str] = []
+        if link.options.get_preferred_allocation_available:
+            try:
+                preferred = link.client.preferred(available, needed)
+            except grpc.RpcError as error:
+                raise AdmissionFailed(self._failure(
+                    f"device plugin GetPreferredAllocation rpc failed with err: "
+                    f"{go_error(error)}")) from None
+            chosen = [device_id for device_id in preferred if device_id in available][:needed]
+        chosen += [device_id for device_id in available if device_id not in chosen]
+        chosen = chosen[:needed]
+        held.update(chosen)
+        return chosen
+
+    @staticmethod
+    def _failure(error: str) -> str:
+        return f"Allocate failed due to {error}, which is unexpected"
 
     def stop(self, remove_sockets: bool = True) -> None:
         for stream in self.streams:

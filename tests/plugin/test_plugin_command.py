@@ -43,6 +43,20 @@ def test_version_is_the_packages():
      "--mps-pipe-directory must be an absolute path of at most 255 bytes, not 'mps/pipe'"),
     (["--mps-pipe-directory", "/" + "p" * 255],
      "--mps-pipe-directory must be an absolute path of at most 255 bytes, not '/ppp"),
+    (["--memory-unit", "32M"],
+     "--memory-unit must be a size such as 16GiB or 512MiB, from 64 MiB to 1 TiB, not '32M'"),
+    (["--memory-unit", "2TiB"],
+     "--memory-unit must be a size such as 16GiB or 512MiB, from 64 MiB to 1 TiB, not '2TiB'"),
+    (["--memory-unit", "lots"], "--memory-unit must be a size such as 16GiB or 512MiB"),
+    (["--memory-unit", "100.5MiB"],
+     "--memory-unit must be a whole number of MiB (the units' device IDs name it in MiB), "
+     "not '100.5MiB'"),
+    (["--memory-overcommit", "0.5"],
+     "--memory-overcommit must be a number from 1 to 10, such as 1.5, not '0.5'"),
+    (["--memory-overcommit", "nan"],
+     "--memory-overcommit must be a number from 1 to 10, such as 1.5, not 'nan'"),
+    (["--memory-overcommit", "11"],
+     "--memory-overcommit must be a number from 1 to 10, such as 1.5, not '11'"),
 ])
 def test_bad_options_are_refused_with_their_reason(args, says):
     result = run_command(*args)
@@ -63,6 +77,22 @@ def test_a_resource_name_the_kubelet_refuses_stops_the_start_with_its_rule(name,
     assert result.returncode == 2
     assert f"{name!r} cannot be registered: {why}" in result.stderr
     assert "the kubelet registers only an extended resource name: DOMAIN/NAME" in result.stderr
+
+
+def test_a_resource_name_whose_memory_or_compute_name_the_kubelet_refuses_stops_the_start():
+    name = "example.com/" + "g" * 60  # itself 60 characters after the '/', the others more
+    result = run_command("--resource-name", name)
+    assert result.returncode == 2
+    assert f"the memory and compute resources are named after it: '{name}-memory' cannot be " \
+           "registered: its name after the '/' is longer than 63 characters" in result.stderr
+
+
+def test_the_memory_unit_and_overcommit_are_read():
+    defaults = cli.parse([])
+    assert (defaults.memory_unit, defaults.memory_overcommit) == (1 << 30, 1.0)
+    given = cli.parse(["--memory-unit", "1.5G", "--memory-overcommit", "2.5"])
+    assert (given.memory_unit, given.memory_overcommit) == (1536 << 20, 2.5)
+    assert cli.parse(["--memory-unit", "256MiB"]).memory_unit == 256 << 20
 
 
 def test_a_health_address_not_of_this_machine_stops_the_start_saying_so():
@@ -89,16 +119,22 @@ def test_the_command_waits_for_the_kubelet_serves_it_and_stops_on_sigterm(short_
     try:
         wait_for_text(log_path, "waiting for the kubelet's socket", process)
         kubelet.start()
-        stream = kubelet.wait_for_stream(timeout=WAIT_S)
+        stream = kubelet.wait_for_stream(resource="example.com/shared-gpu", timeout=WAIT_S)
         assert kubelet.registrations[0].resource_name == "example.com/shared-gpu"
         assert kubelet.registrations[0].endpoint == "example.com-shared-gpu.sock"
         assert len(stream.next(timeout=WAIT_S)) == 4
-        [container] = kubelet.client().allocate([f"{UUID_A}::1"]).container_responses
+        memory = kubelet.wait_for_stream(resource="example.com/shared-gpu-memory",
+                                         timeout=WAIT_S)
+        assert len(memory.next(timeout=WAIT_S)) == 80 + 141  # the GPUs' GiB
+        kubelet.wait_for_stream(resource="example.com/shared-gpu-compute", timeout=WAIT_S)
+        client = kubelet.client("example.com/shared-gpu")
+        [container] = client.allocate([f"{UUID_A}::1"]).container_responses
         assert container.envs["GEMSHARE_SOCKET"] == f"{CONTAINER_SOCKET_DIR}/sched.sock"
         assert {m.host_path for m in container.mounts} == {"/opt/gs/libnvs.so", "/run/gs-test"}
         process.send_signal(signal.SIGTERM)
         assert process.wait(WAIT_S) == 0
-        assert not os.path.exists(directory / "example.com-shared-gpu.sock")
+        assert not {"example.com-shared-gpu.sock", "example.com-shared-gpu-memory.sock",
+                    "example.com-shared-gpu-compute.sock"} & set(os.listdir(directory))
         assert "registered example.com/shared-gpu" in log_path.read_text()
     finally:
         kubelet.stop(remove_sockets=False)

@@ -1,31 +1,37 @@
-"""GPU health from NVML: readable or not, critical XIDs, NVML that is missing or comes late."""
+"""GPU health from NVML: readable or not, critical XIDs, NVML that is missing or comes late; and
+each GPU's memory, which sets how many memory units it has."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
-from plugin_helpers import UUID_A, UUID_B
+from plugin_helpers import GIB, UUID_A, UUID_B
 
 from gemshare_plugin.gpu_health import APPLICATION_XIDS, Gpu, GpuHealth
 
 
-def test_every_gpu_nvml_reads_is_healthy(fake_nvml):
-    assert GpuHealth(fake_nvml).check() == [Gpu(0, UUID_A, True), Gpu(1, UUID_B, True)]
+A_MEMORY, B_MEMORY = 80 * GIB, 141 * GIB  # as TWO_GPUS has them
 
 
-def test_a_gpu_nvml_cannot_read_later_is_kept_unhealthy(fake_nvml, monkeypatch):
+def test_every_gpu_nvml_reads_is_healthy_with_its_memory(fake_nvml):
+    assert GpuHealth(fake_nvml).check() == [Gpu(0, UUID_A, True, A_MEMORY),
+                                            Gpu(1, UUID_B, True, B_MEMORY)]
+
+
+def test_a_gpu_nvml_cannot_read_later_is_kept_unhealthy_with_the_memory_it_had(fake_nvml,
+                                                                               monkeypatch):
     health = GpuHealth(fake_nvml)
     health.check()
     monkeypatch.setenv("FAKE_NVML_FAIL_AT", "0")
-    assert health.check() == [Gpu(0, UUID_A, False), Gpu(1, UUID_B, True)]
+    assert health.check() == [Gpu(0, UUID_A, False, A_MEMORY), Gpu(1, UUID_B, True, B_MEMORY)]
 
 
 def test_a_gpu_unreadable_from_the_start_is_added_once_it_answers(fake_nvml, monkeypatch):
     monkeypatch.setenv("FAKE_NVML_FAIL_AT", "0")
     health = GpuHealth(fake_nvml)
-    assert health.check() == [Gpu(1, UUID_B, True)]
+    assert health.check() == [Gpu(1, UUID_B, True, B_MEMORY)]
     monkeypatch.delenv("FAKE_NVML_FAIL_AT")
-    assert health.check() == [Gpu(0, UUID_A, True), Gpu(1, UUID_B, True)]
+    assert health.check() == [Gpu(0, UUID_A, True, A_MEMORY), Gpu(1, UUID_B, True, B_MEMORY)]
 
 
 def test_nvml_that_cannot_start_means_no_gpus_until_it_can(fake_nvml, monkeypatch, caplog):
@@ -98,7 +104,7 @@ def test_a_critical_xid_makes_its_gpu_unhealthy_for_good():
     assert all(gpu.healthy for gpu in health.check())
     assert nvml.registered == [(0, 0x8), (1, 0x8)]
     nvml.xid(1, 79)  # fell off the bus
-    assert health.check() == [Gpu(0, UUID_A, True), Gpu(1, UUID_B, False)]
+    assert health.check() == [Gpu(0, UUID_A, True, 1), Gpu(1, UUID_B, False, 1)]
     assert health.check()[1].healthy is False
 
 

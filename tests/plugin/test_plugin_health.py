@@ -11,11 +11,12 @@ import urllib.request
 
 import pytest
 from fake_kubelet import FakeKubelet
-from plugin_helpers import HOST_PATHS, wait_for_text
+from plugin_helpers import GIB, HOST_PATHS, wait_for_text
 
 from gemshare_plugin.gpu_health import GpuHealth
 from gemshare_plugin.health import HealthServer
 from gemshare_plugin.lifecycle import Plugin
+from gemshare_plugin.resources import family
 
 WAIT_S = 15.0
 
@@ -58,12 +59,12 @@ def test_readiness_follows_the_registration_and_liveness_the_loop(
     running = plugin_factory(kubelet_dir, slots=2)
     base = serve_probes(running.plugin)
     probe_until(f"{base}/readyz", 503,
-                f"not ready: no kubelet socket at {kubelet_dir}/kubelet.sock\n")
+                f"not ready: gemshare.io/gpu: no kubelet socket at {kubelet_dir}/kubelet.sock\n")
     assert probe(f"{base}/healthz") == (200, "ok\n")
     kubelet = FakeKubelet(str(kubelet_dir)).start()
     try:
         kubelet.wait_for_stream()
-        assert probe_until(f"{base}/readyz", 200) == "ok\n"
+        assert probe_until(f"{base}/readyz", 200) == "ok\n"  # all three registered
     finally:
         kubelet.stop()  # a kubelet that goes away, taking every socket: not ready any more
     assert probe_until(f"{base}/readyz", 503).startswith("not ready: ")
@@ -72,7 +73,7 @@ def test_readiness_follows_the_registration_and_liveness_the_loop(
 
 
 def test_liveness_fails_once_the_loop_stops_going_round(kubelet_dir, fake_nvml, serve_probes):
-    plugin = Plugin(str(kubelet_dir), "gemshare.io/gpu", 2, HOST_PATHS,
+    plugin = Plugin(str(kubelet_dir), family("gemshare.io/gpu", 2, GIB, 1.0), HOST_PATHS,
                     health=GpuHealth(fake_nvml))  # never run: its loop is as good as stuck
     base = serve_probes(plugin, stuck_after=5.0)
     assert probe(f"{base}/healthz") == (200, "ok\n")
@@ -81,7 +82,7 @@ def test_liveness_fails_once_the_loop_stops_going_round(kubelet_dir, fake_nvml, 
     assert code == 503 and re.fullmatch(r"stuck: the plugin's loop has not gone round for \d+ s\n",
                                         text)
     code, text = probe(f"{base}/readyz")
-    assert code == 503 and text.startswith("not ready: not serving on ")
+    assert code == 503 and text.startswith("not ready: gemshare.io/gpu: not serving on ")
 
 
 def test_the_command_serves_the_probes_it_was_asked_for(short_tmp_dirs, plugin_process):

@@ -11,10 +11,18 @@ from gemshare_plugin.allocation import (
     Paths,
     UnknownDevices,
     container_response,
+    units_by_gpu,
 )
-from gemshare_plugin.slots import parse_slot_id, preferred, slot_id, slot_ids
+from gemshare_plugin.placement import preferred as placed
+from gemshare_plugin.resources import SLOTS, Resource
+from gemshare_plugin.slots import parse_slot_id, slot_id, slot_ids
 
 A, B, C = "GPU-a", "GPU-b", "GPU-c"
+SLOT_RESOURCE = Resource(SLOTS, "gemshare.io/gpu", slots=4)
+
+
+def preferred(available: list[str], must_include: list[str], size: int) -> list[str]:
+    return placed(SLOT_RESOURCE, available, must_include, size)
 
 
 def test_ids_name_the_gpu_and_the_slot():
@@ -56,12 +64,18 @@ def test_preferred_never_offers_more_than_there_is_nor_bad_ids():
 
 
 PATHS = Paths(library="/host/lib/libnvs.so", scheduler_socket="/host/run/gs/sched.sock")
-KNOWN = {B: 0, A: 1}
+INDICES = {B: 0, A: 1}
+COUNTS = {B: 4, A: 4}
+
+
+def slots_response(device_ids: list[str], paths: Paths = PATHS):
+    return container_response(units_by_gpu(SLOT_RESOURCE, device_ids, COUNTS, INDICES), paths)
 
 
 def test_a_container_gets_the_library_the_socket_and_its_gpus_in_index_order():
-    response = container_response([slot_id(A, 0), slot_id(B, 3), slot_id(A, 2)], KNOWN, 4,
-                                  PATHS)
+    assert units_by_gpu(SLOT_RESOURCE, [slot_id(A, 0), slot_id(B, 3), slot_id(A, 2)], COUNTS,
+                        INDICES) == {B: 1, A: 2}
+    response = slots_response([slot_id(A, 0), slot_id(B, 3), slot_id(A, 2)])
     assert dict(response.envs) == {"LD_PRELOAD": CONTAINER_LIBRARY,
                                    "GEMSHARE_SOCKET": f"{CONTAINER_SOCKET_DIR}/sched.sock",
                                    "NVIDIA_VISIBLE_DEVICES": f"{B},{A}"}
@@ -74,8 +88,8 @@ def test_with_mps_a_container_also_gets_the_pipe_directory_at_its_host_path_and_
     pipe = "/host/run/gs/mps/pipe"
     mps = Paths(library=PATHS.library, scheduler_socket=PATHS.scheduler_socket,
                 mps_pipe_directory=pipe)
-    plain = container_response([slot_id(A, 0)], KNOWN, 4, PATHS)
-    response = container_response([slot_id(A, 0)], KNOWN, 4, mps)
+    plain = slots_response([slot_id(A, 0)])
+    response = slots_response([slot_id(A, 0)], mps)
     # No CUDA_MPS_* here: the scheduler decides per program, and the library sets them.
     assert dict(response.envs) == dict(plain.envs)
     assert list(response.mounts[:2]) == list(plain.mounts)
@@ -85,15 +99,16 @@ def test_with_mps_a_container_also_gets_the_pipe_directory_at_its_host_path_and_
 
 def test_unknown_ids_are_all_named_and_long_lists_cut_short():
     with pytest.raises(UnknownDevices) as refused:
-        container_response([slot_id(A, 0), "GPU-z::1", "x" * 500], KNOWN, 4, PATHS)
+        slots_response([slot_id(A, 0), "GPU-z::1", "x" * 500])
     message = str(refused.value)
     assert "'GPU-z::1'" in message and "x" * 80 in message and "x" * 81 not in message
     many = [f"GPU-z::{n}" for n in range(20)]
     with pytest.raises(UnknownDevices, match="and 15 more"):
-        container_response(many, KNOWN, 4, PATHS)
+        slots_response(many)
 
 
 def test_a_slot_past_the_count_is_unknown():
-    assert container_response([slot_id(A, 3)], KNOWN, 4, PATHS).envs
-    with pytest.raises(UnknownDevices, match="SLOT from 0 to 3"):
-        container_response([slot_id(A, 4)], KNOWN, 4, PATHS)
+    assert slots_response([slot_id(A, 3)]).envs
+    with pytest.raises(UnknownDevices, match="as GPU-UUID::SLOT, numbered from 0 to 3, for the "
+                                             "GPUs GPU-b, GPU-a"):
+        slots_response([slot_id(A, 4)])

@@ -1,4 +1,7 @@
-"""The plugin beside a fake kubelet: registration, the slot list, allocation, kubelet restarts."""
+"""The plugin beside a fake kubelet: registration, the slot list, allocation, kubelet restarts.
+
+The plugin registers three resources; these tests are about the slots' (gemshare.io/gpu), and
+test_plugin_resources_with_kubelet.py about the three together."""
 
 from __future__ import annotations
 
@@ -20,6 +23,10 @@ from gemshare_plugin.allocation import (
 from gemshare_plugin.service import MAX_STREAMS
 
 SLOTS = 3
+# Each resource registers on a socket of its own.
+RESOURCES = {"gemshare.io/gpu": "gemshare.io-gpu.sock",
+             "gemshare.io/gpu-memory": "gemshare.io-gpu-memory.sock",
+             "gemshare.io/gpu-compute": "gemshare.io-gpu-compute.sock"}
 
 
 @pytest.fixture
@@ -56,14 +63,16 @@ def test_registers_with_the_kubelets_api_and_advertises_slots_per_gpu(
     kubelet = kubelets()
     plugin_factory(kubelet_dir, slots=SLOTS)
     stream = kubelet.wait_for_stream()
-    [request] = kubelet.registrations
-    assert request.version == "v1beta1"
-    assert request.endpoint == "gemshare.io-gpu.sock"
-    assert os.path.exists(os.path.join(kubelet_dir, request.endpoint))
-    assert request.resource_name == "gemshare.io/gpu"
-    assert request.options.get_preferred_allocation_available
-    assert not request.options.pre_start_required
-    assert kubelet.options[0].get_preferred_allocation_available
+    for name in RESOURCES:
+        kubelet.wait_for_stream(resource=name)
+    assert [request.resource_name for request in kubelet.registrations] == list(RESOURCES)
+    for request, endpoint in zip(kubelet.registrations, RESOURCES.values()):
+        assert request.version == "v1beta1"
+        assert request.endpoint == endpoint
+        assert os.path.exists(os.path.join(kubelet_dir, request.endpoint))
+        assert request.options.get_preferred_allocation_available
+        assert not request.options.pre_start_required
+    assert all(options.get_preferred_allocation_available for options in kubelet.options)
     assert stream.next() == all_healthy()
 
 
@@ -187,14 +196,16 @@ def test_a_kubelet_restart_that_removes_the_sockets_gets_a_new_registration(
     running = plugin_factory(kubelet_dir, slots=SLOTS)
     first = kubelet.wait_for_stream()
     assert first.next() == all_healthy()
+    wait_for_every_resource(kubelet)
     kubelet.stop()  # removes kubelet.sock and the plugin's socket, as a restarting kubelet does
     assert first.ended.wait(10)
     time.sleep(0.3)  # the plugin notices and waits for the kubelet's socket
     kubelet.start()
     second = kubelet.wait_for_stream(2)
     assert second.next() == all_healthy()
-    assert len(kubelet.registrations) == 2
-    assert running.plugin.registrations == 2
+    wait_for_every_resource(kubelet, 2)
+    assert len(kubelet.registrations) == 2 * len(RESOURCES)
+    assert running.plugin.registrations == 2 * len(RESOURCES)
     assert "was removed" in caplog.text
     [container] = kubelet.client().allocate([f"{UUID_A}::0"]).container_responses
     assert container.envs["NVIDIA_VISIBLE_DEVICES"] == UUID_A
@@ -206,13 +217,15 @@ def test_a_new_kubelet_socket_alone_gets_a_new_registration(
     kubelet = kubelets()
     plugin_factory(kubelet_dir, slots=SLOTS)
     kubelet.wait_for_stream().next()
-    kubelet.stop(remove_sockets=False)  # gRPC removes kubelet.sock; the plugin's socket stays
+    wait_for_every_resource(kubelet)
+    kubelet.stop(remove_sockets=False)  # gRPC removes kubelet.sock; the plugin's sockets stay
     assert not os.path.exists(kubelet.socket)
     assert os.path.exists(os.path.join(kubelet_dir, kubelet.registrations[0].endpoint))
     time.sleep(0.05)  # the new socket file differs in its times even if its inode is reused
     kubelet.start()
     assert kubelet.wait_for_stream(2).next() == all_healthy()
-    assert len(kubelet.registrations) == 2
+    wait_for_every_resource(kubelet, 2)
+    assert len(kubelet.registrations) == 2 * len(RESOURCES)
     assert "the kubelet restarted" in caplog.text
 
 
@@ -228,7 +241,8 @@ def test_a_missing_kubelet_socket_is_waited_for(kubelet_dir, plugin_factory, cap
     kubelet = FakeKubelet(str(kubelet_dir)).start()
     try:
         assert kubelet.wait_for_stream().next() == all_healthy()
-        assert len(kubelet.registrations) == 1
+        wait_for_every_resource(kubelet)
+        assert len(kubelet.registrations) == len(RESOURCES)
     finally:
         kubelet.stop(remove_sockets=False)
 
@@ -246,7 +260,11 @@ def test_a_refused_registration_is_tried_again(kubelets, kubelet_dir, plugin_fac
     assert running.thread.is_alive()
     kubelet.refuse = None
     assert kubelet.wait_for_stream().next() == all_healthy()
-    assert running.plugin.readiness() is None
+    wait_for_every_resource(kubelet)
+    deadline = time.monotonic() + 10  # the last stream opens just after its registration
+    while running.plugin.readiness() is not None:
+        assert time.monotonic() < deadline, running.plugin.readiness()
+        time.sleep(0.02)
 
 
 @pytest.mark.parametrize("refusal", [
@@ -260,7 +278,7 @@ def test_a_refusal_that_cannot_change_is_not_asked_again_until_the_kubelet_resta
     kubelet = kubelets(refuse=refusal)
     running = plugin_factory(kubelet_dir, slots=SLOTS)
     deadline = time.monotonic() + 10
-    while "not asking it again" not in caplog.text:
+    while caplog.text.count("not asking it again") < len(RESOURCES):
         assert time.monotonic() < deadline, caplog.text
         time.sleep(0.02)
     # Backoff here is at most 0.2 s and the loop looks every 0.05 s: a plugin that retried
@@ -269,13 +287,15 @@ def test_a_refusal_that_cannot_change_is_not_asked_again_until_the_kubelet_resta
     while time.monotonic() < deadline:
         assert running.thread.is_alive()
         time.sleep(0.05)
-    assert kubelet.attempts == 1
-    assert caplog.text.count("as it will every time: not asking it again") == 1
-    assert running.plugin.readiness() == f"the kubelet refused the registration: UNKNOWN: {refusal}"
+    assert kubelet.attempts == len(RESOURCES)  # once for each resource
+    assert caplog.text.count("as it will every time: not asking it again") == len(RESOURCES)
+    assert running.plugin.readiness() == \
+        f"gemshare.io/gpu: the kubelet refused the registration: UNKNOWN: {refusal}"
     kubelet.stop(remove_sockets=True)  # a new kubelet (maybe another version) is asked afresh
     restarted = kubelets()
     assert restarted.wait_for_stream().next() == all_healthy()
-    assert len(restarted.registrations) == 1
+    wait_for_every_resource(restarted)
+    assert len(restarted.registrations) == len(RESOURCES)
 
 
 def test_garbage_requests_are_refused_and_the_plugin_serves_on(
@@ -298,7 +318,7 @@ def test_streams_past_the_cap_are_refused_and_allocate_still_answers(
     kubelet = kubelets()
     plugin_factory(kubelet_dir, slots=SLOTS)
     client = kubelet.client()
-    kubelet.streams[0].next()
+    kubelet.wait_for_stream().next()
     extra = [Stream(client.channel) for _ in range(MAX_STREAMS)]
     try:
         deadline = time.monotonic() + 10
@@ -325,7 +345,7 @@ def test_a_missing_socket_directory_is_waited_for(kubelet_dir, plugin_factory, c
     kubelet = FakeKubelet(str(later)).start()
     try:
         assert kubelet.wait_for_stream().next() == all_healthy()
-        assert running.plugin.registrations == 1
+        wait_for_registrations(running, len(RESOURCES))
     finally:
         kubelet.stop(remove_sockets=False)
 
@@ -338,9 +358,10 @@ def test_nvidia_device_plugin_beside_it_is_warned_of_once(kubelets, kubelet_dir,
     running = plugin_factory(kubelet_dir, slots=SLOTS)
     kubelet.wait_for_stream()
     # Registering again (our socket removed, as by a kubelet restart) says nothing new.
+    wait_for_every_resource(kubelet)
     os.unlink(kubelet_dir / "gemshare.io-gpu.sock")
     kubelet.wait_for_stream(2)
-    wait_for_registrations(running, 2)
+    wait_for_registrations(running, len(RESOURCES) + 1)
     assert caplog.text.count("NVIDIA's device plugin serves on this node too "
                              "(nvidia-gpu.sock)") == 1
 
@@ -350,9 +371,15 @@ def test_no_warning_without_nvidias_plugin(kubelets, kubelet_dir, plugin_factory
     kubelet = kubelets()
     running = plugin_factory(kubelet_dir, slots=SLOTS)
     kubelet.wait_for_stream()
-    wait_for_registrations(running, 1)
+    wait_for_registrations(running, len(RESOURCES))
     assert "registered gemshare.io/gpu" in caplog.text
     assert "NVIDIA's device plugin" not in caplog.text
+
+
+def wait_for_every_resource(kubelet, count: int = 1) -> None:
+    """Until each resource's `count`-th registration has its stream."""
+    for name in RESOURCES:
+        kubelet.wait_for_stream(count, resource=name)
 
 
 def wait_for_registrations(running, count: int) -> None:
