@@ -313,11 +313,12 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
 
     def _naming(self, cid: int, device: int) -> tuple[Client | None, list]:
         """The client of a frame that names one of its devices, and [] when it may name that
-        one; else (None, what answers the frame: nothing for a client gone, a close for a
-        device past the bounds)."""
+        one; else (None, what answers the frame: nothing for a client gone or a view-only one,
+        a close for a device past the bounds, also from a view-only one)."""
         client = self.clients.get(cid)
         if client is None:
-            return None, []
+            return None, [out_of_range(cid, device)] \
+                if cid in self.viewers and device >= MAX_DEVICES else []
         if device >= MAX_DEVICES:
             return None, [out_of_range(cid, device)]
         if not client.numbering.may_name(device):
