@@ -114,7 +114,7 @@ from .model.text import (
     printable,
 )
 from .rules.admission import Budget, Waiting, admitted, kept
-from .rules.budgets import BudgetRules, Budgets
+from .rules.budgets import BudgetRules, Budgets, said_otherwise
 from .rules.capacity import Capacity, renumbered
 from .rules.cost import GB, LINK_CEILING_BPS, Link
 from .rules.credit import MoveCredit
@@ -148,16 +148,6 @@ def _terms_words(terms: Terms) -> str:
              "mps false" if not terms.mps else "",
              "mps priority low" if terms.mps_priority is p.MpsPriority.LOW else ""]
     return "".join(f", {word}" for word in words if word)
-
-
-def _said_otherwise(client: Client, said: tuple[str, str]) -> list:
-    """A warning when the program names another pod than the node says it is in."""
-    who = client.registration
-    namespace, pod = said
-    if client.node is None or (namespace in ("", who.namespace) and pod in ("", who.pod)):
-        return []
-    return [Log(f"register {client}: it says it is pod {namespace or '?'}/{pod or '?'}, but the "
-                f"node says {who.namespace}/{who.pod}; the node's word is taken", warning=True)]
 
 
 def _series(client: Client) -> Series:
@@ -246,7 +236,7 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
                                    f"{client.numbering.device}{pod}{container}{label}"
                                    f"{_terms_words(client.terms)}"
                                    f"{mps_words(client)}")] + \
-            _said_otherwise(client, said) + shared
+            said_otherwise(client, said) + shared
 
     def set_rules(self, rules: Callable[[Identity], Terms], now: float) -> list:
         """New configuration rules: every client's terms are worked out again, with its
@@ -593,7 +583,8 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
         due += [at for at, _ in self.gangs.timeouts()]
         due += [gang.turn_ends for gang in self.gangs
                 if gang.turn_devices is not None and self._gang_contended(gang)]
-        due += [at for at in (self._budget_deadline(),) if at is not None]
+        if (budget_report := self._budget_deadline()) is not None:
+            due.append(budget_report)
         return min((at for at in due if at != math.inf), default=None)
 
     # ----- queries --------------------------------------------------------------------------
@@ -663,9 +654,7 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
             waiting=sorted(index for index, dev in self.devices.items() if cid in dev.waiters),
             mps=client.mps, mps_why=client.mps_why, node=client.node,
             units=self._units_of(client), others_allocated=self._others_allocated(client),
-            sharing=sorted(member.registration.id for member in self._sharing(client)
-                           if member.registration.id in self.clients)
-            if self._units_of(client) else [])
+            sharing=self._sharing_ids(client))
 
     def memory_of(self, cid: int, device: int) -> int:
         return self.clients[cid].allocated.get(device, 0)
@@ -847,8 +836,9 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
         return held
 
     def _retake_terms(self, client: Client, now: float) -> list:
-        """Work out a client's terms again (rules, then its overrides); tell it a new memory
-        limit, and let the devices it uses see the new weight and gpu_limit."""
+        """Work out a client's terms again (its container's units, its rule, then its
+        overrides); tell it a new memory limit, and let the devices it uses see the new weight
+        and gpu_limit."""
         terms = self._terms_for(client)
         old = client.terms
         self._set_terms(client, terms)

@@ -39,7 +39,6 @@ from ..config.settings import (
     modes_starting,
 )
 from ..kubernetes.node import DEFAULT_CRI_SOCKETS, DEFAULT_POD_RESOURCES_SOCKET
-from ..protocol import Mode
 from ..wire.connection import DEFAULT_SOCKET, socket_path
 from . import typer_command
 
@@ -68,15 +67,6 @@ def _checked(number: WholeNumber, what: str):
         except ValueError as exc:
             raise typer.BadParameter(str(exc)) from None
     return convert
-
-
-def _mode(text: Optional[str]) -> Optional[Mode]:
-    if text is None:
-        return None
-    try:
-        return check_mode(text)
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from None
 
 
 def _group(text: str) -> str:
@@ -108,7 +98,8 @@ def scheduler(
         None, "--tq", metavar="SECONDS", callback=_checked(TQ, "--tq"),
         help=f"time quantum in whole seconds, 1-86400 (default {DEFAULT_TQ})"),
     anti_thrash: Optional[str] = typer.Option(
-        None, "--anti-thrash", metavar="|".join(MODE_LABELS), callback=_mode,
+        None, "--anti-thrash", metavar="|".join(MODE_LABELS),
+        callback=typer_command.checked_text(check_mode, "anti_thrash", "--anti-thrash"),
         autocompletion=modes_starting,
         help="on: one lock holder per GPU; off: no lock, everyone runs freely; auto: programs "
              "whose memory fits on the GPU together hold it together, the rest take turns as "

@@ -51,7 +51,7 @@ def tcp_address(text: Optional[str]) -> Optional[tuple[str, int]]:
 def checked_text(check, key: str, option: str):
     """A callback for a text option that the config file takes as `key`: checked by the same
     `check`, its message naming the option; None passes."""
-    def convert(text: Optional[str]) -> Optional[str]:
+    def convert(text: Optional[str]):
         if text is None:
             return None
         try:

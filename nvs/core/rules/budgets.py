@@ -85,6 +85,16 @@ def budget_used(limit: int | None, budget: int | None, others: int) -> int:
     return max(0, others - (budget - limit))
 
 
+def said_otherwise(client: Client, said: tuple[str, str]) -> list:
+    """A warning when the program names (namespace, pod) `said` other than the node's."""
+    who = client.registration
+    namespace, pod = said
+    if client.node is None or (namespace in ("", who.namespace) and pod in ("", who.pod)):
+        return []
+    return [Log(f"register {client}: it says it is pod {namespace or '?'}/{pod or '?'}, but the "
+                f"node says {who.namespace}/{who.pod}; the node's word is taken", warning=True)]
+
+
 @dataclass(frozen=True)
 class Told:
     """The LIMITS a program was sent last, and when."""
@@ -129,6 +139,14 @@ class BudgetRules:
         units = self._units_of(client)
         return [member for member in self._container_of(client)
                 if member is client or self._units_of(member) == units]
+
+    def _sharing_ids(self, client: Client) -> list[int]:
+        """The clients sharing its container's units (itself included), for status; [] where
+        it has none."""
+        if self._units_of(client) is None:
+            return []
+        return sorted(member.registration.id for member in self._sharing(client)
+                      if member.registration.id in self.clients)
 
     def _kubelet_terms(self, client: Client) -> dict:
         units = self._units_of(client)
