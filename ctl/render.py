@@ -264,9 +264,15 @@ def _text(key):
     return lambda client: str(client.get(key, MISSING))
 
 
-def _pod(client: dict) -> str:
+def pod_of(client: dict) -> str:
+    """Its pod as namespace/pod, with its container where the node named it:
+    "ml/train-0 (worker)"."""
     pod = client.get("pod")
-    return f"{client.get('namespace') or 'default'}/{pod}" if pod else MISSING
+    if not pod:
+        return MISSING
+    container = client.get("container")
+    inside = f" ({container})" if isinstance(container, str) and container else ""
+    return f"{client.get('namespace') or 'default'}/{pod}{inside}"
 
 
 def _number(value) -> str:
@@ -275,12 +281,17 @@ def _number(value) -> str:
 
 
 def limits(client: dict) -> str:
-    """Its GPU time and memory limits: "50% GPU, 16.0 GiB"; "-" with none."""
+    """Its GPU time and memory limits: "50% GPU, 16.0 GiB"; a memory budget its container's
+    programs share says by how many: "8.0 GiB shared by 3"; "-" with none."""
     parts = []
     if isinstance(client.get("gpu_limit"), (int, float)):
         parts.append(f"{client['gpu_limit']:.0%} GPU")
     if isinstance(client.get("memory_limit"), int):
-        parts.append(human_bytes(client["memory_limit"]))
+        budget = client.get("budget") if isinstance(client.get("budget"), dict) else {}
+        sharing = budget.get("clients") if isinstance(budget.get("clients"), list) else []
+        shared = f" shared by {len(sharing)}" if len(sharing) > 1 and \
+            client.get("memory_limit") == budget.get("memory_bytes") else ""
+        parts.append(human_bytes(client["memory_limit"]) + shared)
     return ", ".join(parts) or MISSING
 
 
@@ -327,7 +338,7 @@ CLIENT_COLUMNS = (
     ("UID", True, _text("uid")),
     ("Name", False, lambda c: c.get("name") or MISSING),
     ("Label", False, lambda c: c.get("label") or MISSING),
-    ("Pod", False, _pod),
+    ("Pod", False, pod_of),
     ("Dev", True, _text("device")),
     ("Gang", False, lambda c: c.get("gang") or MISSING),
     ("State", False, _state),
@@ -421,6 +432,23 @@ def status_view(console: Console, status: dict, socket: str) -> Group:
 START_TERMS = ("sm_share", "mps", "mps_priority")
 
 
+def budget_line(client: dict) -> str | None:
+    """What its container's units give its programs together, where it has some."""
+    budget = client.get("budget")
+    if not isinstance(budget, dict):
+        return None
+    sharing = budget.get("clients") if isinstance(budget.get("clients"), list) else []
+    parts = [f"{human_bytes(budget['memory_bytes'])} of memory"
+             if isinstance(budget.get("memory_bytes"), int) else "",
+             f"{budget['compute_units']} compute units"
+             if isinstance(budget.get("compute_units"), int) else ""]
+    others = [f"#{cid}" for cid in sharing if cid != client.get("id")]
+    beside = f", shared with {', '.join(others)} (who have " \
+             f"{human_bytes(budget.get('others_allocated_bytes'))} allocated)" if others else ""
+    return f"container budget on {budget.get('gpu_uuid') or 'its GPU'}: " \
+           f"{' and '.join(part for part in parts if part) or 'no units'}{beside}"
+
+
 def terms_view(client: dict) -> Text:
     """One client's terms and where each comes from, for `gemsharectl client PID`."""
     sources = client.get("terms_from") if isinstance(client.get("terms_from"), dict) else {}
@@ -428,6 +456,10 @@ def terms_view(client: dict) -> Text:
     text.append(f"{_client_label(client.get('id'), {client.get('id'): client})}", style="bold")
     if client.get("label"):
         text.append(f", label {client['label']}")
+    if client.get("pod"):
+        text.append(f", pod {pod_of(client)}")
+        if client.get("identity_from") == "node":
+            text.append(" (from the node)", style="dim")
     gpu, memory = client.get("gpu_limit"), client.get("memory_limit")
     for name, shown in (("weight", _number(client.get("weight"))),
                         ("gpu_limit", f"{gpu:.0%} of the GPU's time"
@@ -443,6 +475,9 @@ def terms_view(client: dict) -> Text:
             continue  # a scheduler without MPS terms
         text.append(f"\n  {name}: {shown}")
         text.append(f" ({sources.get(name, 'default')})", style="dim")
+    budget = budget_line(client)
+    if budget is not None:
+        text.append(f"\n  {budget}")
     temporary = overrides_note([client])
     if temporary is not None:
         text.append("\n")

@@ -10,7 +10,15 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from .render import MISSING, human_bytes, human_duration, last_drop, local_time, mps_line
+from .render import (
+    MISSING,
+    human_bytes,
+    human_duration,
+    last_drop,
+    local_time,
+    mps_line,
+    pod_of,
+)
 
 WARMING_UP = "warming up"
 _STATE_STYLES = {"holding": "bold green", "waiting": "yellow", "idle": "dim"}
@@ -60,11 +68,6 @@ def devices_table(status: dict) -> Table:
     return table
 
 
-def _pod(client: dict) -> str:
-    pod = client.get("pod")
-    return f"{client.get('namespace') or 'default'}/{pod}" if pod else MISSING
-
-
 def _weight(client: dict) -> str:
     weight = client.get("weight")
     return f"{weight:g}" if isinstance(weight, (int, float)) and not isinstance(weight, bool) \
@@ -83,7 +86,7 @@ def clients_table(status: dict, shares: dict) -> Table:
     for client in clients:
         state = str(client.get("state", MISSING))
         table.add_row(str(client.get("id", MISSING)), str(client.get("pid", MISSING)),
-                      client.get("name") or MISSING, _pod(client),
+                      client.get("name") or MISSING, pod_of(client),
                       str(client.get("device", MISSING)),
                       Text(state, style=_STATE_STYLES.get(state, "")),
                       share_text(shares.get(client.get("id"))),

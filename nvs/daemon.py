@@ -22,6 +22,8 @@ import trio  # noqa: E402
 from .config.configuration import Configuration  # noqa: E402
 from .config.parsing import ConfigError  # noqa: E402
 from .config.settings import Settings  # noqa: E402
+from .kubernetes.grpc_calls import GrpcMissing  # noqa: E402
+from .kubernetes.lookups import NodeLookups, node_lookups  # noqa: E402
 from .observe.metrics import registry_for  # noqa: E402
 from .observe.metrics_http import bind_metrics  # noqa: E402
 from .observe.metrics_http import serve as serve_metrics  # noqa: E402
@@ -70,7 +72,8 @@ def fit_connections(settings: Settings) -> None:
 
 
 async def run(settings: Settings, configuration: Configuration,
-              rate_limit: PeerRateLimit | None = None, metrics_socket=None) -> None:
+              rate_limit: PeerRateLimit | None = None, metrics_socket=None,
+              node: NodeLookups | None = None) -> None:
     # Signals are caught before the socket exists, so a SIGTERM that follows the first
     # connection always ends in a clean exit.
     with trio.open_signal_receiver(*HANDLED_SIGNALS) as signals:
@@ -83,7 +86,7 @@ async def run(settings: Settings, configuration: Configuration,
             listening = open_listener(settings.socket)
             try:
                 async with trio.open_nursery() as nursery:
-                    server = Server(settings, listening.sock, gpus, configuration)
+                    server = Server(settings, listening.sock, gpus, configuration, node)
                     nursery.start_soon(_on_signals, signals, nursery.cancel_scope, server)
                     await nursery.start(server.serve)
                     if metrics_socket is not None:
@@ -183,6 +186,12 @@ def main(argv=None) -> int:
         print(f"gemshare-scheduler: not starting: fix {error.path} (gemsharectl config check "
               f"{error.path} shows every problem)", file=sys.stderr)
         return 2
+    start = configuration.started
+    try:
+        node = node_lookups(start["cri_socket"], start["pod_resources_socket"], settings.proc)
+    except GrpcMissing as missing:  # a socket was given: running without it would be a surprise
+        print(f"gemshare-scheduler: {missing}", file=sys.stderr)
+        return 2
     try:
         # Bound before anything else starts: a taken address stops the start, naming it.
         metrics_socket = bind_metrics(*settings.metrics) if settings.metrics else None
@@ -190,7 +199,7 @@ def main(argv=None) -> int:
         print(f"gemshare-scheduler: {exc}", file=sys.stderr)
         return 1
     try:
-        trio.run(run, settings, configuration, rate_limit, metrics_socket)
+        trio.run(run, settings, configuration, rate_limit, metrics_socket, node)
     except ListenerError as exc:
         print(f"gemshare-scheduler: {exc}", file=sys.stderr)
         return 1

@@ -2,11 +2,34 @@
 
 from __future__ import annotations
 
+import socket
+import subprocess
+import sys
+
 import trio
 
 from gemshare_nvs import protocol as p
 
 RECV_TIMEOUT = 10.0  # only catches hangs
+# Connects to argv[1] and hands the connected socket over the descriptor argv[2].
+CONNECTING_CHILD = """
+import socket, sys
+channel = socket.socket(fileno=int(sys.argv[2]))
+peer = socket.socket(socket.AF_UNIX)
+peer.connect(sys.argv[1])
+socket.send_fds(channel, [b"x"], [peer.fileno()])
+"""
+
+
+def _connected_by_child(path: str) -> tuple[socket.socket, int]:
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        child = subprocess.Popen([sys.executable, "-c", CONNECTING_CHILD, path,
+                                  str(theirs.fileno())], pass_fds=[theirs.fileno()])
+        theirs.close()
+        _, fds, _, _ = socket.recv_fds(ours, 1, 1)
+        child.wait(RECV_TIMEOUT)
+    return socket.socket(fileno=fds[0]), child.pid
 
 
 class Peer:
@@ -19,6 +42,13 @@ class Peer:
     @classmethod
     async def connect(cls, path) -> "Peer":
         return cls(await trio.open_unix_socket(str(path)))
+
+    @classmethod
+    async def connect_as_another_process(cls, path) -> tuple["Peer", int]:
+        """A connection made by a short-lived child process, so that the scheduler sees that
+        child's pid (SO_PEERCRED is taken at connect()); and the pid."""
+        sock, pid = await trio.to_thread.run_sync(_connected_by_child, str(path))
+        return cls(trio.SocketStream(trio.socket.from_stdlib_socket(sock))), pid
 
     async def send(self, message) -> int:
         self.seq += 1

@@ -28,12 +28,15 @@ from .lines import KeyLines
 from .rules import ID_KEYS, MATCH_KEYS, NAME_KEYS, TEXT_KEYS, WILDCARD, Rule, RuleIndex, located
 from .settings import (
     CAPACITY_MIB,
+    COMPUTE_CAP,
     CONTEXT_RESERVE_MIB,
+    CRI_SOCKET,
     GPU_LIMIT,
     GRACE_MS,
     MEMORY_LIMIT,
     MIN_SLICE_MS,
     MPS_PRIORITY,
+    POD_RESOURCES_SOCKET,
     SM_SHARE,
     TQ,
     WEIGHT,
@@ -54,7 +57,8 @@ SETTING_CHECKS = {
     "tq": TQ.check, "anti_thrash": check_mode, "min_slice_ms": MIN_SLICE_MS.check,
     "grace_ms": GRACE_MS.check, "capacity_mib": CAPACITY_MIB.check,
     "context_reserve_mib": CONTEXT_RESERVE_MIB.check, "mps": check_flag("mps"),
-    "mps_pipe_directory": check_pipe_directory,
+    "mps_pipe_directory": check_pipe_directory, "cri_socket": CRI_SOCKET,
+    "pod_resources_socket": POD_RESOURCES_SOCKET, "compute_cap": COMPUTE_CAP.check,
 }
 TERM_CHECKS = {"weight": WEIGHT.check, "gpu_limit": GPU_LIMIT.check,
                "memory_limit": MEMORY_LIMIT.check, "sm_share": SM_SHARE.check,

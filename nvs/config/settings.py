@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..core.model.container import CAP_OFF, COMPUTE_CAPS
 from ..core.policy import DEFAULT_MIN_SLICE_MS
 from ..protocol import Mode, MpsPriority
 
@@ -198,6 +199,10 @@ SM_SHARE = WholeNumber("sm_share", 1, 100, "percent")
 MPS_PRIORITY = Choice("mps_priority", {priority.label: priority for priority in MpsPriority})
 # The MPS control daemon's pipe directory travels in a fixed 256-byte field (protocol.py MPS).
 MPS_PIPE_DIRECTORY_MAX = 255
+# What a Unix socket's path may hold (sockaddr_un's sun_path, less its closing zero).
+SOCKET_PATH_MAX = 107
+# What a container's compute units cap besides its weight (docs/kubernetes-budgets.md).
+COMPUTE_CAP = Choice("compute_cap", {cap: cap for cap in COMPUTE_CAPS})
 
 
 def check_pipe_directory(value) -> str:
@@ -208,6 +213,22 @@ def check_pipe_directory(value) -> str:
         raise ValueError(f"mps_pipe_directory must be an absolute path of at most "
                          f"{MPS_PIPE_DIRECTORY_MAX} bytes, not {shown(value)}")
     return value
+
+
+def check_socket(name: str):
+    """The check of the path of another daemon's Unix socket: an absolute path that fits a
+    socket address, or "" for none."""
+    def check(value) -> str:
+        if not isinstance(value, str) or (value and not value.startswith("/")) or \
+                len(value.encode("utf-8", errors="replace")) > SOCKET_PATH_MAX or "\0" in value:
+            raise ValueError(f"{name} must be an absolute path of at most {SOCKET_PATH_MAX} "
+                             f"bytes, or \"\" for none, not {shown(value)}")
+        return value
+    return check
+
+
+CRI_SOCKET = check_socket("cri_socket")
+POD_RESOURCES_SOCKET = check_socket("pod_resources_socket")
 
 
 def check_flag(name: str):
@@ -252,6 +273,12 @@ class Settings:
     mps: bool = False  # run programs that may share a GPU through NVIDIA MPS
     # An MPS control daemon already running to adopt, by its pipe directory; None: our own.
     mps_pipe_directory: str | None = None
+    # The container runtime's and the kubelet's sockets, to learn each program's container and
+    # its units from (docs/kubernetes-budgets.md); None: the default where it exists, "": none.
+    cri_socket: str | None = None
+    pod_resources_socket: str | None = None
+    compute_cap: str = CAP_OFF  # what a container's compute units cap besides its weight
+    proc: Path = Path("/proc")  # where each program's cgroup is read (tests give their own)
     # The settings above that the command line named, as the config file names them: the rest
     # are defaults (status says which).
     given: frozenset[str] = frozenset()

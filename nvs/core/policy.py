@@ -68,6 +68,11 @@ that set the terms):
   waiters, and waits until it has fallen enough for another turn.
 - A memory limit goes to the client in LIMITS, before REGISTERED and whenever it changes.
 
+Budgets (budgets.py): the programs of one Kubernetes container share the units its kubelet
+allocated: one memory limit (LIMITS also says what the others use), one weight, and the
+optional cap. A REG_VIEW_ONLY registration gets its LIMITS and REGISTERED and is kept apart
+(`viewers`), so that nothing else sees it.
+
 Gangs: gang_rules.py states and carries out their rules; gangs.py keeps who belongs to which.
 
 Copies between devices: a holder that waits for a device of a higher index keeping what it
@@ -84,6 +89,7 @@ from collections.abc import Callable, Iterable
 
 from .. import protocol as p
 from .model.actions import Close, Log, Send
+from .model.container import CAP_OFF, NodeIdentity
 from .model.device_identity import (
     MAX_DEVICES,
     GpuIndices,
@@ -92,7 +98,7 @@ from .model.device_identity import (
     too_many_devices,
 )
 from .model.state import Client, Device, Hold, Registration, Wait
-from .model.terms import OVERRIDE_SOURCE, Identity, Terms, no_rules
+from .model.terms import Identity, Terms, no_rules
 from .model.text import (
     GONE,
     GPU_LIMIT,
@@ -108,6 +114,7 @@ from .model.text import (
     printable,
 )
 from .rules.admission import Budget, Waiting, admitted, kept
+from .rules.budgets import BudgetRules, Budgets, said_otherwise
 from .rules.capacity import Capacity, renumbered
 from .rules.cost import GB, LINK_CEILING_BPS, Link
 from .rules.credit import MoveCredit
@@ -148,14 +155,14 @@ def _series(client: Client) -> Series:
     return series_of(client.registration, client.identity.label)
 
 
-class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules):
+class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
     def __init__(self, tq: int, mode: p.Mode, grace_s: float, max_clients: int,
                  reserve_bytes: int = 512 << 20, nvml_capacity: dict[int, int] | None = None,
                  capacity_limit: int | None = None, nvml_uuids: dict[str, int] | None = None,
                  rules: Callable[[Identity], Terms] = no_rules,
                  min_slice_ms: int = DEFAULT_MIN_SLICE_MS,
                  gang_timeout_s: float = DEFAULT_GANG_TIMEOUT_S, mps: bool = False,
-                 link_priors: dict[int, float] | None = None):
+                 link_priors: dict[int, float] | None = None, compute_cap: str = CAP_OFF):
         self.tq = tq
         self.min_slice_ms = min_slice_ms
         self.rules = rules
@@ -186,38 +193,50 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules):
         self.last_end: dict[int, tuple[int, str]] = {}
         self.mps_enabled = mps  # the scheduler runs MPS (--mps)
         self.mps_pipe: str | None = None  # the MPS control daemon's pipe directory, while it runs
+        self.compute_cap = compute_cap  # what compute units cap besides the weight (budgets.py)
+        self.budgets = Budgets()  # the programs of each container, and what LIMITS told them
+        self.viewers: dict[int, Client] = {}  # REG_VIEW_ONLY registrations
 
     # ----- events -------------------------------------------------------------------------
 
     def register(self, cid: int, pid: int, uid: int, gid: int, message: p.Register,
-                 now: float, wall: float, user: str = "", group: str = "") -> list:
-        if cid in self.clients:
+                 now: float, wall: float, user: str = "", group: str = "",
+                 node: NodeIdentity | None = None) -> list:
+        """`node`: the program's container as the node knows it; its pod and namespace win
+        over those the program gives."""
+        if cid in self.clients or cid in self.viewers:
             return [Close(cid, f"client {cid} is already registered", p.ErrorCode.PROTOCOL)]
-        if len(self.clients) >= self.max_clients:
+        if len(self.clients) + len(self.viewers) >= self.max_clients:
             return [Log(f"refused pid {pid}: already {self.max_clients} clients (--max-clients)"),
                     Close(cid, f"the scheduler already serves its limit of {self.max_clients} "
                                "clients; try again later or raise --max-clients",
                           p.ErrorCode.TOO_MANY_CLIENTS)]
         if message.device >= MAX_DEVICES:
             return [out_of_range(cid, message.device)]
-        who = Registration(cid, pid, uid, gid, printable(message.process_name, 64),
-                           printable(message.pod_namespace, 64), printable(message.pod_name),
-                           message.flags, wall)
-        client = self.clients[cid] = Client(who, Numbering.registered(message.device))
+        said = (printable(message.pod_namespace, 64), printable(message.pod_name))
+        namespace, pod = (printable(node.namespace, 64), printable(node.pod)) if node else said
+        who = Registration(cid, pid, uid, gid, printable(message.process_name, 64), namespace, pod,
+                           message.flags, wall, printable(node.container, 64) if node else "")
+        client = Client(who, Numbering.registered(message.device), node=node)
         client.identity = Identity(uid, user, gid, group, who.name, who.pod, who.namespace,
                                    printable(message.label, 64))
+        if message.flags & p.REG_VIEW_ONLY:
+            return self._register_viewer(client, now)
+        self.clients[cid] = client
         self.tallies.joined(_series(client))
-        self._set_terms(client, self.rules(client.identity))
+        shared = self._join_budget(client, now)
+        self._set_terms(client, self._terms_for(client))
         pod = f", pod {who.namespace}/{who.pod}" if who.pod else ""
+        container = f", container {who.container} (from the node)" if node else ""
         label = f", label {client.identity.label}" if client.identity.label else ""
-        limits = [Send(cid, p.Limits(client.terms.memory_limit))] \
-            if client.terms.memory_limit is not None else []
+        limits = self._tell_limits(client, now, at_once=True)
         mps = self._through_mps(client)
         return limits + mps + [Send(cid, p.Registered(cid, self.mode, self.tq)),
                                Log(f"register {client}: uid {uid}, device "
-                                   f"{client.numbering.device}{pod}{label}"
+                                   f"{client.numbering.device}{pod}{container}{label}"
                                    f"{_terms_words(client.terms)}"
-                                   f"{mps_words(client)}")]
+                                   f"{mps_words(client)}")] + \
+            said_otherwise(client, said) + shared
 
     def set_rules(self, rules: Callable[[Identity], Terms], now: float) -> list:
         """New configuration rules: every client's terms are worked out again, with its
@@ -226,6 +245,9 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules):
         actions = []
         for client in self.clients.values():
             actions += self._retake_terms(client, now)
+        for viewer in self.viewers.values():
+            viewer.terms = self._terms_for(viewer)
+            actions += self._tell_limits(viewer, now, at_once=True)
         return actions
 
     def override(self, pid: int, values: dict, now: float, reset: bool = False) -> list:
@@ -271,7 +293,8 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules):
             self.residency.renumber(cid, moves)
             self.credit.forget(cid)
             self.gaps.forget(cid)
-        actions = [Log(f"device {client}: {uuid} (its device {device}) is device {index}")]
+        actions = [Log(f"device {client}: {uuid} (its device {device}) is device {index}")] + \
+            self._budget_renumbered(client, now)
         for index_now in {index, *(new for new in moves.values() if new is not None)}:
             dev = self.devices.get(index_now)
             if dev is not None:  # its memory (and maybe the capacity) now count on that device
@@ -280,11 +303,12 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules):
 
     def _naming(self, cid: int, device: int) -> tuple[Client | None, list]:
         """The client of a frame that names one of its devices, and [] when it may name that
-        one; else (None, what answers the frame: nothing for a client gone, a close for a
-        device past the bounds)."""
+        one; else (None, what answers the frame: nothing for a client gone or a view-only one,
+        a close for a device past the bounds, also from a view-only one)."""
         client = self.clients.get(cid)
         if client is None:
-            return None, []
+            return None, [out_of_range(cid, device)] \
+                if cid in self.viewers and device >= MAX_DEVICES else []
         if device >= MAX_DEVICES:
             return None, [out_of_range(cid, device)]
         if not client.numbering.may_name(device):
@@ -365,6 +389,7 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules):
             self.residency.shrink_to(device, cid, allocated)
         actions = [Log(f"memory {client}: device {device} {allocated} bytes allocated",
                        debug=True)]
+        actions += self._budget_moved(client, device, now)
         if dev is not None and cid in dev.holders and self.mode is not p.Mode.OFF:
             actions += self._room_beside_holders(dev, client, now)
         if dev is not None:  # a holder grew or shrank, or the capacity is known now
@@ -445,6 +470,9 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules):
                     f"({LINK_CEILING_BPS / GB:.0f} GB/s); its later ones are not logged")]
 
     def disconnect(self, cid: int, now: float) -> list:
+        viewer = self.viewers.pop(cid, None)
+        if viewer is not None:
+            return self._leave_budget(viewer, now)
         client = self.clients.pop(cid, None)
         if client is None:
             return []
@@ -473,7 +501,8 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules):
         self.tallies.left(_series(client))
         self.weighted.discard(cid)
         self.limited.discard(cid)
-        actions = [Log(f"disconnect {client}{what}")] + gang_actions
+        actions = [Log(f"disconnect {client}{what}")] + gang_actions + \
+            self._leave_budget(client, now)
         # Every device: its reported capacity may have left with this client.
         for dev in list(self.devices.values()):
             actions += self._settle(dev, now)
@@ -541,7 +570,7 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules):
                 if now >= until:  # its report is late or never comes: the link is free now
                     del dev.fetching[cid]
             actions += self._settle(dev, now)
-        return actions
+        return actions + self._budget_reports(now)
 
     def next_deadline(self) -> float | None:
         """When `tick` next has something to do, or None when no timer runs."""
@@ -567,6 +596,8 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules):
         due += [at for at, _ in self.gangs.timeouts()]
         due += [gang.turn_ends for gang in self.gangs
                 if gang.turn_devices is not None and self._gang_contended(gang)]
+        if (budget_report := self._budget_deadline()) is not None:
+            due.append(budget_report)
         return min((at for at in due if at != math.inf), default=None)
 
     # ----- queries --------------------------------------------------------------------------
@@ -635,7 +666,9 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules):
             gang=gang.name if (gang := self.gangs.of_client.get(cid)) else "",
             holding=sorted(index for index, dev in self.devices.items() if cid in dev.holders),
             waiting=sorted(index for index, dev in self.devices.items() if cid in dev.waiters),
-            mps=client.mps, mps_why=client.mps_why)
+            mps=client.mps, mps_why=client.mps_why, node=client.node,
+            units=self._units_of(client), others_allocated=self._others_allocated(client),
+            sharing=self._sharing_ids(client))
 
     def memory_of(self, cid: int, device: int) -> int:
         return self.clients[cid].allocated.get(device, 0)
@@ -827,18 +860,16 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules):
         return held
 
     def _retake_terms(self, client: Client, now: float) -> list:
-        """Work out a client's terms again (rules, then its overrides); tell it a new memory
-        limit, and let the devices it uses see the new weight and gpu_limit."""
-        terms = self.rules(client.identity)
-        if client.overrides:
-            terms = terms.with_values(client.overrides, OVERRIDE_SOURCE)
+        """Work out a client's terms again (its container's units, its rule, then its
+        overrides); tell it a new memory limit, and let the devices it uses see the new weight
+        and gpu_limit."""
+        terms = self._terms_for(client)
         old = client.terms
         self._set_terms(client, terms)
         if terms == old:
             return []
         actions = [Log(f"terms {client}: {_terms_words(terms).lstrip(', ') or 'the defaults'}")]
-        if terms.memory_limit != old.memory_limit:
-            actions.append(Send(client.registration.id, p.Limits(terms.memory_limit or 0)))
+        actions += self._tell_limits(client, now, at_once=terms.memory_limit != old.memory_limit)
         cid = client.registration.id
         for dev in list(self.devices.values()):
             if cid in dev.holders or cid in dev.waiters:

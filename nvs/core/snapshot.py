@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..protocol import Mode
+from .model.container import GpuUnits, NodeIdentity
 from .model.state import Registration
 from .model.terms import Terms
 from .rules.cost import Link
@@ -65,6 +66,10 @@ class ClientSnapshot:
     waiting: list[int]  # and those it waits for
     mps: bool  # it goes through the MPS server
     mps_why: str  # why not, when the scheduler runs MPS and it does not
+    node: NodeIdentity | None  # its container, as the node says; None when it does not
+    units: GpuUnits | None  # its container's units on its GPU, the budget it shares
+    others_allocated: int  # bytes the others sharing that budget have allocated
+    sharing: list[int]  # the clients sharing that budget, itself included; [] for none
 
 
 @dataclass(frozen=True)

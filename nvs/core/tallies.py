@@ -6,10 +6,10 @@ bytes moved. Each update is O(1) (a wait's bucket is found by bisection over a f
 so counting never slows the rules.
 
 Lock time is kept per series, not per client: a series is what people group programs by (their
-pod's namespace and name, their process name, their GEMSHARE_LABEL), never a pid or a
-connection, so that a program that restarts, or a thousand short ones, add to one series rather
-than each making its own. A series' time is forgotten when the last client in it leaves, so what
-is kept stays bounded by the clients connected and the devices used.
+pod's namespace and name, their container, their process name, their GEMSHARE_LABEL), never a
+pid or a connection, so that a program that restarts, or a thousand short ones, add to one
+series rather than each making its own. A series' time is forgotten when the last client in it
+leaves, so what is kept stays bounded by the clients connected and the devices used.
 """
 
 from __future__ import annotations
@@ -34,10 +34,12 @@ class Series(NamedTuple):
     pod: str
     process: str
     label: str
+    container: str = ""  # its Kubernetes container's name, where the node says
 
 
 def series_of(registration: Registration, label: str) -> Series:
-    return Series(registration.namespace, registration.pod, registration.name, label)
+    return Series(registration.namespace, registration.pod, registration.name, label,
+                  registration.container)
 
 
 @dataclass

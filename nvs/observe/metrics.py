@@ -8,11 +8,12 @@ Every series of a device carries `device` (the scheduler's number, as in gemshar
 and `device_uuid` (the GPU's UUID, as NVIDIA's DCGM exporter labels it, so the two join).
 
 Cardinality stays bounded. Series per client are labelled by what people group programs by
-(namespace, pod, process, label: tallies.Series), never by pid or connection, so clients alike
-share one series and a program that comes back adds to it; they exist only while a client of
-theirs is connected. A node serves at most FIXED_SERIES (and
-mps_metrics.MPS_SERIES with --mps) + PER_DEVICE_SERIES per GPU + PER_CLIENT_FAMILIES per GPU for
-each distinct client identity connected (at most --max-clients).
+(namespace, pod, container, process, label: tallies.Series), never by pid or connection, so
+clients alike share one series and a program that comes back adds to it; they exist only while a
+client of theirs is connected. A node serves at most FIXED_SERIES (and mps_metrics.MPS_SERIES
+with --mps) + PER_DEVICE_SERIES per GPU + PER_CLIENT_FAMILIES per GPU for each distinct client
+identity connected (at most --max-clients) + PER_BUDGET_SERIES per GPU for each Kubernetes
+container connected with memory units there.
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ from .mps_metrics import MpsCollector
 # so that rates over them need no series to appear first.
 END_REASONS = HOLD_ENDINGS
 DEVICE_LABELS = ("device", "device_uuid")
-CLIENT_LABELS = (*DEVICE_LABELS, "namespace", "pod", "process", "label")
+CLIENT_LABELS = (*DEVICE_LABELS, "namespace", "pod", "process", "label", "container")
+BUDGET_LABELS = (*DEVICE_LABELS, "namespace", "pod", "container")
 DIRECTIONS = (TO_HOST, TO_DEVICE)
 GANG_STATES = (FORMING, COMPLETE, BROKEN)
 # What the cardinality bound above adds up: the node's own series (clients connected, gangs by
@@ -45,6 +47,7 @@ FIXED_SERIES = 1 + len(GANG_STATES) + 1
 PER_DEVICE_SERIES = (1 + len(END_REASONS) + 1 + len(WAIT_BUCKETS) + 1 + 2 + 1 + 1 + 1 +
                      len(DIRECTIONS))
 PER_CLIENT_FAMILIES = 2
+PER_BUDGET_SERIES = 1  # a container's memory budget
 
 
 class SchedulerCollector(Collector):
@@ -126,6 +129,17 @@ class SchedulerCollector(Collector):
         for family, values in ((held, held_seconds), (allocated, memory)):
             for (who, device), value in sorted(values.items()):
                 family.add_metric(_client_labels(policy, who, device), value)
+        budgets = GaugeMetricFamily("gemshare_memory_budget_bytes",
+                                    "The memory a Kubernetes container's memory units give "
+                                    "its programs together on the device.",
+                                    labels=list(BUDGET_LABELS))
+        for device, (namespace, pod, container), size in sorted({
+                (client.device, (client.registration.namespace, client.registration.pod,
+                                 client.registration.container), client.units.memory_bytes)
+                for client in snapshot.clients
+                if client.units is not None and client.units.memory_bytes}):
+            budgets.add_metric([str(device), policy.gpu_indices.uuid_of(device), namespace, pod,
+                                container], size)
 
         gangs = GaugeMetricFamily("gemshare_gangs", "Gangs of a distributed job, by state.",
                                   labels=["state"])
@@ -137,12 +151,12 @@ class SchedulerCollector(Collector):
                                   labels=["version"])
         build.add_metric([version()], 1)
         yield from (held, grants, drops, revocations, waits, queue, holders, allocated,
-                    evictions, moved, connected, gangs, build)
+                    budgets, evictions, moved, connected, gangs, build)
 
 
 def _client_labels(policy: Policy, who: Series, device: int) -> list[str]:
     return [str(device), policy.gpu_indices.uuid_of(device), who.namespace, who.pod,
-            who.process, who.label]
+            who.process, who.label, who.container]
 
 
 def _bound(seconds: float) -> str:

@@ -6,6 +6,7 @@ Required keys come first; extra keys sit beside them (gemsharectl ignores what i
 
 from __future__ import annotations
 
+from ..core.model.container import GpuUnits, NodeIdentity
 from ..core.model.terms import OVERRIDES_LAST, TERM_NAMES
 from ..core.policy import Policy
 from ..core.rules.usage import HALF_LIFE_S
@@ -94,6 +95,12 @@ def _client_entry(client: ClientSnapshot) -> dict:
         "gpu_uuid": client.gpu_uuid or None,
         "pod": who.pod,
         "namespace": who.namespace,
+        # Its Kubernetes container, and whether the node or the program itself named its pod.
+        "container": who.container or None,
+        "identity_from": "node" if client.node is not None else "program",
+        "node": _node_entry(client.node),
+        # Its container's units on its GPU, shared with the clients in `clients`.
+        "budget": _budget_entry(client.units, client.sharing, client.others_allocated),
         "state": client.state,
         "hold_time_s": round(client.hold_time, 3),
         "waits": client.waits,
@@ -125,6 +132,24 @@ def _client_entry(client: ClientSnapshot) -> dict:
         # Every device it holds or waits for: a program may use several GPUs.
         "devices": {"holding": client.holding, "waiting": client.waiting},
     }
+
+
+def _node_entry(node: NodeIdentity | None) -> dict | None:
+    if node is None:
+        return None
+    return {"container_id": node.container_id, "pod_uid": node.pod_uid,
+            "units": [{"gpu_uuid": gpu.gpu_uuid, "memory_units": gpu.memory_units,
+                       "memory_bytes": gpu.memory_bytes, "compute_units": gpu.compute_units}
+                      for gpu in node.gpus],
+            "problem": node.problem or None}
+
+
+def _budget_entry(units: GpuUnits | None, sharing: list[int], others: int) -> dict | None:
+    if units is None:
+        return None
+    return {"gpu_uuid": units.gpu_uuid, "memory_bytes": units.memory_bytes or None,
+            "compute_units": units.compute_units or None, "clients": sharing,
+            "others_allocated_bytes": others}
 
 
 def _gang_entry(gang: GangSnapshot) -> dict:

@@ -12,8 +12,11 @@ from typing import Optional, Sequence
 import typer
 
 from ..config.settings import (
+    COMPUTE_CAPS,
     CAPACITY_MIB,
+    COMPUTE_CAP,
     CONTEXT_RESERVE_MIB,
+    CRI_SOCKET,
     DEFAULT_CONFIG,
     DEFAULT_CONTEXT_RESERVE_MIB,
     DEFAULT_CONTROL_GROUP,
@@ -27,6 +30,7 @@ from ..config.settings import (
     MAX_CLIENTS_PER_USER,
     MIN_SLICE_MS,
     MODE_LABELS,
+    POD_RESOURCES_SOCKET,
     TQ,
     Settings,
     WholeNumber,
@@ -34,7 +38,7 @@ from ..config.settings import (
     debug_from_environment,
     modes_starting,
 )
-from ..protocol import Mode
+from ..kubernetes.node import DEFAULT_CRI_SOCKETS, DEFAULT_POD_RESOURCES_SOCKET
 from ..wire.connection import DEFAULT_SOCKET, socket_path
 from . import typer_command
 
@@ -45,7 +49,8 @@ PROG = "gemshare-scheduler"
 LAYERED = {"tq": "tq", "anti_thrash": "mode", "min_slice_ms": "min_slice_ms",
            "grace_ms": "grace_ms", "context_reserve_mib": "context_reserve_mib",
            "capacity_mib": "capacity_mib", "mps": "mps",
-           "mps_pipe_directory": "mps_pipe_directory"}
+           "mps_pipe_directory": "mps_pipe_directory", "cri_socket": "cri_socket",
+           "pod_resources_socket": "pod_resources_socket", "compute_cap": "compute_cap"}
 
 
 def _checked(number: WholeNumber):
@@ -59,15 +64,6 @@ def _checked(number: WholeNumber):
         except ValueError as exc:
             raise typer.BadParameter(str(exc)) from None
     return convert
-
-
-def _mode(text: Optional[str]) -> Optional[Mode]:
-    if text is None:
-        return None
-    try:
-        return check_mode(text)
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from None
 
 
 def _group(text: str) -> str:
@@ -99,7 +95,8 @@ def scheduler(
         None, "--tq", metavar="SECONDS", callback=_checked(TQ),
         help=f"time quantum, {TQ.span} (default {DEFAULT_TQ})"),
     anti_thrash: Optional[str] = typer.Option(
-        None, "--anti-thrash", metavar="|".join(MODE_LABELS), callback=_mode,
+        None, "--anti-thrash", metavar="|".join(MODE_LABELS),
+        callback=typer_command.checked_text(check_mode, "anti_thrash", "--anti-thrash"),
         autocompletion=modes_starting,
         help="on: one lock holder per GPU; off: no lock, everyone runs freely; auto: programs "
              "whose memory fits on the GPU together hold it together, the rest take turns as "
@@ -147,6 +144,25 @@ def scheduler(
         None, "--mps-pipe-directory", metavar="DIR", callback=typer_command.pipe_directory,
         help="with --mps, adopt the MPS control daemon already running with this pipe "
              "directory instead of starting one (implies --mps)"),
+    cri_socket: Optional[str] = typer.Option(
+        None, "--cri-socket", metavar="PATH",
+        callback=typer_command.checked_text(CRI_SOCKET, "cri_socket", "--cri-socket"),
+        help="the container runtime's CRI socket, asked which Kubernetes pod and container "
+             "each program is in; \"\" for none (default: the first that exists of "
+             f"{' and '.join(DEFAULT_CRI_SOCKETS)})"),
+    pod_resources_socket: Optional[str] = typer.Option(
+        None, "--pod-resources-socket", metavar="PATH",
+        callback=typer_command.checked_text(POD_RESOURCES_SOCKET, "pod_resources_socket",
+                                            "--pod-resources-socket"),
+        help="the kubelet's pod-resources socket, asked what memory and compute units each "
+             f"container was allocated; \"\" for none (default: {DEFAULT_POD_RESOURCES_SOCKET}"
+             " where it exists)"),
+    compute_cap: Optional[str] = typer.Option(
+        None, "--compute-cap", metavar="|".join(COMPUTE_CAPS),
+        callback=typer_command.checked_text(COMPUTE_CAP.check, "compute_cap", "--compute-cap"),
+        help="what a container's compute units cap besides its weight: off, gpu_limit (its "
+             "share of lock time, units / 100) or sm_share (its MPS share of the "
+             "multiprocessors, units) (default off)"),
     metrics: Optional[str] = typer.Option(
         None, "--metrics", metavar="ADDR:PORT", callback=typer_command.tcp_address,
         help="serve Prometheus metrics over HTTP at http://ADDR:PORT/metrics, e.g. "
@@ -157,7 +173,9 @@ def scheduler(
     values = {"tq": tq, "min_slice_ms": min_slice_ms, "grace_ms": grace_ms,
               "context_reserve_mib": context_reserve_mib, "capacity_mib": capacity_mib,
               "anti_thrash": anti_thrash, "mps_pipe_directory": mps_pipe_directory,
-              "mps": True if mps or mps_pipe_directory is not None else None}
+              "mps": True if mps or mps_pipe_directory is not None else None,
+              "cri_socket": cri_socket, "pod_resources_socket": pod_resources_socket,
+              "compute_cap": compute_cap}
     given = frozenset(name for name, value in values.items() if value is not None)
     # Handed back through ctx.obj, a list: a standalone run drops what the command returns.
     ctx.obj.append(Settings(

@@ -32,7 +32,9 @@ from ..config.parsing import ConfigError
 from ..config.runtime_state import as_json
 from ..config.settings import Settings
 from ..core.model.actions import Close, Log, Send
+from ..core.model.container import NodeIdentity
 from ..core.policy import Policy
+from ..kubernetes.lookups import NodeLookups, node_lookups
 from ..observe.status import build_status, encoded_size, fit_status
 from ..wire.conversation import CLIENT, CONTROL, next_kind
 from ..wire.peer import Credentials, peer_credentials
@@ -51,6 +53,7 @@ MAX_REFUSING = 8
 # The room a status object has in its reply, {"ok":true,"status":STATUS}, within one frame.
 STATUS_ROOM = p.MAX_PAYLOAD - (encoded_size({"ok": True, "status": {}}) - encoded_size({}))
 CONFIG_POLL_SECONDS = 1.0  # how soon an edited config file applies, without inotify
+UNSET = object()  # an argument not given
 
 
 @dataclass
@@ -74,6 +77,7 @@ class Conn:
     # up when it becomes a control connection.
     privileged: bool = False
     unprivileged_why: str = ""
+    node: NodeIdentity | None = None  # its program's container, as the node said at REGISTER
 
     @property
     def pid(self) -> int:
@@ -111,7 +115,7 @@ def caused_by(key: str | None) -> dict:
 POLICY_EVENTS = {
     p.Register: lambda policy, conn, message, now: policy.register(
         conn.id, conn.pid, conn.uid, conn.gid, message, now, time.time(), user=conn.user,
-        group=conn.group),
+        group=conn.group, node=conn.node),
     p.RequestLock: lambda policy, conn, message, now: policy.request_lock(
         conn.id, message.device, now, keeping=bool(message.flags & p.REQUEST_KEEPING)),
     p.LockReleased: lambda policy, conn, message, now: policy.lock_released(
@@ -128,13 +132,16 @@ POLICY_EVENTS = {
 
 class Server:
     def __init__(self, settings: Settings, listener: socket.socket, gpus: Gpus | None = None,
-                 configuration: Configuration | None = None):
-        """`configuration` is what Configuration.start(settings) gives; made here when not
-        given (which reads the files it names)."""
+                 configuration: Configuration | None = None, node: NodeLookups | None = UNSET):
+        """`configuration` is what Configuration.start(settings) gives, and `node` what
+        node_lookups gives for its sockets; each made here when not given (which reads the
+        files they name)."""
         self.settings = settings
         self.gpus = gpus
         self.configuration = configuration or Configuration.start(settings)
         start = self.configuration.started
+        self.node = node_lookups(start["cri_socket"], start["pod_resources_socket"],
+                                 settings.proc) if node is UNSET else node
         self.policy = Policy(start["tq"], start["anti_thrash"], start["grace_ms"] / 1000,
                              settings.max_clients,
                              reserve_bytes=start["context_reserve_mib"] << 20,
@@ -144,7 +151,8 @@ class Server:
                              else start["capacity_mib"] << 20,
                              rules=self.configuration.rules, min_slice_ms=start["min_slice_ms"],
                              mps=start["mps"],
-                             link_priors=gpus.link_priors() if gpus is not None else None)
+                             link_priors=gpus.link_priors() if gpus is not None else None,
+                             compute_cap=start["compute_cap"])
         self.mps = MpsControl.for_scheduler(settings.socket, start["mps_pipe_directory"]) \
             if start["mps"] else None
         self._reloading = trio.Lock()  # one reload at a time, in the order asked
@@ -161,6 +169,8 @@ class Server:
         """Serve until cancelled; `started` once accepting."""
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._timer)
+            if self.node is not None:
+                await nursery.start(self.node.serve)
             if self.mps is not None:  # up before the first client, so that it may go through
                 await nursery.start(self.mps.watch,
                                     lambda pipe: self._apply(self.policy.set_mps(pipe)))
@@ -320,6 +330,9 @@ class Server:
             await self._admit_control(conn)
         if type(message) is p.Register:
             conn.user, conn.group = await trio.to_thread.run_sync(names_of, conn.uid, conn.gid)
+            if self.node is not None:  # within its bound, however the node's daemons fare
+                found = await self.node.identify(conn.pid)
+                conn.node = found.identity if found is not None else None
             # Checked and counted with no wait between, so that registrations of one user at
             # once cannot pass the cap together.
             why = fair_slots.refusal(self.conns.values(), conn.uid, conn.user, CLIENT,
@@ -485,11 +498,18 @@ class Server:
         extra = {"pid": os.getpid(), "uptime_s": round(time.time() - self._started, 3),
                  "control_group": self.settings.control_group,
                  "connections": len(self.conns), **self.configuration.status(),
-                 "mps": self.mps_status()}
+                 "mps": self.mps_status(), "kubernetes": self.kubernetes_status()}
         return fit_status(build_status(self.policy, trio.current_time(), time.time(),
                                        grace_ms=self.configuration.started["grace_ms"], gpus=gpus,
                                        extra=extra),
                           STATUS_ROOM)
+
+    def kubernetes_status(self) -> dict:
+        """Where programs' containers are learnt from (null sockets: from nowhere), and what
+        their compute units cap."""
+        asked = self.node.status() if self.node is not None else \
+            {"cri_socket": None, "pod_resources_socket": None, "containers_known": 0}
+        return {**asked, "compute_cap": self.configuration.started["compute_cap"]}
 
     def mps_status(self) -> dict:
         if self.mps is None:

@@ -48,15 +48,21 @@ def tcp_address(text: Optional[str]) -> Optional[tuple[str, int]]:
         raise typer.BadParameter(str(exc)) from None
 
 
-def pipe_directory(text: Optional[str]) -> Optional[str]:
-    """A callback for --mps-pipe-directory DIR: an absolute path that fits the MPS frame."""
-    if text is None:
-        return None
-    try:
-        return check_pipe_directory(text)
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc).replace("mps_pipe_directory", "--mps-pipe-directory")) \
-            from None
+def checked_text(check, key: str, option: str):
+    """A callback for a text option that the config file takes as `key`: checked by the same
+    `check`, its message naming the option; None passes."""
+    def convert(text: Optional[str]):
+        if text is None:
+            return None
+        try:
+            return check(text)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc).replace(key, option)) from None
+    return convert
+
+
+# --mps-pipe-directory DIR: an absolute path that fits the MPS frame.
+pipe_directory = checked_text(check_pipe_directory, "mps_pipe_directory", "--mps-pipe-directory")
 
 
 def option_names(app: typer.Typer) -> set[str]:

@@ -43,11 +43,13 @@ class Driver:
 
     def register(self, cid: int, name: str = "proc", device: int = 0, pid: int | None = None,
                  uid: int = 1000, wall: float = 1_700_000_000.0, label: str = "",
-                 flags: int = 0) -> list:
-        message = p.Register(device, flags, name, "ns" if name else "", "pod" if name else "",
-                             label)
+                 flags: int = 0, node=None, pod: tuple[str, str] | None = None) -> list:
+        """`node`: the NodeIdentity the node gives; `pod`: the (namespace, pod) the program
+        says, ("ns", "pod") by default for a named one."""
+        namespace, pod_name = pod if pod is not None else ("ns", "pod") if name else ("", "")
+        message = p.Register(device, flags, name, namespace, pod_name, label)
         return self._take(self.policy.register(cid, pid or 4000 + cid, uid, uid, message,
-                                               self.now, wall))
+                                               self.now, wall, node=node))
 
     def request(self, cid: int, device: int = 0, keeping: bool = False) -> list:
         return self._take(self.policy.request_lock(cid, device, self.now, keeping=keeping))

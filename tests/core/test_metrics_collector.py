@@ -10,9 +10,11 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gemshare_nvs import protocol as p
+from gemshare_nvs.core.model.container import GpuUnits, NodeIdentity
 from gemshare_nvs.observe.metrics import (
     END_REASONS,
     FIXED_SERIES,
+    PER_BUDGET_SERIES,
     PER_CLIENT_FAMILIES,
     PER_DEVICE_SERIES,
     registry_for,
@@ -28,7 +30,7 @@ FAMILIES = {"gemshare_lock_held_seconds": "counter", "gemshare_grants": "counter
             "gemshare_holders": "gauge", "gemshare_allocated_bytes": "gauge",
             "gemshare_evictions": "counter", "gemshare_moved_bytes": "counter",
             "gemshare_clients_connected": "gauge", "gemshare_gangs": "gauge",
-            "gemshare_build_info": "gauge"}
+            "gemshare_build_info": "gauge", "gemshare_memory_budget_bytes": "gauge"}
 
 
 def scrape(driver: Driver) -> dict:
@@ -54,7 +56,7 @@ def client_labels(driver: Driver, cid: int, device: int = 0, uuid: str = "") -> 
     who = driver.policy.clients[cid]
     return {**device_labels(device, uuid), "namespace": who.registration.namespace,
             "pod": who.registration.pod, "process": who.registration.name,
-            "label": who.identity.label}
+            "label": who.identity.label, "container": who.registration.container}
 
 
 def two_clients() -> Driver:
@@ -263,3 +265,21 @@ def test_device_series_carry_the_gpus_uuid_once_it_is_known():
     assert value(samples, "gemshare_allocated_bytes", **client_labels(driver, 1, 0, uuid)) == 8 * M
     assert {dict(labels)["device_uuid"] for found in samples.values() for labels in found
             if "device" in dict(labels)} == {uuid}
+
+
+def test_a_container_has_its_memory_budget_and_its_programs_series_by_container():
+    driver = Driver(tq=10, min_slice_ms=3_600_000)
+    node = NodeIdentity("c" * 64, "train-0", "ml", "worker", "uid-1",
+                        (GpuUnits("GPU-1", 8, 8 << 30, 0),))
+    for cid in (1, 2):
+        driver.register(cid, name="python", node=node)
+        driver.mem(cid, cid * M)
+    driver.register(3, name="python", pod=("ml", "train-0"))  # says so; the node did not
+    driver.mem(3, 4 * M)
+    samples = scrape(driver)
+    assert value(samples, "gemshare_memory_budget_bytes", **device_labels(), namespace="ml",
+                 pod="train-0", container="worker") == 8 << 30
+    assert len(samples["gemshare_memory_budget_bytes"]) == PER_BUDGET_SERIES
+    memory = {dict(labels)["container"]: count
+              for labels, count in samples["gemshare_allocated_bytes"].items()}
+    assert memory == {"worker": 3 * M, "": 4 * M}

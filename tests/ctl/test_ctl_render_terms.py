@@ -138,3 +138,27 @@ def test_a_scheduler_without_the_mps_priority_term_shows_no_line_for_it():
     text = render.terms_view({"id": 3, "pid": 42, "name": "nb", "sm_share": None, "mps": True,
                               "terms_from": {}}).plain
     assert "mps_priority" not in text
+
+
+def test_a_container_shows_with_its_pod_its_shared_budget_and_the_kubelet_as_source():
+    budget = {"gpu_uuid": "GPU-1", "memory_bytes": 8 << 30, "compute_units": 30,
+              "clients": [1, 2], "others_allocated_bytes": 3 << 30}
+    trainer = {"id": 1, "pid": 10, "name": "train", "state": "idle", "pod": "train-0",
+               "namespace": "ml", "container": "main", "identity_from": "node",
+               "weight": 1.5, "gpu_limit": None, "memory_limit": 8 << 30, "budget": budget,
+               "terms_from": {"weight": "kubelet", "memory_limit": "kubelet"}}
+    out = draw({**BASE, "clients": [trainer, {**trainer, "id": 2, "name": "loader"},
+                                    {"id": 3, "pid": 12, "name": "alone", "state": "idle",
+                                     "pod": "nb", "namespace": "ml", "container": None,
+                                     "memory_limit": 4 << 30, "budget": None}]}, width=260)
+    row = next(line for line in out.splitlines() if " train " in line)
+    assert "ml/train-0 (main)" in row and "8.0 GiB shared by 2" in row and "kubelet" in row
+    alone = next(line for line in out.splitlines() if " alone " in line)
+    assert "ml/nb " in alone and "4.0 GiB" in alone and "shared" not in alone
+    terms = io.StringIO()
+    Console(file=terms, width=200, color_system=None).print(render.terms_view(trainer))
+    text = terms.getvalue()
+    assert "pod ml/train-0 (main) (from the node)" in text
+    assert "memory_limit: 8.0 GiB (kubelet)" in text
+    assert "container budget on GPU-1: 8.0 GiB of memory and 30 compute units, shared with #2 " \
+           "(who have 3.0 GiB allocated)" in text

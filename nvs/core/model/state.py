@@ -7,13 +7,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .container import NodeIdentity
 from .device_identity import Numbering
 from .terms import Identity, Terms
 
 
 @dataclass(frozen=True)
 class Registration:
-    """Who a client is, from its REGISTER and its connection: fixed while it stays."""
+    """Who a client is, from its REGISTER and its connection (its pod, namespace and container
+    from the node when the node says): fixed while it stays."""
     id: int
     pid: int
     uid: int
@@ -23,6 +25,7 @@ class Registration:
     pod: str
     flags: int  # REG_* flags
     connected_since: float  # wall-clock (Unix) time, given by the shell
+    container: str = ""  # its Kubernetes container's name, from the node; "" when unknown
 
 
 @dataclass
@@ -42,6 +45,7 @@ class Client:
     overrides: dict = field(default_factory=dict)  # term -> value set by gemsharectl
     mps: bool = False  # it was told to go through the scheduler's MPS server
     mps_why: str = ""  # and if not, why (mps_rules.py), once the scheduler runs MPS
+    node: NodeIdentity | None = None  # its container, as the node says (budgets.py)
 
     def __str__(self) -> str:
         who = self.registration

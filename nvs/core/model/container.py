@@ -1,0 +1,44 @@
+"""What the node says a program is: its Kubernetes container, and the units the kubelet allocated
+to that container.
+
+Plain values: nvs/kubernetes/ finds them (the program's cgroup, the container runtime, the
+kubelet's pod-resources API), core/rules/budgets.py turns them into the terms every program of
+the container shares. Nothing here comes from the program itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# What the compute units of a container cap besides its weight (the setting `compute_cap`):
+# nothing, the share of lock time (gpu_limit = units / 100), or the MPS share of the
+# multiprocessors (sm_share = units).
+CAP_OFF, CAP_GPU_LIMIT, CAP_SM_SHARE = "off", "gpu_limit", "sm_share"
+COMPUTE_CAPS = (CAP_OFF, CAP_GPU_LIMIT, CAP_SM_SHARE)
+
+
+@dataclass(frozen=True)
+class GpuUnits:
+    """A container's units on one GPU, as the device plugin's unit IDs name them."""
+    gpu_uuid: str
+    memory_units: int = 0
+    memory_bytes: int = 0  # the memory units' sizes added up
+    compute_units: int = 0  # 1 to 100: hundredths of the GPU
+
+
+@dataclass(frozen=True)
+class NodeIdentity:
+    """A program's container as the node knows it. `gpus` is empty when the kubelet allocated
+    it no memory or compute units (or could not be asked: `problem` says why)."""
+    container_id: str
+    pod: str
+    namespace: str
+    container: str  # the container's name in its pod
+    pod_uid: str
+    gpus: tuple[GpuUnits, ...] = ()
+    problem: str = ""  # what the node could not tell, "" when nothing is missing
+
+    @property
+    def qualified(self) -> str:
+        """namespace/pod/container, as log lines name a container."""
+        return f"{self.namespace}/{self.pod}/{self.container}"

@@ -1,0 +1,291 @@
+"""A Kubernetes container's units as one budget for all of its programs on a GPU, as part of the
+policy core.
+
+What the units become (docs/kubernetes-budgets.md):
+
+- memory units x their size: a memory limit for the container's programs together on that GPU.
+  Each program is told, in LIMITS, the limit and what the others have allocated there
+  (`budget_used`), again whenever that changes (at most every BUDGET_REPORT_S: a burst of
+  allocations is one message), so that its library refuses what would take the sum past it;
+- compute units u (1-100): a weight of u / 10 for the container, split evenly among its programs
+  on the GPU (a container without compute units weighs 1, as 10 units would);
+- with the setting compute_cap: also gpu_limit u / 100, split likewise, or the MPS sm_share u
+  for each program (MPS limits each process, not a group).
+
+Precedence, last wins: the defaults, the kubelet's terms, the program's config rule, its
+gemsharectl terms; except that for memory_limit, gpu_limit and sm_share a rule wins only where
+it is stricter than the kubelet's, and no term ever takes a program's memory past its
+container's budget (the pod was placed on the node by it).
+
+A mixin of policy.Policy, as share_rules.py is: it reads the policy's clients (and `viewers`,
+the REG_VIEW_ONLY registrations that only want their LIMITS), `rules`, `compute_cap` and
+`gpu_indices`, and calls its `_retake_terms`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ... import protocol as p
+from ..model.actions import Log, Send
+from ..model.container import CAP_GPU_LIMIT, CAP_SM_SHARE, GpuUnits
+from ..model.state import Client
+from ..model.terms import DEFAULT_SOURCE, OVERRIDE_SOURCE, TERM_NAMES, Terms
+from ..model.text import mib
+
+KUBELET_SOURCE = "kubelet"
+UNITS_PER_WEIGHT = 10  # compute units that weigh as much as a program without any
+COMPUTE_UNITS_PER_GPU = 100
+STRICTER = ("memory_limit", "gpu_limit", "sm_share")  # a rule wins only by being stricter
+BUDGET_REPORT_S = 0.1  # the most often a program is told of its container's use
+DEFAULTS = Terms()
+
+
+def unit_terms(units: GpuUnits, programs: int, compute_cap: str) -> dict:
+    """The terms a container's units on one GPU give each of its `programs` there."""
+    values = {}
+    if units.memory_bytes:
+        values["memory_limit"] = units.memory_bytes
+    compute = units.compute_units or UNITS_PER_WEIGHT
+    values["weight"] = compute / UNITS_PER_WEIGHT / programs
+    if units.compute_units and compute_cap == CAP_GPU_LIMIT:
+        values["gpu_limit"] = units.compute_units / COMPUTE_UNITS_PER_GPU / programs
+    elif units.compute_units and compute_cap == CAP_SM_SHARE:
+        values["sm_share"] = units.compute_units
+    return values
+
+
+def composed(kubelet: dict, ruled: Terms, overrides: dict) -> Terms:
+    """A program's terms from its container's (`kubelet`, unit_terms), its rule's and its
+    gemsharectl overrides, by the precedence above."""
+    terms = ruled
+    if kubelet:
+        terms = Terms().with_values(kubelet, KUBELET_SOURCE)
+        for name in TERM_NAMES:
+            value = getattr(ruled, name)
+            given = ruled.source(name) != DEFAULT_SOURCE or value != getattr(DEFAULTS, name)
+            if not given or (name in STRICTER and kubelet.get(name) is not None
+                             and value is not None and kubelet[name] <= value):
+                continue
+            terms = terms.with_values({name: value}, ruled.source(name))
+    if overrides:
+        terms = terms.with_values(overrides, OVERRIDE_SOURCE)
+    budget = kubelet.get("memory_limit")
+    if budget is not None and (terms.memory_limit is None or terms.memory_limit > budget):
+        terms = terms.with_values({"memory_limit": budget}, KUBELET_SOURCE)
+    return terms
+
+
+def budget_used(limit: int | None, budget: int | None, others: int) -> int:
+    """LIMITS' budget_used for a program whose own limit is `limit`, within its container's
+    `budget` of which the others have allocated `others`: what leaves it min(limit, budget -
+    others) less its own, since its limit is never above the budget."""
+    if not limit or not budget:
+        return 0
+    return max(0, others - (budget - limit))
+
+
+def said_otherwise(client: Client, said: tuple[str, str]) -> list:
+    """A warning when the program names (namespace, pod) `said` other than the node's."""
+    who = client.registration
+    namespace, pod = said
+    if client.node is None or (namespace in ("", who.namespace) and pod in ("", who.pod)):
+        return []
+    return [Log(f"register {client}: it says it is pod {namespace or '?'}/{pod or '?'}, but the "
+                f"node says {who.namespace}/{who.pod}; the node's word is taken", warning=True)]
+
+
+@dataclass(frozen=True)
+class Told:
+    """The LIMITS a program was sent last, and when."""
+    limits: p.Limits
+    at: float
+
+
+@dataclass
+class Budgets:
+    members: dict[str, set[int]] = field(default_factory=dict)  # container ID -> its clients
+    told: dict[int, Told] = field(default_factory=dict)  # client -> its last LIMITS
+    due: set[int] = field(default_factory=set)  # clients whose newer LIMITS waits its time
+    over: set[tuple[str, str]] = field(default_factory=set)  # (container, GPU) logged over
+
+
+class BudgetRules:
+    def _member(self, cid: int) -> Client | None:
+        return self.clients.get(cid) or self.viewers.get(cid)
+
+    def _container_of(self, client: Client) -> list[Client]:
+        """Every program of the client's container that the scheduler knows, itself included."""
+        node = client.node
+        if node is None:
+            return [client]
+        return [member for cid in sorted(self.budgets.members.get(node.container_id, ()))
+                if (member := self._member(cid)) is not None]
+
+    def _units_of(self, client: Client) -> GpuUnits | None:
+        """The container's units on the client's GPU: the only GPU it has units on, else the
+        one whose UUID the client's device has; else the smallest, to be safe."""
+        gpus = client.node.gpus if client.node is not None else ()
+        if len(gpus) <= 1:
+            return gpus[0] if gpus else None
+        uuid = client.numbering.gpu_uuid or self.gpu_indices.uuid_of(client.numbering.device)
+        return next((gpu for gpu in gpus if gpu.gpu_uuid == uuid), None) or \
+            min(gpus, key=lambda gpu: (gpu.memory_bytes, gpu.compute_units))
+
+    def _sharing(self, client: Client) -> list[Client]:
+        """The programs of the client's container that share its budget (itself included):
+        those on the same GPU's units. Each counts its memory on the device it registered,
+        which is that GPU whatever its own number for it."""
+        units = self._units_of(client)
+        return [member for member in self._container_of(client)
+                if member is client or self._units_of(member) == units]
+
+    def _sharing_ids(self, client: Client) -> list[int]:
+        """The clients sharing its container's units (itself included), for status; [] where
+        it has none."""
+        if self._units_of(client) is None:
+            return []
+        return sorted(member.registration.id for member in self._sharing(client)
+                      if member.registration.id in self.clients)
+
+    def _kubelet_terms(self, client: Client) -> dict:
+        units = self._units_of(client)
+        if units is None:
+            return {}
+        programs = sum(1 for member in self._sharing(client)
+                       if member.registration.id in self.clients)
+        return unit_terms(units, max(programs, 1), self.compute_cap)
+
+    def _terms_for(self, client: Client) -> Terms:
+        """The client's terms: its container's, its rule's and its overrides."""
+        return composed(self._kubelet_terms(client), self.rules(client.identity),
+                        client.overrides)
+
+    def _others_allocated(self, client: Client) -> int:
+        return sum(member.allocated.get(member.numbering.device, 0)
+                   for member in self._sharing(client) if member is not client)
+
+    def _limits_now(self, client: Client) -> p.Limits:
+        units = self._units_of(client)
+        limit = client.terms.memory_limit
+        return p.Limits(limit or 0, budget_used(limit, units.memory_bytes if units else None,
+                                                self._others_allocated(client)))
+
+    def _tell_limits(self, client: Client, now: float, at_once: bool = False) -> list:
+        """LIMITS, when what it would say has changed since it was last sent: at once for a new
+        limit (or `at_once`), at most every BUDGET_REPORT_S for the others' use alone."""
+        cid = client.registration.id
+        limits = self._limits_now(client)
+        told = self.budgets.told.get(cid)
+        if told is None and limits == p.Limits():
+            return []  # no LIMITS before REGISTERED already means no limit
+        if told is not None and told.limits == limits:
+            self.budgets.due.discard(cid)
+            return []
+        if told is not None and not at_once and told.limits.memory_limit == limits.memory_limit \
+                and now < told.at + BUDGET_REPORT_S:
+            self.budgets.due.add(cid)
+            return []
+        self.budgets.told[cid] = Told(limits, now)
+        self.budgets.due.discard(cid)
+        return [Send(cid, limits)]
+
+    def _register_viewer(self, client: Client, now: float) -> list:
+        """A REG_VIEW_ONLY registration: its LIMITS and REGISTERED, and nothing else; it is
+        kept apart from the clients, so that no status, metric or queue shows it."""
+        cid = client.registration.id
+        self.viewers[cid] = client
+        if client.node is not None:
+            self.budgets.members.setdefault(client.node.container_id, set()).add(cid)
+        client.terms = self._terms_for(client)
+        return self._tell_limits(client, now, at_once=True) + [
+            Send(cid, p.Registered(cid, self.mode, self.tq)),
+            Log(f"register {client}: view only", debug=True)]
+
+    def _join_budget(self, client: Client, now: float) -> list:
+        """A program of a container registered: its container's other programs share their
+        weight with it from now on."""
+        if client.node is None:
+            return []
+        self.budgets.members.setdefault(client.node.container_id, set()).add(
+            client.registration.id)
+        return self._rework_budget(client, now, but=client)
+
+    def _leave_budget(self, client: Client, now: float) -> list:
+        """A program of a container is gone: the others share what it had."""
+        cid = client.registration.id
+        self.budgets.told.pop(cid, None)
+        self.budgets.due.discard(cid)
+        node = client.node
+        if node is None:
+            return []
+        members = self.budgets.members.get(node.container_id, set())
+        members.discard(cid)
+        if not members:
+            self.budgets.members.pop(node.container_id, None)
+            self.budgets.over = {key for key in self.budgets.over if key[0] != node.container_id}
+            return []
+        return self._rework_budget(client, now, but=client)
+
+    def _rework_budget(self, client: Client, now: float, but: Client | None = None) -> list:
+        """Work out again the terms and LIMITS of the client's container's programs (`but` one):
+        how many share its units, or which GPU they are on, has changed."""
+        if client.node is None or not client.node.gpus:
+            return []
+        actions = []
+        for member in self._container_of(client):
+            if member is but:
+                continue
+            if member.registration.id in self.clients:
+                actions += self._retake_terms(member, now)
+            else:  # a viewer: its terms serve its LIMITS alone
+                member.terms = self._terms_for(member)
+            actions += self._tell_limits(member, now)
+        return actions
+
+    def _budget_moved(self, client: Client, device: int, now: float) -> list:
+        """The client's memory on `device` changed: the others sharing its budget hear of it,
+        and a budget overrun is logged once (until the container is back within it)."""
+        if client.node is None or not client.node.gpus or device != client.numbering.device:
+            return []
+        actions = []
+        sharing = self._sharing(client)
+        for member in sharing:
+            if member is not client:
+                actions += self._tell_limits(member, now)
+        units = self._units_of(client)
+        if units is None or not units.memory_bytes:
+            return actions
+        total = sum(member.allocated.get(member.numbering.device, 0) for member in sharing)
+        key = (client.node.container_id, units.gpu_uuid)
+        if total <= units.memory_bytes:
+            self.budgets.over.discard(key)
+        elif key not in self.budgets.over:
+            self.budgets.over.add(key)
+            actions.append(Log(f"budget of container {client.node.qualified} on "
+                               f"{units.gpu_uuid}: its programs have allocated {mib(total)}, "
+                               f"past its {mib(units.memory_bytes)} (allocations made at once "
+                               "by several of them)", warning=True))
+        return actions
+
+    def _budget_renumbered(self, client: Client, now: float) -> list:
+        """The client said which GPU its device is: in a container with units on several GPUs
+        that says whose budget it shares."""
+        if client.node is None or len(client.node.gpus) < 2:
+            return []
+        return self._rework_budget(client, now)
+
+    def _budget_reports(self, now: float) -> list:
+        """The LIMITS held back by BUDGET_REPORT_S whose time has come."""
+        actions = []
+        for cid in sorted(self.budgets.due):
+            member = self._member(cid)
+            if member is None:
+                self.budgets.due.discard(cid)
+            elif now >= self.budgets.told[cid].at + BUDGET_REPORT_S:
+                actions += self._tell_limits(member, now)
+        return actions
+
+    def _budget_deadline(self) -> float | None:
+        return min((self.budgets.told[cid].at + BUDGET_REPORT_S for cid in self.budgets.due),
+                   default=None)

@@ -1,0 +1,162 @@
+"""The container of each registering program, found without holding up the scheduler.
+
+The blocking work (reading /proc/PID/cgroup, the gRPC calls of node.py) runs in threads, the
+calls in a few threads of their own so that a hung runtime or kubelet cannot take the threads
+other work needs. A registration waits for the answer at most `wait_s`; past that it goes on
+with what the program says of itself, and the lookup finishes for the programs that come later.
+Answers are kept by container ID: a container's pod and units do not change while it runs, so
+the node is asked once per container, and again after RETRY_S when it could not answer in full.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+
+import trio
+
+from ..core.model.container import NodeIdentity
+from ..core.model.text import printable
+from .cgroups import PROC, ContainerRef, container_of
+from .grpc_calls import GrpcMissing
+from .node import NodeLookup, chosen_sockets
+
+log = logging.getLogger("gemshare.scheduler")
+
+REGISTER_WAIT_S = 2.5  # two calls of node.CALL_TIMEOUT_S, and room to spare
+RETRY_S = 10.0  # an answer that misses something is asked for again after this
+MAX_KNOWN = 4096  # containers remembered, the least recently asked for forgotten first
+LOOKUP_THREADS = 4
+LOG_PEER = {"peer": "the node's Kubernetes sockets"}  # whose budget of log lines it spends
+
+
+@dataclass(frozen=True)
+class Found:
+    """What the node said of a program's container; `identity` None when it could not say."""
+    container_id: str
+    identity: NodeIdentity | None
+    problem: str = ""
+
+
+def described(identity: NodeIdentity) -> str:
+    units = [f"{gpu.gpu_uuid}: {gpu.memory_units} memory units ({gpu.memory_bytes >> 20} MiB), "
+             f"{gpu.compute_units} compute units" for gpu in identity.gpus]
+    return f"{printable(identity.qualified)}, {'; '.join(units) or 'no units'}"
+
+
+def node_lookups(cri: str | None, pod_resources: str | None,
+                 proc: Path = PROC) -> NodeLookups | None:
+    """The lookups for the sockets the settings give (node.chosen_sockets), or None where no
+    CRI socket is given or found: then every program is known by what it says, as outside
+    Kubernetes. GrpcMissing when a socket was given and gRPC is not installed."""
+    cri_path, pod_resources_path = chosen_sockets(cri, pod_resources)
+    if not cri_path:
+        if pod_resources_path:
+            log.warning("the kubelet's pod-resources socket %s is of no use without the "
+                        "container runtime's CRI socket (--cri-socket): programs are known by "
+                        "what they say", pod_resources_path)
+        return None
+    try:
+        lookup = NodeLookup(cri_path, pod_resources_path)
+    except GrpcMissing as missing:
+        if cri or pod_resources:
+            raise
+        log.warning("found %s but %s: programs are known by what they say", cri_path, missing)
+        return None
+    log.info("programs' containers from the runtime at %s, their units from %s", cri_path,
+             f"the kubelet at {pod_resources_path}" if pod_resources_path else
+             "nowhere (no pod-resources socket): no container budgets")
+    return NodeLookups(lookup, proc)
+
+
+class NodeLookups:
+    def __init__(self, lookup: NodeLookup, proc: Path = PROC, wait_s: float = REGISTER_WAIT_S):
+        self.lookup = lookup
+        self.proc = proc
+        self.wait_s = wait_s
+        self._known: OrderedDict[str, tuple[Found, float]] = OrderedDict()  # and until when
+        self._pending: dict[str, trio.Event] = {}
+        self._threads: trio.CapacityLimiter | None = None  # made in serve(), inside Trio
+        self._nursery: trio.Nursery | None = None
+
+    def status(self) -> dict:
+        """The sockets asked, for status."""
+        return {"cri_socket": self.lookup.cri.path if self.lookup.cri else None,
+                "pod_resources_socket": self.lookup.pod_resources.path
+                if self.lookup.pod_resources else None,
+                "containers_known": len(self._known)}
+
+    async def serve(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Run the lookups that registrations start, until cancelled."""
+        self._threads = trio.CapacityLimiter(LOOKUP_THREADS)
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                task_status.started()
+                await trio.sleep_forever()
+        finally:
+            self.lookup.close()
+
+    async def identify(self, pid: int) -> Found | None:
+        """The container of process `pid`; None for a process in no container. Within
+        `wait_s`: later, a Found without identity that says so."""
+        ref = None
+        with trio.move_on_after(self.wait_s):
+            ref = await trio.to_thread.run_sync(container_of, pid, self.proc,
+                                                abandon_on_cancel=True)
+            if ref is None:
+                return None
+            return await self._answer(ref)
+        return Found(ref.container_id if ref else "", None,
+                     f"the node did not answer within {self.wait_s:g} s")
+
+    def _remembered(self, container_id: str, now: float) -> Found | None:
+        entry = self._known.get(container_id)
+        if entry is None or now >= entry[1]:
+            return None
+        self._known.move_to_end(container_id)
+        return entry[0]
+
+    async def _answer(self, ref: ContainerRef) -> Found:
+        found = self._remembered(ref.container_id, trio.current_time())
+        if found is not None:
+            return found
+        event = self._pending.get(ref.container_id)
+        if event is None:
+            event = self._pending[ref.container_id] = trio.Event()
+            self._nursery.start_soon(self._ask, ref, event)
+        await event.wait()
+        return self._remembered(ref.container_id, trio.current_time()) or \
+            Found(ref.container_id, None, "the lookup ended without an answer")
+
+    async def _ask(self, ref: ContainerRef, event: trio.Event) -> None:
+        try:
+            try:
+                identity, problem = await trio.to_thread.run_sync(
+                    self.lookup.identify, ref, limiter=self._threads, abandon_on_cancel=True)
+            except Exception as exc:  # an answer we cannot read costs this lookup alone
+                log.exception("container %s: asking the node failed", ref.container_id[:12],
+                              extra=LOG_PEER)
+                identity, problem = None, f"the lookup failed ({exc.__class__.__name__})"
+            self._remember(Found(ref.container_id, identity, problem))
+        finally:
+            del self._pending[ref.container_id]
+            event.set()
+
+    def _remember(self, found: Found) -> None:
+        until = trio.current_time() + RETRY_S if found.problem else float("inf")
+        self._known[found.container_id] = (found, until)
+        self._known.move_to_end(found.container_id)
+        while len(self._known) > MAX_KNOWN:
+            self._known.popitem(last=False)
+        short, identity, problem = found.container_id[:12], found.identity, found.problem
+        if identity is None:
+            log.warning("container %s: %s; its programs are known by what they say until the "
+                        "node answers", short, printable(problem), extra=LOG_PEER)
+        elif problem:
+            log.warning("container %s is %s: %s", short, described(identity), printable(problem),
+                        extra=LOG_PEER)
+        else:
+            log.info("container %s is %s", short, described(identity), extra=LOG_PEER)

@@ -1,0 +1,247 @@
+"""The scheduler learns each program's container from the node and gives the container's units
+as one budget: raw protocol clients connected from processes of their own (so that each has its
+pid), their cgroups faked in a /proc of the test's, a stand-in runtime and kubelet on sockets."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import trio
+from node_standins import (
+    StandInKubelet,
+    StandInRuntime,
+    cgroup_file,
+    compute_units,
+    container_path,
+    memory_units,
+    put_in_container,
+)
+from trio_peer import Peer
+
+from gemshare_nvs import protocol as p
+from gemshare_nvs.core.rules.budgets import BUDGET_REPORT_S
+from gemshare_nvs.kubernetes.lookups import REGISTER_WAIT_S
+
+GIB = 1 << 30
+GPU = "GPU-8f3c1d2e-0a1b-4c5d-9e8f-7a6b5c4d3e2f"
+TRAINER = "a1" * 32
+NOTEBOOK = "b2" * 32
+DEADLINE = 30.0  # only catches hangs
+
+
+class Node:
+    """The stand-in daemons and /proc of one test, and its scheduler's settings for them."""
+
+    def __init__(self, directory):
+        self.proc = directory / "proc"
+        self.runtime = StandInRuntime(directory / "crio.sock")
+        self.kubelet = StandInKubelet(directory / "kubelet.sock")
+
+    def settings(self, **more) -> dict:
+        return {"cri_socket": str(self.runtime.path),
+                "pod_resources_socket": str(self.kubelet.path), "proc": self.proc, **more}
+
+    def container(self, container_id: str, namespace: str, pod: str, name: str,
+                  memory_gib: int = 0, compute: int = 0, first_unit: int = 0) -> None:
+        self.runtime.add(container_id, namespace, pod, name)
+        units = memory_units(GPU, memory_gib, first=first_unit) + \
+            compute_units(GPU, compute, first=first_unit)
+        self.kubelet.allocate(namespace, pod, name, "gemshare.io/gpu-memory", units)
+
+    def place(self, pid: int, container_id: str, version: int = 2) -> None:
+        put_in_container(self.proc, pid, cgroup_file(version, container_path(
+            "systemd", "cri-o", "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0", container_id)))
+
+    def stop(self) -> None:
+        self.runtime.stop()
+        self.kubelet.stop()
+
+
+@pytest.fixture
+def node(short_tmp_dirs):
+    made = Node(short_tmp_dirs())
+    yield made
+    made.stop()
+
+
+async def program(running, node: Node, container_id: str | None, *, says=("", ""),
+                  flags: int = 0, name: str = "python") -> tuple[Peer, list]:
+    """A program in `container_id` (None: in no container) that registers saying it is pod
+    `says` (namespace, pod); what it got up to REGISTERED."""
+    peer, pid = await Peer.connect_as_another_process(running.socket)
+    if container_id is not None:
+        node.place(pid, container_id)
+    await peer.send(p.Register(0, flags, name, says[0], says[1]))
+    got = [await peer.recv(DEADLINE)]
+    while not isinstance(got[-1], p.Registered):
+        got.append(await peer.recv(DEADLINE))
+    return peer, got
+
+
+async def status_of(running) -> dict:
+    control = await Peer.connect(running.socket)
+    reply = await control.control({"op": "status"})
+    await control.aclose()
+    return reply["status"]
+
+
+async def next_limits(peer: Peer) -> p.Limits:
+    while not isinstance(message := await peer.recv(DEADLINE), p.Limits):
+        pass
+    return message
+
+
+async def test_a_program_naming_another_pod_gets_its_own_containers_terms(
+        inprocess_scheduler, node, short_tmp_dirs, caplog):
+    caplog.set_level(logging.INFO, "gemshare.scheduler")
+    config = short_tmp_dirs() / "gemshare.toml"
+    config.write_text('[[rule]]\nmatch = { pod = "inference-7" }\nweight = 50\n'
+                      'memory_limit = "64GiB"\n')
+    node.container(TRAINER, "ml", "train-0", "main", memory_gib=8, compute=20)
+    running = await inprocess_scheduler(**node.settings(config=config))
+    with trio.fail_after(DEADLINE):
+        _, got = await program(running, node, TRAINER, says=("prod", "inference-7\n"))
+        client, = (await status_of(running))["clients"]
+    assert got[0] == p.Limits(8 * GIB, 0)
+    assert (client["namespace"], client["pod"], client["container"]) == ("ml", "train-0", "main")
+    assert client["identity_from"] == "node"
+    assert (client["weight"], client["memory_limit"]) == (2.0, 8 * GIB)
+    assert client["terms_from"]["weight"] == client["terms_from"]["memory_limit"] == "kubelet"
+    mismatches = [r.getMessage() for r in caplog.records if "it says it is pod" in r.getMessage()]
+    assert len(mismatches) == 1 and r"prod/inference-7?" in mismatches[0]  # its newline escaped
+    assert "the node says ml/train-0" in mismatches[0]
+
+
+async def test_two_programs_of_one_container_share_one_memory_budget(inprocess_scheduler, node,
+                                                                     caplog):
+    caplog.set_level(logging.WARNING, "gemshare.scheduler")
+    node.container(TRAINER, "ml", "train-0", "main", memory_gib=8)
+    node.container(NOTEBOOK, "ml", "notebook", "lab", memory_gib=4, first_unit=8)
+    running = await inprocess_scheduler(**node.settings())
+    with trio.fail_after(DEADLINE):
+        first, got_first = await program(running, node, TRAINER)
+        second, got_second = await program(running, node, TRAINER)
+        other, got_other = await program(running, node, NOTEBOOK)
+        assert [got_first[0], got_second[0], got_other[0]] == \
+            [p.Limits(8 * GIB, 0), p.Limits(8 * GIB, 0), p.Limits(4 * GIB, 0)]
+        await first.send(p.MemReport(0, 0, 3 * GIB, 80 * GIB))
+        assert await next_limits(second) == p.Limits(8 * GIB, 3 * GIB)
+        await second.send(p.MemReport(0, 0, 1 * GIB, 80 * GIB))
+        assert await next_limits(first) == p.Limits(8 * GIB, 1 * GIB)
+        await trio.sleep(BUDGET_REPORT_S)
+        await second.send(p.MemReport(0, 0, 6 * GIB, 80 * GIB))  # past it: both at once
+        assert await next_limits(first) == p.Limits(8 * GIB, 6 * GIB)
+        status = await status_of(running)
+        await second.aclose()
+        assert await next_limits(first) == p.Limits(8 * GIB, 0)
+    trainer = [c for c in status["clients"] if c["container"] == "main"]
+    assert [c["budget"]["clients"] for c in trainer] == [[1, 2], [1, 2]]
+    assert [c["budget"]["others_allocated_bytes"] for c in trainer] == [6 * GIB, 3 * GIB]
+    assert trainer[0]["budget"]["memory_bytes"] == 8 * GIB
+    assert [c["budget"]["clients"] for c in status["clients"] if c["container"] == "lab"] == [[3]]
+    assert any("past its 8192 MiB" in r.getMessage() for r in caplog.records)
+    await other.aclose()
+
+
+@pytest.mark.parametrize("memory_gib, compute, cap, terms", [
+    (8, 0, "off", {"memory_limit": 8 * GIB, "weight": 1.0, "gpu_limit": None}),
+    (0, 30, "gpu_limit", {"memory_limit": None, "weight": 3.0, "gpu_limit": 0.3}),
+    (8, 30, "off", {"memory_limit": 8 * GIB, "weight": 3.0, "gpu_limit": None}),
+])
+async def test_memory_alone_compute_alone_and_both(inprocess_scheduler, node, memory_gib,
+                                                  compute, cap, terms):
+    node.container(TRAINER, "ml", "train-0", "main", memory_gib=memory_gib, compute=compute)
+    running = await inprocess_scheduler(**node.settings(compute_cap=cap))
+    with trio.fail_after(DEADLINE):
+        _, got = await program(running, node, TRAINER)
+        client, = (await status_of(running))["clients"]
+    assert {name: client[name] for name in terms} == terms
+    assert (got[0] == p.Limits(8 * GIB, 0)) == bool(memory_gib)
+    assert client["budget"]["compute_units"] == (compute or None)
+    assert client["node"]["units"] == [{"gpu_uuid": GPU, "memory_units": memory_gib,
+                                        "memory_bytes": memory_gib * GIB,
+                                        "compute_units": compute}]
+
+
+async def test_without_the_node_sockets_programs_are_what_they_say(inprocess_scheduler, node):
+    node.container(TRAINER, "ml", "train-0", "main", memory_gib=8)
+    running = await inprocess_scheduler(cri_socket="", pod_resources_socket="", proc=node.proc)
+    with trio.fail_after(DEADLINE):
+        _, got = await program(running, node, TRAINER, says=("prod", "inference-7"))
+        status = await status_of(running)
+    client, = status["clients"]
+    assert got == [p.Registered(1, p.Mode.ON, 30)]
+    assert (client["namespace"], client["pod"], client["container"], client["identity_from"],
+            client["budget"], client["node"]) == ("prod", "inference-7", None, "program", None,
+                                                 None)
+    assert status["kubernetes"] == {"cri_socket": None, "pod_resources_socket": None,
+                                    "containers_known": 0, "compute_cap": "off"}
+    assert node.runtime.calls == [] and node.kubelet.calls == []
+
+
+async def test_a_runtime_that_hangs_stalls_neither_the_scheduler_nor_a_registration_for_long(
+        inprocess_scheduler, node, caplog):
+    caplog.set_level(logging.WARNING, "gemshare.scheduler")
+    node.container(TRAINER, "ml", "train-0", "main", memory_gib=8)
+    node.runtime.hold.clear()  # every ContainerStatus waits until the test lets it go
+    running = await inprocess_scheduler(**node.settings())
+    outside, _ = await program(running, node, None, name="outside")
+    stalled = trio.Event()
+    peers = []
+
+    async def in_the_container() -> None:
+        started = trio.current_time()
+        peer, got = await program(running, node, TRAINER, says=("ml", "claims"))
+        peers.append(peer)
+        assert got == [p.Registered(2, p.Mode.ON, 30)]  # what it says, no budget yet
+        assert trio.current_time() - started < REGISTER_WAIT_S + 5
+        stalled.set()
+
+    with trio.fail_after(DEADLINE):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(in_the_container)
+            while node.runtime.calls == []:
+                await trio.sleep(0.01)
+            # Meanwhile the scheduler serves: a lock, a status.
+            await outside.send(p.RequestLock(0))
+            assert isinstance(await outside.recv(), p.LockGranted)
+            assert not stalled.is_set()
+            clients = (await status_of(running))["clients"]
+            assert [c["name"] for c in clients] == ["outside"]
+        node.runtime.hold.set()
+        status = await status_of(running)
+    claimed = [c for c in status["clients"] if c["id"] == 2]
+    assert [(c["pod"], c["identity_from"]) for c in claimed] == [("claims", "program")]
+    assert any("DEADLINE_EXCEEDED" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_later_program_of_the_container_is_looked_up_once(inprocess_scheduler, node):
+    node.container(TRAINER, "ml", "train-0", "main", memory_gib=8)
+    running = await inprocess_scheduler(**node.settings())
+    with trio.fail_after(DEADLINE):
+        peers = [(await program(running, node, TRAINER))[0] for _ in range(3)]
+        status = await status_of(running)
+    assert node.runtime.calls == ["ContainerStatus"]
+    assert node.kubelet.calls == ["Get"]
+    assert status["kubernetes"]["containers_known"] == 1
+    assert [c["weight"] for c in status["clients"]] == [pytest.approx(1 / 3)] * len(peers)
+
+
+async def test_a_view_only_program_gets_its_limits_and_is_shown_nowhere(inprocess_scheduler,
+                                                                        node):
+    node.container(TRAINER, "ml", "train-0", "main", memory_gib=8, compute=30)
+    running = await inprocess_scheduler(**node.settings())
+    with trio.fail_after(DEADLINE):
+        trainer, _ = await program(running, node, TRAINER)
+        await trainer.send(p.MemReport(0, 0, 2 * GIB, 80 * GIB))
+        await trio.sleep(BUDGET_REPORT_S)
+        smi, got = await program(running, node, TRAINER, flags=p.REG_VIEW_ONLY, name="nvidia-smi")
+        await smi.send(p.RequestLock(0))  # not a client: nothing comes of it
+        status = await status_of(running)
+    assert got == [p.Limits(8 * GIB, 2 * GIB), p.Registered(2, p.Mode.ON, 30)]
+    assert [c["name"] for c in status["clients"]] == ["python"]
+    assert status["clients"][0]["weight"] == 3.0
+    assert status["connections"] == 3  # the trainer, nvidia-smi and the status request
+    assert all(not device["waiters"] and device["holders"] in ([], [1])
+               for device in status["devices"])
