@@ -245,3 +245,30 @@ bench-abuse: lib fakecuda venv
 bench-gpu: lib venv
 	GEMSHARE_BUILD_DIR=$(abspath $(BUILD)) BENCH_PYTHON=$(BENCH_PYTHON) \
 		$(VENV)/bin/python bench/run_gpu.py
+
+# make device-python  for a GPU machine that reaches no package index (bench/README.md, "On a
+#                  machine with no package index"): the packages gemshare and its GPU tests and
+#                  benches need, built for that machine's Python (DEVICE_PYTHON_VERSION), with
+#                  gemshare itself, in DEVICE_PYTHON_DIR; there, PYTHONPATH=DEVICE_PYTHON_DIR and
+#                  its python3 (the one with PyTorch) run bench/run_gpu.py and pytest tests/gpu.
+DEVICE_PYTHON_DIR ?= .device/python
+DEVICE_PYTHON_VERSION ?= 3.12
+DEVICE_PLATFORMS ?= manylinux2014_x86_64 manylinux_2_17_x86_64 manylinux_2_28_x86_64
+# The runtime dependencies and the test tools tests/gpu uses, as pyproject.toml bounds them; not
+# the kubernetes extra (the device plugin's and the scheduler's gRPC, 19 MB), which no GPU test
+# or bench needs.
+DEVICE_REQUIREMENTS = $(VENV)/bin/python -c 'import tomllib; p = tomllib.load(open("pyproject.toml", \
+	"rb"))["project"]; tools = ("pytest", "pytest-trio", "hypothesis"); \
+	wanted = p["dependencies"] + [r for r in \
+	p["optional-dependencies"]["test"] if r.split(">")[0].split("<")[0] in tools]; \
+	print(" ".join(repr(r) for r in wanted if "python_version" not in r))'
+.PHONY: device-python
+device-python: venv
+	rm -rf $(DEVICE_PYTHON_DIR)
+	eval $(VENV)/bin/python -m pip install -q --disable-pip-version-check --target \
+	  $(DEVICE_PYTHON_DIR) --python-version $(DEVICE_PYTHON_VERSION) --implementation cp \
+	  --only-binary=:all: $(addprefix --platform ,$(DEVICE_PLATFORMS)) $$($(DEVICE_REQUIREMENTS))
+	cp -R nvs $(DEVICE_PYTHON_DIR)/gemshare_nvs
+	cp -R ctl $(DEVICE_PYTHON_DIR)/gemshare_ctl
+	cp -R plugin $(DEVICE_PYTHON_DIR)/gemshare_plugin
+	rm -rf $(DEVICE_PYTHON_DIR)/bin $(addprefix $(DEVICE_PYTHON_DIR)/,$(STRAY))

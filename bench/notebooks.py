@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from gpu_runs import attempt, free_mib, inherited, keep_log, launch, private_scheduler, stop
-from oversub import device_moves, log_figures, read_status
+from oversub import device_moves, direction, log_figures, read_status
 
 WORKLOAD = Path(__file__).resolve().parent / "gpu" / "notebook_cells.py"
 TQ = 10
@@ -176,10 +176,9 @@ def run_line(name: str, run: dict) -> str:
                  f"{verdict(run)})")
     if "grants" in run:
         moved = run["moved"]
-        out, back = moved["to_host"], moved["to_device"]
         line += (f"; {run['grants']} grants, {run['early_releases']} early releases, "
-                 f"{run['revocations']} revocations; moves out "
-                 f"{out['count'] if out else 0}, back {back['count'] if back else 0}")
+                 f"{run['revocations']} revocations; moves (median/largest) "
+                 f"{direction('out', moved['to_host'])}, {direction('back', moved['to_device'])}")
     return line + ("; intact" if run["intact"] else "; DATA NOT INTACT")
 
 

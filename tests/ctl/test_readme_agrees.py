@@ -14,6 +14,7 @@ from gemshare_nvs.config import file as config_file
 from gemshare_nvs.core.policy import Policy
 from gemshare_nvs.observe.metrics import (
     FIXED_SERIES,
+    PER_BUDGET_SERIES,
     PER_CLIENT_FAMILIES,
     PER_DEVICE_SERIES,
     registry_for,
@@ -107,6 +108,7 @@ def test_the_metrics_table_names_every_family_and_the_bound_its_counts():
     documented_families = set(re.findall(r"^\| `(gemshare_\w+)`", table, re.M))
     assert documented_families == families
     bound = re.search(r"bounded: (\d+) of its own \((\d+) with `--mps`\), (\d+) per GPU, and at "
-                      r"most (\d+) per GPU", README)
+                      r"most (\d+) per GPU[^.]*, and (\d+)\s+per\s+GPU\s+for\s+each\s+container", README)
     assert bound and tuple(map(int, bound.groups())) == (
-        FIXED_SERIES, FIXED_SERIES + MPS_SERIES, PER_DEVICE_SERIES, PER_CLIENT_FAMILIES)
+        FIXED_SERIES, FIXED_SERIES + MPS_SERIES, PER_DEVICE_SERIES, PER_CLIENT_FAMILIES,
+        PER_BUDGET_SERIES)
