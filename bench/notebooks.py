@@ -91,7 +91,7 @@ def run_set(python: str, env: dict, directory: Path, programs: int, gib: int,
                                                     for result in results),
             "intact": all(result["intact"] for result in results),
             "programs": [{key: result[key] for key in ("cell_median_s", "cell_p95_s",
-                                                        "cell_max_s", "intact")}
+                                                        "cell_max_s", "cells_s", "intact")}
                          for result in results]}
 
 

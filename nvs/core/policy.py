@@ -591,8 +591,8 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
                 due.append(self._limit_reached_at(cid, dev.index))
             due += [at for at in eligible if at != -math.inf]
             due.extend(deadline for deadline, _ in dev.evictions.values())
-            if dev.waiters and self.mode is p.Mode.AUTO:  # a grant may wait for a fetch
-                due.extend(dev.fetching.values())
+            if dev.evict_queue or (dev.waiters and self.mode is p.Mode.AUTO):
+                due.extend(dev.fetching.values())  # an EVICT or a grant waits for a fetch
         due += [at for at, _ in self.gangs.timeouts()]
         due += [gang.turn_ends for gang in self.gangs
                 if gang.turn_devices is not None and self._gang_contended(gang)]

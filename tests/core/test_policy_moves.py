@@ -288,7 +288,7 @@ def test_idle_clients_of_no_known_pattern_give_all_first_largest_first_one_at_a_
     assert driver.take_sent(4)[0].flags & p.GRANT_AFTER_WAIT
 
 
-def test_idle_clients_in_their_pattern_share_the_room_by_what_each_has_there():
+def test_idle_clients_in_their_pattern_even_out_what_each_misses():
     driver = idle_beside_waiters(gaps_s=5.0)
     room = 8 * G + RESERVE + MARGIN
     plan = []
@@ -297,9 +297,8 @@ def test_idle_clients_in_their_pattern_share_the_room_by_what_each_has_there():
         driver.moved(*sent[0])
     shares = dict(plan)
     assert sum(shares.values()) == room and len(plan) == 3
-    # 8 : 6 : 4 of what each has there, to a page
-    assert shares[1] / shares[2] == pytest.approx(8 / 4, abs=0.01)
-    assert shares[5] / shares[2] == pytest.approx(6 / 4, abs=0.01)
+    # All there, none missing anything: each gives a third, to a page.
+    assert max(shares.values()) - min(shares.values()) <= 2 * M * 2
 
 
 def test_a_client_cannot_lie_its_way_below_zero_or_above_what_it_has():

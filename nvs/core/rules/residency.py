@@ -105,34 +105,49 @@ def take(needed: int, candidates: list[tuple[int, int]]) -> list[tuple[int, int]
     return plan
 
 
-def spread(needed: int, candidates: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """`needed` bytes asked of the candidates (client, resident bytes) in proportion to what
-    each has there, in whole pages; the first in order makes up what rounding leaves, then the
-    next. Each gives part of what it has rather than one giving all of it, so that what is off
-    the device stays spread over the programs and each one's return moves only its part."""
-    total = sum(size for _, size in candidates)
+def even_out(needed: int, candidates: list[tuple[int, int, int]]) -> list[tuple[int, int]]:
+    """`needed` bytes asked of the candidates (client, resident bytes, allocated bytes) so that
+    what each is missing from the device afterwards comes out as even as their memory allows:
+    those missing least give first, down to the level of the next, in whole pages; the first in
+    order makes up what rounding leaves. Among programs that take turns, the one that ran last
+    (with all of its memory there) gives most, and each one's return brings back about the same
+    part of its memory, never the whole of it for one and nothing for another."""
+    have = {cid: max(resident, 0) for cid, resident, _ in candidates}
+    missing = {cid: max(allocated - resident, 0) for cid, resident, allocated in candidates}
+    total = sum(have.values())
     if needed <= 0 or total <= 0:
         return []
     if needed >= total:
-        return [(cid, size) for cid, size in candidates if size > 0]
-    shares = {cid: min(size, needed * size // total // PAGE * PAGE) for cid, size in candidates}
+        return [(cid, size) for cid, size in have.items() if size > 0]
+
+    def given(level: int) -> dict[int, int]:
+        return {cid: min(max(level - missing[cid], 0), have[cid]) for cid in have}
+
+    low, high = 0, max(missing[cid] + have[cid] for cid in have)  # the level all of it goes at
+    while low < high:  # the lowest level at which they give enough
+        middle = (low + high) // 2
+        if sum(given(middle).values()) >= needed:
+            high = middle
+        else:
+            low = middle + 1
+    shares = {cid: size // PAGE * PAGE for cid, size in given(low).items()}
     short = needed - sum(shares.values())
-    for cid, size in candidates:  # what rounding down left, from the first in order
-        extra = min(size - shares[cid], short)
+    for cid, _, _ in candidates:  # what rounding down left, from the first in order
+        extra = max(min(have[cid] - shares[cid], short), 0)
         shares[cid] += extra
         short -= extra
-    return [(cid, shares[cid]) for cid, _ in candidates if shares[cid] > 0]
+    return [(cid, shares[cid]) for cid, _, _ in candidates if shares[cid] > 0]
 
 
 def eviction_plan(needed: int, resident: dict[int, int], waiting: list[int],
-                  rank: dict[int, tuple]) -> list[tuple[int, int]]:
+                  rank: dict[int, tuple], allocated: dict[int, int]) -> list[tuple[int, int]]:
     """Who moves how much out so that `needed` bytes leave a device, of the clients with memory
-    there (`resident`, none of them holding it): first those idle past their pattern (rank
-    (0, ...): gaps.eviction_rank), the longest idle first (the largest first among equals) and
-    each with all it has; then the
-    other idle ones, spread over them (spread); last the waiters (`waiting`, the device's queue
-    first come first), from the back of the queue as it runs last. Fewer bytes when they do not
-    hold enough between them."""
+    there (`resident`, none of them holding it; `allocated`, what each has in all): first those
+    idle past their pattern (rank (0, ...): gaps.eviction_rank), the longest idle first (the
+    largest first among equals), each with all it has; then the other idle ones, evening out
+    what each misses (even_out); last the waiters (`waiting`, the device's queue first come
+    first), from the back of the queue as it runs last. Fewer bytes when they do not hold enough
+    between them."""
     place = {cid: i for i, cid in enumerate(waiting)}
     idle = sorted((cid for cid in resident if cid not in place),
                   key=lambda cid: (rank.get(cid, ()), -resident[cid]))
@@ -142,6 +157,7 @@ def eviction_plan(needed: int, resident: dict[int, int], waiting: list[int],
                     key=lambda item: -place[item[0]])
     plan = take(needed, stale)
     needed -= sum(size for _, size in plan)
-    from_fresh = spread(needed, fresh)
+    from_fresh = even_out(needed, [(cid, size, max(allocated.get(cid, 0), size))
+                                   for cid, size in fresh])
     needed -= sum(size for _, size in from_fresh)
     return plan + from_fresh + take(needed, queued)
