@@ -724,11 +724,13 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
                 actions += self._grant(dev, cid, now, shared)
         actions += self._end_gang_turn(dev, now)
         actions += self._end_turns(dev, now)
-        actions += self._ready_room(dev, now)
+        actions += self._ready_room(dev, now) + self._ready_room_ahead(dev, now)
         actions += self._idle_hints(dev, now)
         # A device nobody uses is forgotten (a gang's settling may have done so already), but
-        # not while its holder's idle gap is lent: the borrower may let go and ask again.
-        if dev.idle and dev.loan_at(now) is None and self.devices.get(dev.index) is dev:
+        # not while its holder's idle gap is lent (the borrower may let go and ask again), nor
+        # while clients move memory out of it.
+        if dev.idle and dev.loan_at(now) is None and not dev.making_room and \
+                self.devices.get(dev.index) is dev:
             del self.devices[dev.index]
         return actions
 
@@ -806,6 +808,7 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
         turn, lender, loan_words = self._loan_terms(dev, cid, turn, now)
         dev.holders[cid] = Hold(granted_at=now, quantum_end=now + turn, turn_s=turn,
                                 lender=lender)
+        dev.readied_ahead = False
         self.usage.meter(cid, dev.index).start(now)
         client.revoked = False
         number = self.grants[dev.index] = self.grants.get(dev.index, 0) + 1

@@ -98,6 +98,8 @@ class Device:
     evict_queue: list[tuple[int, int]] = field(default_factory=list)
     # client -> until when its memory is coming back after its grant (one fetch at a time)
     fetching: dict[int, float] = field(default_factory=dict)
+    # room was made, since the device last had a holder, for the client expected back first
+    readied_ahead: bool = False
     loan: Loan | None = None
     # client -> until when it goes to the front of the queue when it asks again: it gave the
     # device back to a lender, and would otherwise have been next

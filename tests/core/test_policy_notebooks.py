@@ -1,0 +1,104 @@
+"""The policy's rules for mostly idle programs whose memory does not fit together
+(docs/scheduling.md, "Notebooks"): idle co-holders make way, room is made ahead for the program
+expected back first, and moves share no link."""
+
+from policy_driver import Driver
+
+from gemshare_nvs import protocol as p
+from gemshare_nvs.core.rules.cost import CONTENDED_IDLE_RELEASE_MS
+
+G = 1 << 30
+M = 1 << 20
+
+
+def evicts(driver: Driver) -> list[tuple[int, int]]:
+    return [(cid, m.bytes) for cid, m in driver.take_sent() if isinstance(m, p.Evict)]
+
+
+def grants(driver: Driver) -> list[int]:
+    return [cid for cid, m in driver.take_sent() if isinstance(m, p.LockGranted)]
+
+
+def test_idle_co_holders_make_way_for_a_waiter_that_does_not_fit_beside_them():
+    driver = Driver(tq=10, mode=p.Mode.AUTO, limit=20 * G, answer_evictions=True)
+    for cid in (1, 2, 3):
+        driver.register(cid)
+        driver.mem(cid, 8 * G, total=80 * G)
+    driver.request(1)
+    driver.request(2)
+    assert driver.holders() == [1, 2]  # 8 + 8 GiB and two reserves fit in 20
+    driver.hints.clear()
+    driver.request(3)  # a third does not
+    assert driver.waiters() == [3]
+    assert {cid: hint.idle_release_ms for cid, hint in driver.hints} == \
+        {1: CONTENDED_IDLE_RELEASE_MS, 2: CONTENDED_IDLE_RELEASE_MS}
+    driver.release(1, reason=p.ReleaseReason.IDLE, idle_us=100_000)
+    assert driver.holders() == [2, 3]  # once 1, idle now, made room for it
+
+
+def test_memory_comes_back_for_one_grant_at_a_time():
+    """Two waiters that fit beside each other, each with memory it moved out itself: the second
+    is granted once the first says its memory is back."""
+    driver = Driver(tq=10, mode=p.Mode.AUTO, limit=20 * G, answer_evictions=True)
+    for cid in (1, 2, 3):
+        driver.register(cid)
+        driver.mem(cid, 6 * G, total=80 * G)
+    driver.configure(mode=p.Mode.OFF)  # all of them run: 18 GiB on the device
+    driver.configure(mode=p.Mode.AUTO)
+    for cid in (1, 2):  # moved out, as for earlier grants
+        driver.policy.residency.moved_out(0, cid, 4 * G)
+    driver.request(3)
+    driver.take_sent()
+    driver.request(1)
+    driver.request(2)
+    assert driver.holders() == [3, 1] and driver.waiters() == [2]
+    driver.moved(1, 4 * G, to_host=False, seconds=0.1)  # 1's memory is back
+    assert driver.holders() == [3, 1, 2]
+
+
+def test_no_eviction_starts_while_a_holders_memory_comes_back():
+    driver = Driver(tq=10, limit=20 * G)
+    for cid in (1, 2, 3):
+        driver.register(cid)
+        driver.mem(cid, 8 * G, total=80 * G)
+    driver.configure(mode=p.Mode.OFF)  # 24 GiB there
+    driver.configure(mode=p.Mode.ON)
+    for cid in (1, 2):  # 6 GiB of each out, by earlier evictions: 12 GiB there
+        driver.policy.residency.moved_out(0, cid, 6 * G)
+    driver.request(1)  # granted: its 6 GiB come back
+    assert driver.holders() == [1]
+    driver.take_sent()
+    driver.request(2)  # waits; the idle client 3 would be asked for room for it, but not yet
+    assert evicts(driver) == []
+    driver.moved(1, 6 * G, to_host=False, seconds=0.1)
+    assert [cid for cid, _ in evicts(driver)] == [3]
+
+
+def test_room_is_made_ahead_for_the_client_expected_back_first():
+    """Four programs of 8 GiB on a 25 GiB device, each idle between turns: once the device is
+    left idle, the one expected back first (its gap's start plus its usual gap) finds room made
+    for it, by the others, once."""
+    driver = Driver(tq=10, limit=25 * G)
+    for cid in (1, 2, 3, 4):
+        driver.register(cid)
+        driver.mem(cid, 8 * G, total=80 * G)
+    driver.configure(mode=p.Mode.OFF)  # 32 GiB "there": more than fits
+    driver.configure(mode=p.Mode.ON)
+    for cid, usual in ((1, 3.0), (2, 1.0), (3, 3.0)):
+        driver.gap_seen(cid, usual)
+    driver.policy.residency.moved_out(0, 2, 8 * G)  # 2 is all off the device
+    driver.request(4)
+    assert driver.holders() == [4]
+    driver.take_sent()
+    driver.release(4, reason=p.ReleaseReason.IDLE, idle_us=100_000)
+    ahead = evicts(driver)  # for 2, back first (1 s gaps), out of 1, 3 and 4
+    assert ahead and {cid for cid, _ in ahead} <= {1, 3, 4}
+    assert any("to make room for client 2" in log.text and "expected back in" in log.text
+               for log in driver.logs)
+    for cid, size in ahead:
+        driver.moved(cid, size)
+    while sent := evicts(driver):
+        for cid, size in sent:
+            driver.moved(cid, size)
+    driver.request(2)  # the room is there: granted at once
+    assert driver.holders() == [2] and not evicts(driver)
