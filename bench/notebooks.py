@@ -62,6 +62,8 @@ def run_set(python: str, env: dict, directory: Path, programs: int, gib: int,
     """The programs together, from one start signal once every one has its memory filled."""
     directory.mkdir(parents=True, exist_ok=True)
     go = directory / "go"
+    finished = directory / "finished"
+    finished.mkdir()
     processes = []
     try:
         for index in range(programs):
@@ -69,7 +71,8 @@ def run_set(python: str, env: dict, directory: Path, programs: int, gib: int,
             command = [python, str(WORKLOAD), str(gib), str(chosen["cells"]),
                        str(chosen["period_s"]), "--ops", str(chosen["ops"]),
                        "--ready", str(ready), "--go", str(go),
-                       "--offset", str(index * chosen["period_s"] / programs)]
+                       "--offset", str(index * chosen["period_s"] / programs),
+                       "--finished", str(finished), "--programs", str(programs)]
             processes.append(launch(command, env, directory / f"program-{index}"))
         deadline = time.monotonic() + READY_TIMEOUT_S
         while not all((directory / f"ready-{index}").exists() for index in range(programs)):
@@ -86,12 +89,14 @@ def run_set(python: str, env: dict, directory: Path, programs: int, gib: int,
         stop(processes)
     results = [printed(directory / f"program-{index}") for index in range(programs)]
     cells = [cell for result in results for cell in result["cells_s"]]
-    return {"cell_median_s": statistics.median(cells), "cell_p95_s": percentile(cells, 0.95),
+    return {"first_cell_max_s": max(result["first_cell_s"] for result in results),
+            "cell_median_s": statistics.median(cells), "cell_p95_s": percentile(cells, 0.95),
             "cell_max_s": max(cells), "seconds": max(result["seconds_from_go"]
                                                     for result in results),
             "intact": all(result["intact"] for result in results),
-            "programs": [{key: result[key] for key in ("cell_median_s", "cell_p95_s",
-                                                        "cell_max_s", "cells_s", "intact")}
+            "programs": [{key: result[key] for key in ("first_cell_s", "cell_median_s",
+                                                        "cell_p95_s", "cell_max_s", "cells_s",
+                                                        "intact")}
                          for result in results]}
 
 
@@ -169,7 +174,8 @@ def run_line(name: str, run: dict) -> str:
         lines = run["error"].strip().splitlines()
         return f"{name}: FAILED ({' ... '.join(dict.fromkeys([lines[0], lines[-1]]))})"
     line = (f"{name}: cell median {run['cell_median_s']:.3f} s, p95 {run['cell_p95_s']:.3f} s, "
-            f"slowest {run['cell_max_s']:.3f} s, all done in {run['seconds']:.1f} s")
+            f"slowest {run['cell_max_s']:.3f} s (each program's first, untimed, at most "
+            f"{run['first_cell_max_s']:.3f} s), all done in {run['seconds']:.1f} s")
     if "ratio_to_no_layer" in run:
         line += (f" ({run['ratio_to_no_layer']:.2f} of no layer; targets median <= "
                  f"{TARGET_MEDIAN_S} s, slowest <= {TARGET_MAX_S} s, <= {TARGET_RATIO}: "

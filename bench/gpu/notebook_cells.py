@@ -1,23 +1,28 @@
 """One notebook: a cell every PERIOD_S seconds, each touching all of the program's memory.
 
 usage: notebook_cells.py GIB CELLS PERIOD_S [--ops N] [--ready FILE --go FILE] [--offset S]
-Allocates GIB tensors of 1 GiB (float32), each filled with its own values. With --ready and
---go it then creates FILE --ready and waits for FILE --go, which holds the time.time() of the
-common start, so that several programs keep to the offsets they were given whatever their own
-start took; without them the start is now. Cell k is due OFFSET + PERIOD_S * k seconds after the
+                         [--finished DIR --programs N]
+Allocates GIB tensors of 1 GiB (float32), each filled with its own values, and runs one cell
+untimed (a program's first cell sets things up once: CUDA's kernels, and under gemshare the
+host memory its moves go through; its time is printed apart). With --ready and --go it then
+creates FILE --ready and waits for FILE --go, which holds the time.time() of the common start,
+so that several programs keep to the offsets they were given whatever their own start took;
+without them the start is now. Cell k is due OFFSET + PERIOD_S * k seconds after the
 start; it runs N in-place elementwise ops over every tensor (alternately +1 and -1, exact in
 float32) and synchronizes. A cell that ends past the next one's moment makes that one due at
 once: cells are never skipped. The end checks every element against what the arithmetic
-predicts.
+predicts; with --finished, only once N programs have put a file there (their cells done), so
+that no program's check touches the GPU while another still times its cells.
 
-Prints one JSON line: cells_s (each cell from the moment it was due to its synchronize, so that
-waiting for the GPU and for memory brought back land in it), cell_median_s, cell_p95_s,
-cell_max_s, seconds_from_go (from the common start to the last cell's end),
-mismatched_elements, intact. Exits 1 if not intact.
+Prints one JSON line: first_cell_s (the untimed one), cells_s (each cell from the moment it was
+due to its synchronize, so that waiting for the GPU and for memory brought back land in it),
+cell_median_s, cell_p95_s, cell_max_s, seconds_from_go (from the common start to the last
+cell's end), mismatched_elements, intact. Exits 1 if not intact.
 """
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -29,6 +34,7 @@ ELEMENTS = (1 << 30) // 4  # float32 elements in 1 GiB
 # Each tensor holds its own PATTERN consecutive values, repeated: a page landing in the wrong
 # place (another tensor, another offset) or coming back zeroed shows up as a wrong value.
 PATTERN = 256
+FINISH_TIMEOUT_S = 120  # for the other programs' cells to end
 
 
 def pattern(index: int, shift: int):
@@ -64,11 +70,16 @@ def main() -> int:
     parser.add_argument("--go", type=Path, help="waited for; holds the start's time.time()")
     parser.add_argument("--offset", type=float, default=0.0,
                         help="seconds from the start to the first cell")
+    parser.add_argument("--finished", type=Path, help="where each program says its cells ended")
+    parser.add_argument("--programs", type=int, default=1, help="programs --finished waits for")
     options = parser.parse_args()
     if options.gib < 1 or options.cells < 1 or options.period_s <= 0 or options.ops < 1:
         parser.error("GIB, CELLS and --ops must be at least 1, PERIOD_S more than 0")
     tensors = [pattern(index, 0).repeat(ELEMENTS // PATTERN) for index in range(options.gib)]
     torch.cuda.synchronize()
+    first = time.perf_counter()
+    cell(tensors, options.ops)
+    first = time.perf_counter() - first
     go_at = time.time()
     if options.ready and options.go:
         options.ready.touch()
@@ -85,10 +96,16 @@ def main() -> int:
         cell(tensors, options.ops)
         cells.append(time.perf_counter() - due)
     seconds = time.perf_counter() - start
-    # An odd number of ops leaves every value one higher after each cell.
-    wrong = mismatches(tensors, options.cells * (options.ops % 2))
+    if options.finished:
+        (options.finished / str(os.getpid())).touch()
+        deadline = time.monotonic() + FINISH_TIMEOUT_S
+        while len(list(options.finished.iterdir())) < options.programs and \
+                time.monotonic() < deadline:
+            time.sleep(0.05)
+    # An odd number of ops leaves every value one higher after each cell (the first included).
+    wrong = mismatches(tensors, (options.cells + 1) * (options.ops % 2))
     print(json.dumps({"gib": options.gib, "cells": options.cells, "period_s": options.period_s,
-                      "ops": options.ops, "cells_s": cells,
+                      "ops": options.ops, "first_cell_s": first, "cells_s": cells,
                       "cell_median_s": statistics.median(cells),
                       "cell_p95_s": percentile(cells, 0.95), "cell_max_s": max(cells),
                       "seconds_from_go": seconds, "mismatched_elements": wrong,
