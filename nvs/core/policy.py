@@ -178,6 +178,7 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
         self.capacity = Capacity(nvml_capacity, capacity_limit)
         self.gpu_indices = GpuIndices(nvml_uuids)
         self.clients: dict[int, Client] = {}
+        self.allocated = Counter()  # device -> what all the clients have allocated there
         self.devices: dict[int, Device] = {}  # only devices with a holder or a waiter
         self.revocations = 0
         self.residency = Residency()
@@ -288,7 +289,9 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
                         "lock request that it would renumber, so the client keeps its numbers")]
         moves = numbering.learn(device, uuid, index)
         if moves:  # its memory, reported totals and residency follow the GPUs
+            self.allocated.subtract(client.allocated)
             client.allocated = renumbered(client.allocated, moves)
+            self.allocated.update(client.allocated)
             self.capacity.renumber(cid, moves)
             self.residency.renumber(cid, moves)
             self.credit.forget(cid)
@@ -380,6 +383,7 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
         if device is None:
             return [Log(f"memory {client} on its device {ordinal} not counted: which GPU that "
                         "is, only its registered device says", debug=True)]
+        self.allocated[device] += allocated - client.allocated.get(device, 0)
         client.allocated[device] = allocated
         self.capacity.report(cid, device, total)
         dev = self.devices.get(device)
@@ -476,6 +480,7 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
         client = self.clients.pop(cid, None)
         if client is None:
             return []
+        self.allocated.subtract(client.allocated)
         self.residency.forget(cid)
         self.credit.forget(cid)
         self.capacity.forget(cid)

@@ -6,6 +6,8 @@ mode off, or the scheduler gone. Frames come from `scripted` (scripted_scheduler
 
 from __future__ import annotations
 
+import re
+
 from gemshare_nvs import protocol as p
 
 import libnvs_fakelog as fakelog
@@ -133,3 +135,38 @@ def test_pinning_new_staging_memory_is_not_counted_as_the_moves_time(scripted):
     # A quarter of the pinning: room for a busy machine, far from the move with it counted.
     assert done.elapsed_us < pinning_us / 4, done
     assert checks(result) == ["1", "1"]
+
+
+def test_a_program_whose_memory_may_have_to_move_pins_its_staging_memory_ahead(gpu_with):
+    """Two programs of 40 MiB on a 64 MiB device: once both have allocated, the first to hold
+    the lock is told (IDLE_HINT) that all it has there may have to move, and pins its staging
+    memory in the background while it runs; the eviction that comes after it let go then only
+    copies. Pinning here takes 0.8 s (50 MB/s), the copy a few milliseconds."""
+    gpu, scheduler = gpu_with(device_mem="64M", tq=10)
+    env = {"FAKECUDA_PIN_GBPS": "0.05"}
+    first_alloc, second_alloc = gpu.path("first-alloc"), gpu.path("second-alloc")
+    first = gpu.start(["init", "alloc", "a", "40M", "write", "a", 17, "touch-file", first_alloc,
+                       "wait-file", second_alloc, "sleep-ms", 300, "launch", 1000,
+                       "stream-sync", "sleep-ms", 2500, "check", "a", 17], env=env)
+    second = gpu.start(["init", "alloc", "b", "40M", "touch-file", second_alloc,
+                        "wait-file", first_alloc, "sleep-ms", 1800, "launch", 1000,
+                        "stream-sync"], env=env)
+    for program in (first, second):
+        result = program.wait()
+        assert result.returncode == 0, result.describe()
+    log = scheduler.log()
+    evicted = re.search(rf"(\d\d:\d\d:\d\d\.\d+) INFO evict client \d+ \(pid {first.pid},", log)
+    moved = re.search(rf"(\d\d:\d\d:\d\d\.\d+) INFO moved client \d+ \(pid {first.pid},"
+                      r"[^\n]*to the host in ([\d.]+) s", log)
+    assert evicted and moved, log
+    waited = seconds_of(moved.group(1)) - seconds_of(evicted.group(1)) - float(moved.group(2))
+    assert waited < 0.4, log  # the 0.8 s of pinning was paid before the eviction came
+    events = gpu.events()
+    (pinned,) = fakelog.named(events, "host_register", pid=first.pid)
+    assert pinned.ns < min(e.ns for e in fakelog.moves_out(events, first.pid))
+    assert checks(first.result()) == ["1"]
+
+
+def seconds_of(clock: str) -> float:
+    hours, minutes, seconds = clock.split(":")
+    return int(hours) * 3600 + int(minutes) * 60 + float(seconds)
