@@ -52,6 +52,7 @@ PYTHON_SOURCES := pyproject.toml README.md LICENSE nvs ctl plugin
 all: libs
 
 include libnvs/build.mk
+include launcher/build.mk
 include tests/fakecuda/build.mk
 
 venv: $(VENV)/.installed
@@ -70,13 +71,14 @@ $(VENV)/.installed: pyproject.toml
 CPUS := $(shell nproc 2>/dev/null || echo 1)
 TEST_WORKERS ?= $(shell echo $$((2 * $(CPUS))))
 test:
-	@$(MAKE) --no-print-directory -j$(CPUS) libs fakecuda fakecuda-cross venv
+	@$(MAKE) --no-print-directory -j$(CPUS) libs fakecuda fakecuda-cross hold-signals venv
 	GEMSHARE_BUILD_DIR=$(abspath $(BUILD)) $(VENV)/bin/python -m pytest -n $(TEST_WORKERS) \
 		--dist loadfile
 
 # Root gets the system socket; anyone else a private one, and their own group as the control
-# group so that gemsharectl may change settings. GEMSHARE_SOCKET, when set, wins.
-scheduler: lib venv
+# group so that gemsharectl may change settings. GEMSHARE_SOCKET, when set, wins. It starts
+# through hold-signals, as the installed command does.
+scheduler: lib venv $(HOLD_SIGNALS)
 	@if [ -n "$${GEMSHARE_SOCKET:-}" ]; then sock="$$GEMSHARE_SOCKET"; group=""; \
 	elif [ "$$(id -u)" = 0 ]; then sock=/var/run/gemshare/scheduler.sock; group=""; \
 	else group="--control-group=$$(id -gn)"; \
@@ -87,17 +89,18 @@ scheduler: lib venv
 	echo "  export GEMSHARE_SOCKET=$$sock"; \
 	echo "  LD_PRELOAD=$(abspath $(BUILD))/libnvs.so python train.py"; \
 	echo "  $(abspath $(VENV))/bin/gemsharectl status"; \
-	exec $(VENV)/bin/gemshare-scheduler --socket "$$sock" $$group \
+	exec $(HOLD_SIGNALS) $(VENV)/bin/gemshare-scheduler --socket "$$sock" $$group \
 	  $(if $(SCHEDULER_CONFIG),--config "$(SCHEDULER_CONFIG)") \
 	  --state-dir "$(abspath $(SCHEDULER_STATE_DIR))" $(SCHEDULER_ARGS)
 
 # The package goes in with pip --target: unlike a virtualenv, that folder holds no absolute paths
 # of its own, so it can be staged under DESTDIR and moved into place. The commands in BINDIR are
 # small launchers that run the pinned interpreter isolated (-I: no PYTHONPATH or current
-# directory; -S: no site-packages) on that folder. pip builds a local project in place, so it
-# gets a copy under $(BUILD) to keep build files out of the source tree (one of its own, so that
-# two makes at once do not meet).
-install: lib venv
+# directory; -S: no site-packages) on that folder; gemshare-scheduler's interpreter line goes
+# through hold-signals first, so that no signal kills it while Python starts. pip builds a local
+# project in place, so it gets a copy under $(BUILD) to keep build files out of the source tree
+# (one of its own, so that two makes at once do not meet).
+install: lib venv $(HOLD_SIGNALS)
 	@built=$$($(VENV)/bin/python -c '$(PYTHON_VERSION)'); \
 	if [ -z "$(INSTALL_BY_ENV)" ]; then \
 	  pinned=$$($(INSTALL_PYTHON) -c '$(PYTHON_VERSION)') || exit 1; \
@@ -112,6 +115,7 @@ install: lib venv
 	fi
 	install -d $(DESTDIR)$(PKGDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(SYSTEMDUNITDIR) $(DESTDIR)$(DOCDIR)
 	install -m 0755 $(BUILD)/libnvs.so $(DESTDIR)$(PKGDIR)/libnvs.so
+	install -m 0755 $(HOLD_SIGNALS) $(DESTDIR)$(PKGDIR)/hold-signals
 	rm -rf $(DESTDIR)$(PKGDIR)/python
 	source=$$(mktemp -d $(BUILD)/python-src.XXXXXX) && cp -R $(PYTHON_SOURCES) $$source/ && \
 	$(VENV)/bin/python -m pip install -q --disable-pip-version-check --no-warn-script-location \
@@ -124,7 +128,9 @@ install: lib venv
 	@built=$$($(VENV)/bin/python -c 'import sys; print("%d, %d" % sys.version_info[:2])'); \
 	dotted=$$($(VENV)/bin/python -c '$(PYTHON_VERSION)'); \
 	for name in $(PROGRAMS); do \
-	  printf '%s\n' '#!$(LAUNCHER_INTERPRETER) -IS' \
+	  case $$name in gemshare-scheduler) first='#!$(PKGDIR)/hold-signals $(INSTALL_PYTHON) -IS';; \
+	    *) first='#!$(LAUNCHER_INTERPRETER) -IS';; esac; \
+	  printf '%s\n' "$$first" \
 	    "# $$name, installed by gemshare's make install; runs from $(PKGDIR)/python." \
 	    'import sys' \
 	    "if sys.version_info[:2] != ($$built):" \

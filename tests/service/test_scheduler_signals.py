@@ -1,5 +1,6 @@
 """Signals an operator (or a stray `kill -USR1`) may send: only SIGTERM and SIGINT stop the
-scheduler, and every exit leaves neither the socket nor the lock file behind."""
+scheduler, at any moment of its start too, and every exit leaves neither the socket nor the lock
+file behind."""
 
 import signal
 import sys
@@ -81,4 +82,41 @@ def test_signals_while_the_libraries_are_imported_neither_kill_nor_get_lost(
     log = wait_for_log(running, "SIGUSR2 received: status")
     assert "SIGHUP came while starting: acting on it now" in log
     assert "(SIGHUP)" in log and "SIGUSR1 received: status" in log
+    assert running.stop() == 0
+
+
+def blocked_signals(pid: int) -> set[int]:
+    """The signals the process blocks, from /proc (SigBlk: a hexadecimal mask, bit N-1 for N)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigBlk:"):
+            mask = int(line.split()[1], 16)
+            return {bit + 1 for bit in range(64) if mask >> bit & 1}
+    raise AssertionError(f"no SigBlk in /proc/{pid}/status")
+
+
+def test_started_through_hold_signals_it_survives_signals_before_its_first_line(
+        scheduler_factory, short_tmp_dirs, hold_signals):
+    """As the installed command starts: hold-signals blocks SIGHUP, SIGUSR1 and SIGUSR2 before
+    the interpreter starts (held here before the scheduler's first module of its own is even
+    imported), and the scheduler acts on them once it runs, with nothing blocked any more."""
+    directory = short_tmp_dirs()
+    paused, go = directory / "paused", directory / "go"
+    pause = [hold_signals, sys.executable, str(Path(__file__).with_name("import_pause.py")),
+             "gemshare_nvs.service.early_signals", str(paused), str(go)]
+    running = scheduler_factory(directory=directory, wrapper=pause, wait=False)
+    deadline = time.monotonic() + LOG_TIMEOUT
+    while not paused.exists():
+        assert running.process.poll() is None, running.log()
+        assert time.monotonic() < deadline, running.log()
+        time.sleep(0.02)
+    held = {signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2}
+    assert blocked_signals(running.process.pid) >= held
+    for signum in held:
+        running.process.send_signal(signum)
+    go.touch()
+    running.wait_until_accepting()
+    log = wait_for_log(running, "SIGUSR2 received: status")
+    assert "SIGHUP came while starting: acting on it now" in log
+    assert "(SIGHUP)" in log and "SIGUSR1 received: status" in log
+    assert not blocked_signals(running.process.pid) & held  # nor for what it starts later
     assert running.stop() == 0
