@@ -4,8 +4,10 @@ A local user who connects and hangs up in a loop makes thousands of connections 
 one the scheduler serves costs a task, a credentials look-up and the first-frame wait; enough of
 them fill the listen queue, and then nobody else can connect. So every uid but root may open
 `burst` connections at once and then `rate` a second on average (a token bucket); the
-connections past that are closed as they are accepted, before they cost anything more, with one
-ERROR frame that says why. They are counted, and `report` says how many per user.
+connections past that are closed as they are accepted, before they cost anything more: the first
+`told` of them since the last report with one ERROR frame that says why (a program that met the
+limit by mistake can tell), the rest without a word, which costs the scheduler a quarter less.
+They are counted, and `report` says how many per user.
 
 The burst is large enough for every program of one user to connect again at once (after a
 restart of the scheduler): twice the per-user client cap, as fair_slots.py lets a user hold that
@@ -20,6 +22,7 @@ from dataclasses import dataclass
 ROOT = 0
 RATE = 50.0  # new connections a second, on average, for one uid past its burst
 MIN_BURST = 64
+TOLD = 64  # connections closed with a word of why, per user and report
 
 
 @dataclass
@@ -42,7 +45,8 @@ class ConnectRate:
         return cls(2 * clients_per_user, **options)
 
     def admit(self, uid: int) -> bool:
-        """Whether a connection of `uid`, accepted now, may be served; counted if not."""
+        """Whether a connection of `uid`, accepted now, may be served; counted if not (then
+        `told` says whether it is worth a word)."""
         if uid == ROOT:
             return True
         now = self.clock()
@@ -56,6 +60,11 @@ class ConnectRate:
             return True
         bucket.closed += 1
         return False
+
+    def told(self, uid: int) -> bool:
+        """Whether the connection of `uid` just closed is among the first TOLD since the last
+        report, which are told why."""
+        return self._buckets[uid].closed <= TOLD
 
     def first_closed(self, uid: int) -> bool:
         """Whether the connection of `uid` just closed is the first since the user was last

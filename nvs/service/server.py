@@ -35,7 +35,7 @@ from ..core.model.actions import Close, Log, Send
 from ..core.policy import Policy
 from ..observe.status import build_status, encoded_size, fit_status
 from ..wire.conversation import CLIENT, CONTROL, next_kind
-from ..wire.peer import Credentials, peer_credentials
+from ..wire.peer import Credentials, peer_credentials, peer_ids
 from . import fair_slots
 from .connect_rate import ROOT, ConnectRate
 from .gpus import Gpus
@@ -47,8 +47,9 @@ log = logging.getLogger("gemshare.scheduler")
 FLUSH_SECONDS = 1.0  # how long a closing connection may take to receive its last frames
 ACCEPT_BACKOFF = 0.1  # after running out of file descriptors
 # Connections taken from the listen queue in one turn of the accept loop, before the other tasks
-# (a grant, a release) get theirs.
-ACCEPT_BATCH = 64
+# (a grant, a release) get theirs: few enough that a flood of connections adds well under a
+# millisecond to a handoff (bench/abuse_flood.py measured 64 against 16).
+ACCEPT_BATCH = 16
 CONNECT_REPORT_SECONDS = 60.0  # how often the connections closed over a user's rate are counted
 # Refusals being written at once; past it a connection over the limits is closed unanswered, so
 # that a flood of connections cannot take the descriptors kept for other work.
@@ -216,14 +217,15 @@ class Server:
     def _take(self, nursery: trio.Nursery, sock: socket.socket) -> None:
         """One accepted connection: closed at once, refused, or served."""
         try:
-            peer = peer_credentials(sock)
+            ids = peer_ids(sock)
+            if not self.connect_rate.admit(ids[1]):
+                self._close_over_rate(sock, ids[1])
+                return
+            peer = peer_credentials(sock, ids)
         except OSError as exc:
             log.warning("a connection dropped: no peer credentials (%s)", exc.strerror,
                         extra=caused_by("connections without credentials"))
             sock.close()
-            return
-        if not self.connect_rate.admit(peer.uid):
-            self._close_over_rate(sock, peer.uid)
             return
         cid = next(self._ids)
         conn_sock = trio.socket.from_stdlib_socket(sock)
@@ -235,12 +237,13 @@ class Server:
             nursery.start_soon(self._serve_connection, conn_sock, cid, peer)
 
     def _close_over_rate(self, sock: socket.socket, uid: int) -> None:
-        """Close a connection of a user over its rate: one ERROR frame if the socket takes it
-        at once, nothing else."""
-        try:
-            sock.send(self._over_rate_frame, socket.MSG_DONTWAIT | socket.MSG_NOSIGNAL)
-        except OSError:
-            pass
+        """Close a connection of a user over its rate: with one ERROR frame, if it is among
+        the first to be told and the socket takes it at once; nothing else."""
+        if self.connect_rate.told(uid):
+            try:
+                sock.send(self._over_rate_frame, socket.MSG_DONTWAIT | socket.MSG_NOSIGNAL)
+            except OSError:
+                pass
         sock.close()
         if self.connect_rate.first_closed(uid):
             log.warning("uid %d opens connections faster than %s: closing the ones past that "

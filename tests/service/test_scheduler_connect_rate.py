@@ -11,7 +11,7 @@ from pathlib import Path
 from privileges import connected_as, require_root
 
 from gemshare_nvs import protocol as p
-from gemshare_nvs.service.connect_rate import MIN_BURST, ConnectRate
+from gemshare_nvs.service.connect_rate import MIN_BURST, TOLD, ConnectRate
 from gemshare_nvs.wire.listener import backlog, open_listener
 
 NOBODY = 65534
@@ -43,6 +43,18 @@ def test_each_user_has_a_burst_and_then_a_rate():
     rate.report()
     assert [rate.admit(1000) for _ in range(101)][-1] is False
     assert rate.first_closed(1000)
+
+
+def test_the_first_closed_since_a_report_are_told_why_and_the_rest_closed_without_a_word():
+    rate = ConnectRate(1, rate=0.0, clock=Clock())
+    assert all(rate.admit(1000) for _ in range(rate.burst))
+    told = []
+    for _ in range(TOLD + 5):
+        assert not rate.admit(1000)
+        told.append(rate.told(1000))
+    assert told == [True] * TOLD + [False] * 5
+    rate.report()
+    assert not rate.admit(1000) and rate.told(1000)
 
 
 def test_the_burst_covers_every_client_one_user_may_have_and_its_unregistered_ones():
