@@ -196,7 +196,7 @@ bench-cpu: lib fakecuda venv
 bench-soak: lib fakecuda venv
 	GEMSHARE_BUILD_DIR=$(abspath $(BUILD)) $(VENV)/bin/python bench/soak.py
 
-bench-abuse: lib fakecuda venv
+bench-abuse: lib fakecuda hold-signals venv
 	GEMSHARE_BUILD_DIR=$(abspath $(BUILD)) $(VENV)/bin/python bench/abuse.py
 
 bench-gpu: lib venv
