@@ -19,6 +19,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from .log_rate import TokenBucket
+
 ROOT = 0
 RATE = 50.0  # new connections a second, on average, for one uid past its burst
 MIN_BURST = 64
@@ -26,9 +28,8 @@ TOLD = 64  # connections closed with a word of why, per user and report
 
 
 @dataclass
-class _Bucket:
-    tokens: float
-    at: float  # when `tokens` was last brought up to date
+class _User:
+    bucket: TokenBucket
     closed: int = 0  # connections closed since the last report
     told: bool = False  # whether the log has said that this user is over its rate
 
@@ -38,7 +39,7 @@ class ConnectRate:
         self.burst = max(MIN_BURST, burst)
         self.rate = rate
         self.clock = clock
-        self._buckets: dict[int, _Bucket] = {}
+        self._users: dict[int, _User] = {}
 
     @classmethod
     def for_clients_per_user(cls, clients_per_user: int, **options) -> ConnectRate:
@@ -50,27 +51,24 @@ class ConnectRate:
         if uid == ROOT:
             return True
         now = self.clock()
-        bucket = self._buckets.get(uid)
-        if bucket is None:
-            bucket = self._buckets[uid] = _Bucket(self.burst, now)
-        bucket.tokens = min(self.burst, bucket.tokens + (now - bucket.at) * self.rate)
-        bucket.at = now
-        if bucket.tokens >= 1:
-            bucket.tokens -= 1
+        user = self._users.get(uid)
+        if user is None:
+            user = self._users[uid] = _User(TokenBucket.full(self.burst, self.rate, now))
+        if user.bucket.take(now):
             return True
-        bucket.closed += 1
+        user.closed += 1
         return False
 
     def told(self, uid: int) -> bool:
         """Whether the connection of `uid` just closed is among the first TOLD since the last
         report, which are told why."""
-        return self._buckets[uid].closed <= TOLD
+        return self._users[uid].closed <= TOLD
 
     def first_closed(self, uid: int) -> bool:
         """Whether the connection of `uid` just closed is the first since the user was last
         within its rate: the one worth a line of its own."""
-        bucket = self._buckets[uid]
-        told, bucket.told = bucket.told, True
+        user = self._users[uid]
+        told, user.told = user.told, True
         return not told
 
     def report(self) -> dict[int, int]:
@@ -79,11 +77,11 @@ class ConnectRate:
         small."""
         now = self.clock()
         closed = {}
-        for uid, bucket in list(self._buckets.items()):
-            if bucket.closed:
-                closed[uid], bucket.closed = bucket.closed, 0
-            elif bucket.tokens + (now - bucket.at) * self.rate >= self.burst:
-                del self._buckets[uid]
+        for uid, user in list(self._users.items()):
+            if user.closed:
+                closed[uid], user.closed = user.closed, 0
+            elif user.bucket.whole(now):
+                del self._users[uid]
         return closed
 
     def words(self) -> str:

@@ -1,10 +1,10 @@
 /* Unit checks of the pauses between libnvs's connection attempts (libnvs/wire/conn.c), with a
- * clock given by the check: test_conn_backoff.py builds this with conn.c and wire.c and runs each
- * check by name. Real sockets, in a directory of the check's own (argv[2]).
+ * clock given by the check: test_conn_backoff.py builds this with conn.c and wire.c and runs it.
+ * Real sockets, in a directory of the check's own.
  *
- *   conn_backoff_check --list        the checks' names
- *   conn_backoff_check NAME DIR      runs one; exit status 0 when it holds, 1 (and the line)
- *                                    otherwise */
+ *   conn_backoff_check DIR    runs every check; exit status 0 when all hold, else 1, with a
+ *                             line on stderr for each pause that was not as expected */
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -13,16 +13,18 @@
 
 #include "wire/conn.h"
 
-static int failures;
+static bool all_held = true;
 static char socket_path[108];
 
-#define CHECK(cond)                                                                              \
-    do {                                                                                         \
-        if (!(cond)) {                                                                           \
-            fprintf(stderr, "%s:%d: %s does not hold\n", __FILE__, __LINE__, #cond);             \
-            failures++;                                                                          \
-        }                                                                                        \
-    } while (0)
+static void expect(bool held, const char *check, const char *what)
+{
+    if (!held) {
+        fprintf(stderr, "%s: %s does not hold\n", check, what);
+        all_held = false;
+    }
+}
+
+#define CHECK(cond) expect((cond), __func__, #cond)
 
 /* One attempt at `now`, closed at once as the client thread would; the pause it leaves. */
 static int64_t attempt(struct gs_conn *c, int64_t now)
@@ -98,33 +100,19 @@ static void a_registration_resets_the_pauses(void)
     CHECK(attempt(&c, 0) == GS_CONN_RETRY_FIRST_MS);
 }
 
-#define CHECK_ENTRY(name) {#name, name}
-static const struct {
-    const char *name;
-    void (*run)(void);
-} checks[] = {
-    CHECK_ENTRY(no_socket_is_tried_again_every_quarter_second),
-    CHECK_ENTRY(a_socket_nobody_listens_on_counts_as_none),
-    CHECK_ENTRY(a_scheduler_that_closes_is_asked_again_up_to_a_second_apart),
-    CHECK_ENTRY(a_registration_resets_the_pauses),
-};
-
 int main(int argc, char **argv)
 {
-    if (argc == 2 && strcmp(argv[1], "--list") == 0) {
-        for (size_t i = 0; i < sizeof checks / sizeof checks[0]; i++)
-            printf("%s\n", checks[i].name);
-        return 0;
-    }
-    if (argc != 3)
+    if (argc != 2) {
+        fprintf(stderr, "usage: conn_backoff_check DIR\n");
         return 2;
-    snprintf(socket_path, sizeof socket_path, "%s/s.sock", argv[2]);
-    for (size_t i = 0; i < sizeof checks / sizeof checks[0]; i++) {
-        if (strcmp(argv[1], checks[i].name) == 0) {
-            checks[i].run();
-            return failures ? 1 : 0;
-        }
     }
-    fprintf(stderr, "no check named %s\n", argv[1]);
-    return 2;
+    snprintf(socket_path, sizeof socket_path, "%s/s.sock", argv[1]);
+    no_socket_is_tried_again_every_quarter_second();
+    unlink(socket_path);
+    a_socket_nobody_listens_on_counts_as_none();
+    unlink(socket_path);
+    a_scheduler_that_closes_is_asked_again_up_to_a_second_apart();
+    unlink(socket_path);
+    a_registration_resets_the_pauses();
+    return all_held ? 0 : 1;
 }

@@ -28,9 +28,14 @@ def later(action) -> threading.Thread:
     return thread
 
 
-def full_queue(listener: socket.socket, path) -> list[socket.socket]:
-    """Connections that fill `listener`'s queue (listen(0) takes one), none accepted."""
-    made = []
+@pytest.fixture
+def full(tmp_path):
+    """A socket whose listen queue (listen(0): one) is full, nobody accepting: (its listener,
+    its path, the connections that fill it)."""
+    path = tmp_path / "s.sock"
+    listener = bound(path)
+    listener.listen(0)
+    queued = []
     while True:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.setblocking(False)
@@ -38,8 +43,12 @@ def full_queue(listener: socket.socket, path) -> list[socket.socket]:
             sock.connect(str(path))
         except BlockingIOError:
             sock.close()
-            return made
-        made.append(sock)
+            break
+        queued.append(sock)
+    yield listener, path, queued
+    for sock in queued:
+        sock.close()
+    listener.close()
 
 
 def test_a_socket_nobody_listens_on_yet_is_tried_again(tmp_path):
@@ -55,34 +64,20 @@ def test_a_socket_nobody_listens_on_yet_is_tried_again(tmp_path):
         listener.close()
 
 
-def test_a_full_queue_is_waited_on_until_there_is_room(tmp_path):
-    path = tmp_path / "s.sock"
-    listener = bound(path)
-    listener.listen(0)
-    queued = full_queue(listener, path)
+def test_a_full_queue_is_waited_on_until_there_is_room(full):
+    listener, path, queued = full
     emptied = later(lambda: [listener.accept()[0].close() for _ in queued])
     try:
         with Connection(path, timeout=TIMEOUT_S):
             pass
     finally:
         emptied.join()
-        for sock in queued:
-            sock.close()
-        listener.close()
 
 
-def test_a_queue_that_stays_full_fails_after_the_timeout_saying_so(tmp_path):
-    path = tmp_path / "s.sock"
-    listener = bound(path)
-    listener.listen(0)
-    queued = full_queue(listener, path)
-    try:
-        with pytest.raises(SchedulerUnavailable, match="took no new connection within 0.5 s"):
-            Connection(path, timeout=0.5)
-    finally:
-        for sock in queued:
-            sock.close()
-        listener.close()
+def test_a_queue_that_stays_full_fails_after_the_timeout_saying_so(full):
+    _, path, _ = full
+    with pytest.raises(SchedulerUnavailable, match="took no new connection within 0.5 s"):
+        Connection(path, timeout=0.5)
 
 
 def test_no_socket_file_fails_at_once(tmp_path):
