@@ -143,20 +143,23 @@ class MpsControl:
         the starts that fail after the first are tried again quietly."""
         try:
             failures = 0  # starts in a row that did not bring it to answer
+            told = False  # whether this outage (or the failed first start) has had its line
             while True:
                 if await self.start():
-                    failures = 0
+                    failures, told = 0, False
                     self._set(True, changed)
                     while True:
                         await trio.sleep(PROBE_INTERVAL_S)
                         if not await self.answers():
                             break
-                    self._set(False, changed)
+                    self._set(False, changed)  # the outage's line
+                    told = True
                     if not self.adopted:
                         self.restarts += 1
                     continue  # started again at once
-                if failures == 0:
+                if not told:
                     self._say_down()
+                    told = True
                 else:
                     log.debug("MPS: the control daemon at %s still does not answer: %s",
                               self.pipe, self.problem)
@@ -181,7 +184,7 @@ class MpsControl:
         changed(str(self.pipe) if running else None)
 
     def _say_down(self) -> None:
-        """A start that failed, the first since the daemon last answered (or at all)."""
+        """The first start that failed, when the daemon never answered."""
         what = "the adopted control daemon at %s does not answer" if self.adopted else \
             "cannot start the control daemon at %s"
         log.warning("MPS: " + what + ": %s; programs run as plain contexts until it answers "
