@@ -5,9 +5,11 @@ written, but most likely not as meant, so `gemsharectl config check` and the sch
 - In a rule: `sm_share` or `mps_priority` beside `mps = false`, which keeps the rule's programs
   out of MPS, where alone those two apply.
 - Given the settings: with MPS off (`mps = false`), every rule's `sm_share`, `mps_priority` and
-  `mps`, and `mps_pipe_directory`; with MPS on and `anti_thrash = "on"`, which keeps one program
-  on a GPU at a time, MPS itself (no program goes through it); with `anti_thrash = "off"`, which
-  hands out no lock, every rule's `weight` and `gpu_limit`.
+  `mps`, and `mps_pipe_directory`; with MPS on, MPS itself when no program can go through it:
+  `anti_thrash = "on"` keeps one program on a GPU at a time, or a rule that every program
+  reaches (its match holds for all, and each rule before it says `mps = false` too) says
+  `mps = false`; with `anti_thrash = "off"`, which hands out no lock, every rule's `weight` and
+  `gpu_limit`.
 
 `config check` knows only the file's own settings (a setting it does not give is the command
 line's, unknown there); the scheduler knows the settings in force, from every layer.
@@ -18,7 +20,7 @@ from __future__ import annotations
 from ..core.model.text import escaped
 from ..protocol import Mode
 from .parsing import Config
-from .rules import Rule, located
+from .rules import Rule, holds_for_all, located
 
 THROUGH_MPS = ("sm_share", "mps_priority")  # terms that apply only through MPS
 MPS_TERMS = (*THROUGH_MPS, "mps")
@@ -53,6 +55,10 @@ def idle_terms(config: Config | None, values: dict, sources: dict) -> list[str]:
         found.append(f"{setting('mps')} puts no program through MPS: {setting('anti_thrash')} "
                      "keeps one program on a GPU at a time; use anti_thrash \"auto\" (or "
                      "\"off\") to share GPUs through MPS")
+    elif values.get("mps") is True and (rule := _keeps_everyone_out(rules)) is not None:
+        found.append(f"{setting('mps')} puts no program through MPS: {located(path, rule.line)}: "
+                     f"rule {rule.number} matches every program the rules before it leave, and "
+                     "says mps = false, as they all do")
     if mode is Mode.OFF:
         found += _rules_given(path, rules, LOCK_TERMS,
                               f"{setting('anti_thrash')} hands out no lock")
@@ -65,6 +71,17 @@ def _from(source: str) -> str:
         return "at " + source[len("config ("):-1]
     return {"command line": "on the command line", "default": "by default",
             "gemsharectl": "set with gemsharectl"}.get(source, source)
+
+
+def _keeps_everyone_out(rules) -> Rule | None:
+    """The first rule that matches every program, when it and each rule before it say
+    `mps = false`; else None."""
+    for rule in rules:
+        if dict(rule.values).get("mps") is not False:
+            return None
+        if all(holds_for_all(key, value) for key, value in rule.match):
+            return rule
+    return None
 
 
 def _given(rule: Rule, names) -> list[str]:

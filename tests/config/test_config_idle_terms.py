@@ -56,6 +56,19 @@ def test_mps_with_anti_thrash_on_puts_nobody_through_it():
     assert found('mps = true\nanti_thrash = "auto"\n') == []
 
 
+def test_mps_with_a_rule_that_keeps_every_program_out_puts_nobody_through_it():
+    keeps_out = rule("mps = false", 'uid = 7') + rule("mps = false", 'process = "*"')
+    (line,) = found("mps = true\n" + keeps_out)
+    assert line == (f"mps = true (at {PATH}:1) puts no program through MPS: {PATH}:7: rule 2 "
+                    "matches every program the rules before it leave, and says mps = false, as "
+                    "they all do")
+    # A rule before it lets some through; or the catch-all lets them through.
+    assert found("mps = true\n" + rule("sm_share = 50", 'uid = 7') +
+                 rule("mps = false", 'process = "*"')) == []
+    assert found("mps = true\n" + rule("mps = false", 'uid = 7') + rule("weight = 2",
+                                                                        'process = "*"')) == []
+
+
 def test_anti_thrash_off_hands_out_no_lock_to_share():
     (line,) = found('anti_thrash = "off"\n' + rule("weight = 3\ngpu_limit = 0.5\nmps = true"))
     assert line == (f"{PATH}:3: rule 1: weight and gpu_limit do nothing: anti_thrash = \"off\" "
