@@ -10,8 +10,8 @@ refused, never written to nor quoted. A socket file nobody answers on is stale a
 that answers belongs to a live scheduler (or to systemd's socket unit) and is left alone.
 
 The backlog (connections made and not yet accepted) is as long as the system allows, for ours and
-for one systemd passes (listen() again only lengthens its queue): a user who connects in a loop
-must not fill it before the scheduler's accept loop empties it.
+for one systemd passes (listen() again sets its length): a burst of connections, or a user who
+connects in a loop, must not fill it while the scheduler's accept loop empties it.
 """
 
 from __future__ import annotations
