@@ -79,9 +79,9 @@ def test_the_listen_queue_is_as_long_as_the_system_allows(short_tmp_dirs):
         listening.close()
 
 
-def closed_frames(sock: socket.socket) -> list | None:
-    """The frames the scheduler sent on `sock` before closing it; None while it is open."""
-    decoder = p.FrameDecoder()
+def closed_frames(sock: socket.socket, decoder: p.FrameDecoder) -> list | None:
+    """The frames the scheduler sent on `sock` before closing it; None while it is open (what
+    came so far waits in `decoder`, which the next call takes on)."""
     try:
         while data := sock.recv(65536, socket.MSG_DONTWAIT):
             decoder.feed(data)
@@ -109,9 +109,10 @@ def test_connections_past_a_users_share_are_closed_at_once_and_said_once(schedul
         # Until every one is either served (waiting for its first frame) or closed.
         deadline = time.monotonic() + READ_WAIT_S
         outcomes: list = [None] * FLOOD
+        decoders = [p.FrameDecoder() for _ in socks]
         while True:
-            outcomes = [closed_frames(sock) if frames is None else frames
-                        for sock, frames in zip(socks, outcomes)]
+            outcomes = [closed_frames(sock, decoder) if frames is None else frames
+                        for sock, decoder, frames in zip(socks, decoders, outcomes)]
             closed = [frames for frames in outcomes if frames is not None]
             if len(closed) + served(scheduler) == FLOOD or time.monotonic() > deadline:
                 break
