@@ -61,6 +61,7 @@ VERSION := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' pyproject.toml)
 all: libs
 
 include libnvs/build.mk
+include launcher/build.mk
 include tests/fakecuda/build.mk
 include ship.mk
 
@@ -84,13 +85,14 @@ $(VENV)/.installed: $(VENV)/.package
 CPUS := $(shell nproc 2>/dev/null || echo 1)
 TEST_WORKERS ?= $(shell echo $$((2 * $(CPUS))))
 test:
-	@$(MAKE) --no-print-directory -j$(CPUS) libs fakecuda fakecuda-cross venv
+	@$(MAKE) --no-print-directory -j$(CPUS) libs fakecuda fakecuda-cross hold-signals venv
 	GEMSHARE_BUILD_DIR=$(abspath $(BUILD)) $(VENV)/bin/python -m pytest -n $(TEST_WORKERS) \
 		--dist loadfile
 
 # Root gets the system socket; anyone else a private one (the user a scheduler runs as may change
-# its settings with gemsharectl). GEMSHARE_SOCKET, when set, wins.
-scheduler: lib $(VENV)/.package
+# its settings with gemsharectl). GEMSHARE_SOCKET, when set, wins. It starts through
+# hold-signals, as the installed command does.
+scheduler: lib $(VENV)/.package $(HOLD_SIGNALS)
 	@if [ -n "$${GEMSHARE_SOCKET:-}" ]; then sock="$$GEMSHARE_SOCKET"; \
 	elif [ "$$(id -u)" = 0 ]; then sock=/var/run/gemshare/scheduler.sock; \
 	elif [ -n "$${XDG_RUNTIME_DIR:-}" ]; then sock="$$XDG_RUNTIME_DIR/gemshare/scheduler.sock"; \
@@ -100,17 +102,18 @@ scheduler: lib $(VENV)/.package
 	echo "  export GEMSHARE_SOCKET=$$sock"; \
 	echo "  LD_PRELOAD=$(abspath $(BUILD))/libnvs.so python train.py"; \
 	echo "  $(abspath $(VENV))/bin/gemsharectl status"; \
-	exec $(VENV)/bin/gemshare-scheduler --socket "$$sock" \
+	exec $(HOLD_SIGNALS) $(VENV)/bin/gemshare-scheduler --socket "$$sock" \
 	  $(if $(SCHEDULER_CONFIG),--config "$(SCHEDULER_CONFIG)") \
 	  --state-dir "$(abspath $(SCHEDULER_STATE_DIR))" $(SCHEDULER_ARGS)
 
 # The package goes in with pip --target: unlike a virtualenv, that folder holds no absolute paths
 # of its own, so it can be staged under DESTDIR and moved into place. The commands in BINDIR are
 # small launchers that run the pinned interpreter isolated (-I: no PYTHONPATH or current
-# directory; -S: no site-packages) on that folder. pip builds a local project in place, so it
-# gets a copy under $(BUILD) to keep build files out of the source tree (one of its own, so that
-# two makes at once do not meet).
-install: ship-lib venv
+# directory; -S: no site-packages) on that folder; gemshare-scheduler's interpreter line goes
+# through hold-signals first, so that no signal kills it while Python starts. pip builds a local
+# project in place, so it gets a copy under $(BUILD) to keep build files out of the source tree
+# (one of its own, so that two makes at once do not meet).
+install: ship-lib venv $(HOLD_SIGNALS)
 	@built=$$($(VENV)/bin/python -c '$(PYTHON_VERSION)'); \
 	if [ -z "$(INSTALL_BY_ENV)" ]; then \
 	  pinned=$$($(INSTALL_PYTHON) -c '$(PYTHON_VERSION)') || exit 1; \
@@ -130,6 +133,7 @@ install: ship-lib venv
 	id=$$(cat $(BUILD)/ship/libnvs.so.build-id) && \
 	install -D -m 0644 $(BUILD)/ship/libnvs.so.debug \
 	  $(DESTDIR)$(LIBDIR)/debug/.build-id/$$(echo $$id | cut -c1-2)/$$(echo $$id | cut -c3-).debug
+	install -m 0755 $(HOLD_SIGNALS) $(DESTDIR)$(PKGDIR)/hold-signals
 	rm -rf $(DESTDIR)$(PKGDIR)/python
 	source=$$(mktemp -d $(BUILD)/python-src.XXXXXX) && cp -R $(PYTHON_SOURCES) $$source/ && \
 	cp $(BUILD)/ship/libnvs.so $$source/nvs/libnvs.so && \
@@ -143,7 +147,9 @@ install: ship-lib venv
 	@built=$$($(VENV)/bin/python -c 'import sys; print("%d, %d" % sys.version_info[:2])'); \
 	dotted=$$($(VENV)/bin/python -c '$(PYTHON_VERSION)'); \
 	for name in $(PROGRAMS); do \
-	  printf '%s\n' '#!$(LAUNCHER_INTERPRETER) -IS' \
+	  case $$name in gemshare-scheduler) first='#!$(PKGDIR)/hold-signals $(INSTALL_PYTHON) -IS';; \
+	    *) first='#!$(LAUNCHER_INTERPRETER) -IS';; esac; \
+	  printf '%s\n' "$$first" \
 	    "# $$name, installed by gemshare's make install; runs from $(PKGDIR)/python." \
 	    'import sys' \
 	    "if sys.version_info[:2] != ($$built):" \
@@ -239,7 +245,7 @@ bench-cpu: lib fakecuda venv
 bench-soak: lib fakecuda venv
 	GEMSHARE_BUILD_DIR=$(abspath $(BUILD)) $(VENV)/bin/python bench/soak.py
 
-bench-abuse: lib fakecuda venv
+bench-abuse: lib fakecuda hold-signals venv
 	GEMSHARE_BUILD_DIR=$(abspath $(BUILD)) $(VENV)/bin/python bench/abuse.py
 
 bench-gpu: lib venv

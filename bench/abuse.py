@@ -12,7 +12,13 @@ user running it: the figures then show what a user does to its own scheduler). P
   reload     start-up and reload time with 1,000, 2,000 and 4,000 rules; SIGTERM during a
              4,000-rule reload; a config file replaced by a FIFO (reload, then SIGTERM)
   state      a start with settings.json nested 100,000 deep, a FIFO, a directory
-  signals    SIGHUP at 0 to 400 ms after the scheduler is started: how many survive
+  signals    SIGHUP at 0 to 400 ms after the scheduler is started through hold-signals, as the
+             installed command starts: how many survive
+  flood      four of the user's processes connect and hang up in a loop: root's gemsharectl
+             status, a new pair of programs' handoffs, the scheduler's CPU (abuse_flood.py)
+  mps_hang   --mps with a control program that hangs, and with one that answers: when status
+             is first answered, programs started meanwhile (abuse_start.py)
+  restart    a scheduler killed and started again: when its programs are back (abuse_start.py)
 
 Environment: BENCH_JSON=path (write the results there), BENCH_QUICK=1 (tiny runs: checks that
 the bench works, measures nothing worth publishing), BENCH_ONLY=part,part (those parts only),
@@ -37,16 +43,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import handoff  # noqa: E402
-from run_cpu import built_results, title  # noqa: E402
+from abuse_flood import flood_part, suppressed  # noqa: E402
+from abuse_start import mps_hang_part, restart_part  # noqa: E402
+from abuser import ABUSER, ANSWER_WAIT, loop_result, looping, start_loop  # noqa: E402
+from abuser import request as socket_request  # noqa: E402
+from run_cpu import BUILD, built_results, title  # noqa: E402
 from scheduler_process import SchedulerProcess, scheduler_command  # noqa: E402
 
-from gemshare_nvs.wire.connection import Connection  # noqa: E402
-
-NOBODY = 65534
-ABUSER = NOBODY if os.geteuid() == 0 else os.geteuid()
-LOOPS = Path(__file__).with_name("abuse_loops.py")
 CONTROL_HELD = 64  # the control connections the abuser opens: the cap before per-user shares
-ANSWER_WAIT = 10.0  # how long an answer is waited for before it counts as none
 SERVING = "serving metrics on http://"
 
 
@@ -55,36 +59,17 @@ class Plan:
     flood_seconds: float
     handoff_seconds: float
     rules: tuple[int, ...]
-    signal_delays_ms: tuple[int, ...]
+    signal_delays_ms: tuple[float, ...]  # through hold-signals
+    direct_signal_delays_ms: tuple[float, ...]  # straight, for comparison
+    signal_repeats: dict[float, int]  # delays tried more than once: the first moments
+    status_tries: int  # root's status requests in a row, beside a flood or a hung daemon
+    restarts: int
+    wait_for_kill: bool  # of the hung MPS control program (10 s and more)
 
 
-FULL = Plan(5.0, 6.0, (1000, 2000, 4000), tuple(range(0, 401, 20)))
-QUICK = Plan(0.5, 0.5, (100, 200), (0, 200))
-
-
-# ----- the abuser's loops ---------------------------------------------------------------------
-
-def start_loop(name: str, *args) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, str(LOOPS), str(ABUSER), name, *map(str, args)],
-                            stdout=subprocess.PIPE, text=True)
-
-
-def loop_result(process: subprocess.Popen) -> dict:
-    """The last line a loop printed: what it did."""
-    out, _ = process.communicate(timeout=120)
-    lines = out.strip().splitlines()
-    return json.loads(lines[-1]) if lines else {}
-
-
-@contextlib.contextmanager
-def looping(name: str, *args):
-    """A loop running for as long as the block does (it is stopped at the end)."""
-    process = start_loop(name, *args)
-    try:
-        yield process
-    finally:
-        process.terminate()
-        process.wait()
+FULL = Plan(5.0, 6.0, (1000, 2000, 4000), (0, 1, 2, 5, 10, *range(20, 401, 20)), (0, 10, 20, 30),
+            {delay: 10 for delay in (0, 1, 2, 5, 10, 20, 30)}, 25, 5, True)
+QUICK = Plan(0.5, 0.5, (100, 200), (0, 200), (0,), {}, 3, 1, False)
 
 
 def metrics_address(scheduler: SchedulerProcess) -> tuple[str, int]:
@@ -98,12 +83,7 @@ def metrics_address(scheduler: SchedulerProcess) -> tuple[str, int]:
 
 
 def request(scheduler: SchedulerProcess, body: dict, timeout: float = ANSWER_WAIT) -> dict:
-    """A control request as root; {"ok": False, "error": ...} when it goes unanswered."""
-    try:
-        with Connection(scheduler.socket, timeout=timeout) as conn:
-            return conn.request(body)
-    except Exception as exc:  # refused, closed, timed out: all mean no answer
-        return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+    return socket_request(scheduler.socket, body, timeout)
 
 
 # ----- parts ----------------------------------------------------------------------------------
@@ -111,7 +91,7 @@ def request(scheduler: SchedulerProcess, body: dict, timeout: float = ANSWER_WAI
 def control_part(directory: Path) -> dict:
     scheduler = SchedulerProcess(directory)
     try:
-        with looping("hold-control", scheduler.socket, CONTROL_HELD, 120) as holder:
+        with looping("hold-control", scheduler.socket, CONTROL_HELD, 120) as (holder,):
             answered = json.loads(holder.stdout.readline())["answered"]
             status = request(scheduler, {"op": "status"})
             changed = request(scheduler, {"op": "set", "tq": 12})
@@ -131,20 +111,28 @@ def wait_idle(scheduler: SchedulerProcess) -> None:
 
 
 def logs_part(directory: Path, seconds: float) -> dict:
+    """The user's three loops; then root's own lock loop, none of whose lines may be left
+    out."""
     results = {}
-    for name in ("half-frames", "register", "request-release"):
-        (directory / name).mkdir()
-        scheduler = SchedulerProcess(directory / name)
+    for name, uid, key in (("half-frames", ABUSER, "half_frames"),
+                           ("register", ABUSER, "register"),
+                           ("request-release", ABUSER, "request_release"),
+                           ("request-release", 0, "root_request_release")):
+        (directory / key).mkdir()
+        scheduler = SchedulerProcess(directory / key)
         try:
             before = scheduler.log_path.stat().st_size
-            done = loop_result(start_loop(name, scheduler.socket, seconds))
+            done = loop_result(start_loop(name, scheduler.socket, seconds, uid=uid))
             wait_idle(scheduler)
             grown = scheduler.log_path.stat().st_size - before
         finally:
             scheduler.stop()
-        key = name.replace("-", "_")
         results[f"{key}_log_kb_per_s"] = round(grown / 1024 / seconds, 1)
         results[f"{key}_loops"] = done.get("done", 0)
+        if uid == 0:
+            log = scheduler.log_path.read_text(errors="replace")
+            results[f"{key}_grants_logged"] = log.count("INFO grant client")
+            results[f"{key}_lines_suppressed"] = suppressed(log).get("uid 0", 0)
     return results
 
 
@@ -313,32 +301,45 @@ def state_part(directory: Path) -> dict:
     return results
 
 
-def signals_part(directory: Path, delays_ms: tuple[int, ...]) -> dict:
-    survived = []
-    for delay in delays_ms:
-        where = directory / f"sighup-{delay}"
-        where.mkdir()
-        with open(where / "scheduler.log", "wb") as log:
-            process = subprocess.Popen(scheduler_command(where / "scheduler.sock"),
-                                       stdout=log, stderr=subprocess.STDOUT,
-                                       stdin=subprocess.DEVNULL)
-        time.sleep(delay / 1000)
-        process.send_signal(signal.SIGHUP)
-        deadline = time.monotonic() + 15
-        while process.poll() is None and time.monotonic() < deadline and \
-                not (where / "scheduler.sock").exists():
-            time.sleep(0.02)
-        if process.poll() is None:
-            survived.append(delay)
-        exit_seconds(process, ANSWER_WAIT)
-    return {"sighup_trials": len(delays_ms), "sighup_survived": len(survived),
-            "sighup_delays_ms_killed": [d for d in delays_ms if d not in survived]}
+def signals_part(directory: Path, plan: Plan) -> dict:
+    """SIGHUP at each delay after the scheduler's process is started: through hold-signals, as
+    the installed command and make scheduler start it, and straight as `python -m`, as tests
+    and the earlier bench did (the first moments tried `plan.signal_repeats` times). A delay of
+    0 is sent as soon as Popen returns, while the exec may still be under way."""
+    results = {}
+    for name, launcher, delays in (("held", [str(BUILD / "hold-signals")],
+                                    plan.signal_delays_ms),
+                                   ("direct", [], plan.direct_signal_delays_ms)):
+        trials, killed = 0, {}
+        for delay in delays:
+            for attempt in range(plan.signal_repeats.get(delay, 1)):
+                where = directory / f"{name}-{delay}-{attempt}"
+                where.mkdir()
+                with open(where / "scheduler.log", "wb") as log:
+                    process = subprocess.Popen(
+                        [*launcher, *scheduler_command(where / "scheduler.sock")], stdout=log,
+                        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                time.sleep(delay / 1000)
+                process.send_signal(signal.SIGHUP)
+                deadline = time.monotonic() + 15
+                while process.poll() is None and time.monotonic() < deadline and \
+                        not (where / "scheduler.sock").exists():
+                    time.sleep(0.02)
+                trials += 1
+                if process.poll() is not None:
+                    killed[delay] = killed.get(delay, 0) + 1
+                exit_seconds(process, ANSWER_WAIT)
+        results.update({f"sighup_{name}_trials": trials,
+                        f"sighup_{name}_survived": trials - sum(killed.values()),
+                        f"sighup_{name}_killed_at_delay_ms":
+                            {f"{delay:g}": count for delay, count in killed.items()}})
+    return results
 
 
 # ----- the run --------------------------------------------------------------------------------
 
 def run(plan: Plan) -> dict:
-    results = built_results(plan is QUICK, abuser_uid=ABUSER)
+    results = built_results(plan is QUICK, ("hold-signals",), abuser_uid=ABUSER)
     with tempfile.TemporaryDirectory(prefix="gs-abuse-", dir="/tmp") as scratch:
         directory = Path(scratch)
         os.chmod(directory, 0o755)  # the abuser reaches the sockets in it
@@ -349,7 +350,11 @@ def run(plan: Plan) -> dict:
             "handoff": lambda d: handoff_part(d, plan.handoff_seconds, plan.rules[-1]),
             "reload": lambda d: reload_part(d, plan.rules),
             "state": lambda d: state_part(d),
-            "signals": lambda d: signals_part(d, plan.signal_delays_ms),
+            "signals": lambda d: signals_part(d, plan),
+            "flood": lambda d: flood_part(d, plan.status_tries, plan.handoff_seconds),
+            "mps_hang": lambda d: mps_hang_part(d, plan.status_tries, plan.handoff_seconds,
+                                                plan.wait_for_kill),
+            "restart": lambda d: restart_part(d, plan.restarts),
         }
         only = os.environ.get("BENCH_ONLY")
         chosen = [name for name in parts if not only or name in only.split(",")]
@@ -369,7 +374,8 @@ def run(plan: Plan) -> dict:
 
 def print_table(results: dict) -> None:
     print(title(f"bench-abuse | abuser uid {results['abuser_uid']}", results))
-    for part in ("control", "logs", "metrics", "handoff", "reload", "state", "signals"):
+    for part in ("control", "logs", "metrics", "handoff", "reload", "state", "signals",
+                 "flood", "mps_hang", "restart"):
         for key, value in results.get(part, {}).items():
             shown = value if key != "error" else value.splitlines()[0]
             print(f"  {part:<8} {key:<44} {shown}")

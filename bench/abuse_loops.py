@@ -1,8 +1,11 @@
 """What an unprivileged local user can do to a scheduler cheaply, one loop per run, as
 bench/abuse.py starts it: `python abuse_loops.py UID LOOP ARGS...`. Started as root it becomes
-UID first (no supplementary groups, the uid as its gid), so the scheduler sees that user.
+UID first (no supplementary groups, the uid as its gid), so the scheduler sees that user; UID 0
+stays root.
 
-Loops (SECONDS: how long it goes on; it prints one JSON object when done):
+Loops (SECONDS: how long it goes on, or until SIGTERM; it prints one JSON object when done):
+  connect-close SOCKET SECONDS       connect and hang up at once; again (a connect that finds
+                                     the queue full fails, and is tried again at once)
   half-frames SOCKET SECONDS         connect, send half a frame header, hang up; again
   register SOCKET SECONDS            connect, REGISTER, hang up; again
   request-release SOCKET SECONDS     one client asking for the lock and giving it back
@@ -18,6 +21,7 @@ from __future__ import annotations
 import encodings.idna  # noqa: F401  (loaded lazily by socket's host names: not after setuid)
 import json
 import os
+import signal
 import socket
 import sys
 import time
@@ -25,6 +29,16 @@ import time
 from gemshare_nvs import protocol as p
 
 SLOW_REQUEST = b"GET /metrics HTTP/1.1\r\nHost: x\r\n"  # never ends: no blank line
+
+
+class Stopped(Exception):
+    """SIGTERM in a loop that is not repeated: it just ends."""
+
+
+# SIGTERM: a repeated loop ends after its round and says what it did. (Raising from the handler
+# there could come inside a socket's finalizer, where Python drops the exception.)
+stopping = False
+repeating = False
 
 
 def become(uid: int) -> None:
@@ -37,7 +51,11 @@ def become(uid: int) -> None:
 def connect(path: str) -> socket.socket:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(10)
-    sock.connect(path)
+    try:
+        sock.connect(path)
+    except BaseException:
+        sock.close()
+        raise
     return sock
 
 
@@ -52,15 +70,23 @@ def read_frame(sock: socket.socket, decoder: p.FrameDecoder):
 
 def repeat(seconds: float, once) -> dict:
     """`once()` as often as it goes in `seconds`; how often it went and how often it failed."""
+    global repeating
+    repeating = True
     done = failed = 0
     end = time.monotonic() + seconds
-    while time.monotonic() < end:
+    while time.monotonic() < end and not stopping:
         try:
             once()
             done += 1
         except OSError:
             failed += 1
     return {"done": done, "failed": failed}
+
+
+def connect_close(path: str, seconds: str) -> dict:
+    def once():
+        connect(path).close()
+    return repeat(float(seconds), once)
 
 
 def half_frames(path: str, seconds: str) -> dict:
@@ -134,14 +160,25 @@ def slow_http(host: str, port: str, count: str, seconds: str) -> dict:
     return {"connections": made}
 
 
-LOOPS = {"half-frames": half_frames, "register": register, "request-release": request_release,
+LOOPS = {"connect-close": connect_close, "half-frames": half_frames, "register": register, "request-release": request_release,
          "status": status, "hold-control": hold_control, "slow-http": slow_http}
+
+
+def stop(signum, frame) -> None:
+    global stopping
+    stopping = True
+    if not repeating:
+        raise Stopped
 
 
 def main() -> None:
     uid, loop, *args = sys.argv[1:]
+    signal.signal(signal.SIGTERM, stop)
     become(int(uid))
-    print(json.dumps(LOOPS[loop](*args)), flush=True)
+    try:
+        print(json.dumps(LOOPS[loop](*args)), flush=True)
+    except Stopped:
+        pass
 
 
 if __name__ == "__main__":

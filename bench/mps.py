@@ -67,9 +67,25 @@ def setup(name: str, library: Path, directory: Path, **scheduler):
         with private_scheduler(library, directory, args, anti_thrash="auto",
                                **scheduler) as (sched, env):
             try:
+                if "--mps" in args:
+                    mps_answering(sched)
                 yield env, sched
             finally:
                 keep_log(sched.log_path.read_text(), "MPS_LOGS", f"{directory.name}.log")
+
+
+def mps_answering(sched) -> None:
+    """Until the scheduler's MPS control daemon answers: it comes up beside serving, and a
+    program that registers before runs as a plain context."""
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while True:
+        with Connection(sched.socket, timeout=10) as conn:
+            mps = conn.request({"op": "status"})["status"]["mps"]
+        if mps.get("running"):
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the MPS control daemon did not answer: {mps.get('problem')}")
+        time.sleep(0.1)
 
 
 def mps_clients(sched) -> int | None:

@@ -77,11 +77,11 @@ def environment() -> dict:
             "loadavg_1min_before": os.getloadavg()[0]}
 
 
-def built_results(quick: bool, **first) -> dict:
-    """Builds the library and the fake driver as needed; the results a fake-driver bench
-    starts from: the machine, whether the run is a quick one, and `first`."""
-    subprocess.run(["make", "-s", "-C", str(REPO), "lib", "fakecuda", f"BUILD={BUILD}"],
-                   check=True)
+def built_results(quick: bool, targets: tuple[str, ...] = (), **first) -> dict:
+    """Builds the library, the fake driver and any other make `targets` as needed; the results
+    a fake-driver bench starts from: the machine, whether the run is a quick one, and `first`."""
+    subprocess.run(["make", "-s", "-C", str(REPO), "lib", "fakecuda", *targets,
+                    f"BUILD={BUILD}"], check=True)
     return {"environment": environment(), "quick": quick, **first}
 
 

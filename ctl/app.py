@@ -37,6 +37,7 @@ from gemshare_nvs.config.settings import (
     WholeNumber,
     modes_starting,
 )
+from gemshare_nvs.config.idle_terms import idle_terms
 from gemshare_nvs.config.shadows import shadows
 from gemshare_nvs.library import LibraryMissing, library_path
 from gemshare_nvs.version import version
@@ -373,7 +374,7 @@ def config_check(
     path: Path = typer.Argument(Path(DEFAULT_CONFIG), metavar="[FILE]",
                                 help=f"The file to check (default {DEFAULT_CONFIG})."),
 ) -> None:
-    """Check a config file here, without a scheduler: print the settings and rules it gives, or every problem with its line (exit status 1). Rules that can never match, because an earlier rule takes all their clients, are warned about on stderr; the file is still valid."""
+    """Check a config file here, without a scheduler: print the settings and rules it gives, or every problem with its line (exit status 1). Rules that can never match, because an earlier rule takes all their clients, and terms that do nothing with the file's own settings (sm_share beside mps = false, say) are warned about on stderr; the file is still valid."""
     errors = Console(stderr=True, highlight=False, soft_wrap=True)  # whole lines, for grep
     try:
         config = config_file.read(path)
@@ -384,8 +385,12 @@ def config_check(
         errors.print(errors_view(error))
         raise typer.Exit(CHECK_FAILED)
     _stdout().print(config_view(config))
-    for shadow in shadows(config):  # valid, and run as written, but most likely a mistake
-        errors.print(Text(f"warning: {shadow.warning(config.path)}", style="yellow"))
+    # Valid, and run as written, but most likely a mistake.
+    warnings = [shadow.warning(config.path) for shadow in shadows(config)]
+    warnings += idle_terms(config, config.settings,
+                           {name: config.source(name) for name in config.settings})
+    for warning in warnings:
+        errors.print(Text(f"warning: {warning}", style="yellow"))
 
 
 @config_app.command("reload")

@@ -24,11 +24,8 @@ from .config.parsing import ConfigError  # noqa: E402
 from .config.settings import Settings  # noqa: E402
 from .kubernetes.grpc_calls import GrpcMissing  # noqa: E402
 from .kubernetes.lookups import NodeLookups, node_lookups  # noqa: E402
-from .observe.metrics import registry_for  # noqa: E402
-from .observe.metrics_http import bind_metrics  # noqa: E402
-from .observe.metrics_http import serve as serve_metrics  # noqa: E402
 from .observe.summary import summary_line  # noqa: E402
-from .observe.tcp_address import AddressError  # noqa: E402
+from .observe.tcp_address import AddressError, bind  # noqa: E402
 from .service import command_line, fd_limits, journal, sdnotify  # noqa: E402
 from .service.gpus import Gpus  # noqa: E402
 from .service.log_rate import PeerRateLimit  # noqa: E402
@@ -90,9 +87,7 @@ async def run(settings: Settings, configuration: Configuration,
                     nursery.start_soon(_on_signals, signals, nursery.cancel_scope, server)
                     await nursery.start(server.serve)
                     if metrics_socket is not None:
-                        nursery.start_soon(serve_metrics, metrics_socket,
-                                           registry_for(server.policy, trio.current_time,
-                                                        server.mps_status))
+                        nursery.start_soon(_serve_metrics, metrics_socket, server)
                     _announce(settings, configuration.started, listening)
                     interval = sdnotify.watchdog_interval()
                     if interval is not None:
@@ -106,6 +101,14 @@ async def run(settings: Settings, configuration: Configuration,
                     rate_limit.flush(everything=True)
         finally:
             gpus.close()
+
+
+async def _serve_metrics(sock, server: Server) -> None:
+    # Imported here, by the schedulers that serve metrics only: prometheus_client is a good
+    # part of the time it takes to start.
+    from .observe.metrics import registry_for
+    from .observe.metrics_http import serve
+    await serve(sock, registry_for(server.policy, trio.current_time, server.mps_status))
 
 
 def _announce(settings: Settings, start: dict, listening: Listening) -> None:
@@ -194,7 +197,8 @@ def main(argv=None) -> int:
         return 2
     try:
         # Bound before anything else starts: a taken address stops the start, naming it.
-        metrics_socket = bind_metrics(*settings.metrics) if settings.metrics else None
+        metrics_socket = bind(*settings.metrics, "metrics", "--metrics") if settings.metrics \
+            else None
     except AddressError as exc:
         print(f"gemshare-scheduler: {exc}", file=sys.stderr)
         return 1

@@ -17,6 +17,9 @@ started is stopped at teardown. A test scheduler reads `gemshare.toml` and keeps
 
 `run_scheduler(*args, env=None)` runs gemshare-scheduler with exactly `args` for a run that is
 expected to end by itself (bad options, socket refused) and returns the CompletedProcess.
+
+`hold_signals` is build/hold-signals (launcher/), through which the installed command starts:
+`wrapper=[hold_signals]` starts a test scheduler that way.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from gemshare_nvs.wire.connection import Connection
 from gemshare_nvs.wire.listener import open_listener
 
 REPO = Path(__file__).resolve().parent.parent
+BUILD = Path(os.environ.get("GEMSHARE_BUILD_DIR") or REPO / "build").resolve()
 # Generous: only a scheduler that hangs or dies should take so long, even on a loaded machine.
 START_TIMEOUT = 60.0
 STOP_TIMEOUT = 10.0
@@ -156,6 +160,15 @@ def run_scheduler():
                               capture_output=True, text=True, cwd=REPO, timeout=30,
                               env=scheduler_environment(env), stdin=subprocess.DEVNULL)
     return run
+
+
+@pytest.fixture(scope="session")
+def hold_signals() -> str:
+    """build/hold-signals, made if it is not up to date (make test makes it beforehand)."""
+    done = subprocess.run(["make", "-s", "hold-signals", f"BUILD={BUILD}"], cwd=REPO,
+                          capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return str(BUILD / "hold-signals")
 
 
 @pytest.fixture

@@ -20,6 +20,7 @@ void gs_conn_fail(struct gs_conn *c, const char *why)
 bool gs_conn_open(struct gs_conn *c, const char *path, char *why, size_t why_size)
 {
     c->broken = false;
+    c->reached = false;
     c->rlen = 0;
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) {
@@ -39,6 +40,7 @@ bool gs_conn_open(struct gs_conn *c, const char *path, char *why, size_t why_siz
         snprintf(why, why_size, "%s", strerror(errno));
         return false;
     }
+    c->reached = true;
     return true;
 }
 
@@ -108,7 +110,8 @@ void gs_conn_close(struct gs_conn *c, int64_t now_ms)
     c->sock = -1;
     c->rlen = 0;
     c->broken = false;
-    c->next_retry = now_ms + c->retry_ms;
+    int cap = c->reached ? GS_CONN_RETRY_MAX_MS : GS_CONN_ABSENT_RETRY_MAX_MS;
+    c->next_retry = now_ms + (c->retry_ms < cap ? c->retry_ms : cap);
     c->retry_ms = c->retry_ms * 2 > GS_CONN_RETRY_MAX_MS ? GS_CONN_RETRY_MAX_MS : c->retry_ms * 2;
 }
 

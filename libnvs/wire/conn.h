@@ -11,7 +11,13 @@
 
 #include "wire/wire.h"
 
+/* The pauses between attempts double from the first. Where nobody answered (no socket file, or
+ * one nobody listens on yet: a scheduler starting again) they stop growing at the shorter cap,
+ * so that a scheduler that starts again, however fast, is found within that long of its socket
+ * appearing. A scheduler that took the connection and then closed or refused it is there, and
+ * is asked again less often. */
 #define GS_CONN_RETRY_FIRST_MS 100
+#define GS_CONN_ABSENT_RETRY_MAX_MS 250
 #define GS_CONN_RETRY_MAX_MS 1000
 /* A scheduler that stops reading (or a full listen backlog) must not hang the client thread. */
 #define GS_CONN_SEND_TIMEOUT_MS 5000
@@ -20,6 +26,7 @@
 
 struct gs_conn {
     int sock;           /* -1: not connected */
+    bool reached;       /* the last attempt connected (a scheduler was there) */
     bool broken;        /* a send or read failed: close it (failure says why) */
     char failure[160];
     uint32_t seq;
@@ -47,7 +54,7 @@ typedef void (*gs_frame_handler)(void *arg, const struct gs_header *h, const uin
 void gs_conn_receive(struct gs_conn *c, gs_frame_handler handle, void *arg);
 
 /* Closes the socket and sets the next attempt after the backoff, which doubles up to
- * GS_CONN_RETRY_MAX_MS. */
+ * GS_CONN_RETRY_MAX_MS, or GS_CONN_ABSENT_RETRY_MAX_MS when the attempt did not connect. */
 void gs_conn_close(struct gs_conn *c, int64_t now_ms);
 /* A registration succeeded: the next outage starts again from the first, short pause. */
 void gs_conn_reset_backoff(struct gs_conn *c);

@@ -15,6 +15,7 @@ from ..core.model.terms import no_rules
 from ..core.policy import Policy
 from .control import SetRequest
 from .file import Signature, read_if_present, signature
+from .idle_terms import idle_terms
 from .layers import AT_START, GEMSHARECTL, LIVE, Layers, command_line_layer
 from .parsing import Config, ConfigError
 from .runtime_state import StateFile, as_json
@@ -68,8 +69,16 @@ class Configuration:
             log.info("settings changed with gemsharectl before the last stop, kept in %s: %s",
                      self.state.path, self._words(self.layers.runtime))
         self._warn_overridden(self.layers.overridden())
+        self._warn_idle_terms()
         if self.state.problem:
             self.warn_temporary()
+
+    def _warn_idle_terms(self) -> None:
+        """Terms and settings that do nothing with the settings in force (idle_terms.py)."""
+        values = {**self.started, **self.layers.values()}
+        sources = {**self.started_from, **self.layers.sources()}
+        for line in idle_terms(self.config, values, sources):
+            log.warning("%s", line)
 
     def _warn_overridden(self, names) -> None:
         """A command-line setting that another layer overrides is named, with the way back: a
@@ -123,6 +132,7 @@ class Configuration:
         log.info("config %s reloaded (%s): %s%s", self.path, why, _rules(config),
                  self._settings_words())
         _warn_dead_rules(config, dead)
+        self._warn_idle_terms()
         for name in AT_START:
             if self.layers.value(name) != self.started[name]:
                 log.warning("config %s: %s %s takes effect when the scheduler restarts (now %s)",

@@ -46,16 +46,28 @@ class Layers:
     def value(self, name: str):
         if name in self.runtime:
             return self.runtime[name]
-        if self.config is not None and name in self.config.settings:
-            return self.config.settings[name]
+        given = self._in_file(name)
+        if given is not None:
+            return True if given != name else self.config.settings[name]
         return self.command_line[name][0]
 
     def source(self, name: str) -> str:
         if name in self.runtime:
             return GEMSHARECTL
-        if self.config is not None and name in self.config.settings:
-            return self.config.source(name)
+        given = self._in_file(name)
+        if given is not None:
+            return self.config.source(given)
         return self.command_line[name][1]
+
+    def _in_file(self, name: str) -> str | None:
+        """The file's setting that gives `name`: itself, or for `mps` a daemon to adopt
+        (`mps_pipe_directory` implies `mps`, as --mps-pipe-directory does); None if none."""
+        settings = self.config.settings if self.config is not None else {}
+        if name in settings:
+            return name
+        if name == "mps" and "mps_pipe_directory" in settings:
+            return "mps_pipe_directory"
+        return None
 
     def values(self, names=LIVE) -> dict:
         return {name: self.value(name) for name in names}

@@ -1,7 +1,7 @@
 """`--metrics ADDR:PORT`: a small HTTP server for Prometheus, run by Trio beside the scheduler.
 
-The socket is bound before the scheduler starts, so that a taken or bad address stops the start
-with a message naming it. Each scrape is answered by a task of the nursery that serves the
+The socket is bound before the scheduler starts (tcp_address.bind), so that a taken or bad
+address stops the start with a message naming it. Each scrape is answered by a task of the nursery that serves the
 socket (no thread of its own: the metrics read the policy in the event loop, between events).
 
 Peers that connect and say nothing, or a byte a second, must not keep Prometheus out (with a
@@ -21,7 +21,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import CollectorRegistry
 
 from .scrape_slots import Scrape, ScrapeSlots
-from .tcp_address import bind, bound_address
+from .tcp_address import bound_address
 
 log = logging.getLogger("gemshare.scheduler")
 
@@ -31,11 +31,6 @@ HEAD_SECONDS = 2.0  # to send them, from connecting
 ANSWER_SECONDS = 10.0  # then to take the whole answer
 MAX_SCRAPES = 64  # connections served at once
 MAX_PER_PEER = 16  # of them from one address
-
-
-def bind_metrics(host: str, port: int) -> socket.socket:
-    """The metrics' listening socket; AddressError when it cannot be had."""
-    return bind(host, port, "metrics", "--metrics")
 
 
 async def serve(sock: socket.socket, registry: CollectorRegistry) -> None:

@@ -5,6 +5,11 @@ machine), and reading its files may too. A SIGHUP, SIGUSR1 or SIGUSR2 then, left
 action, would kill it: `hold` is called first thing, and keeps them until the server is ready,
 when `replay` sends them again to the handlers now in place (a reload, a status line). SIGTERM
 and SIGINT keep their usual action meanwhile: they end a start at once, before the socket exists.
+
+Before `hold`, the interpreter itself starts: the installed command and `make scheduler` run
+it through hold-signals (launcher/hold_signals.c), which blocks the three before the exec, so
+that one sent then stays pending. `hold` unblocks them once its handler is in place, and those
+pending are kept as any other.
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ def _keep(signum: int, frame) -> None:
 def hold() -> None:
     for signum in HELD:
         signal.signal(signum, _keep)
+    # Blocked by hold-signals, and inherited by every thread and program started later.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD)
 
 
 def replay() -> list[int]:

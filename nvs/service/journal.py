@@ -6,6 +6,10 @@ line that starts with `<N>` (sd-daemon's convention, N a syslog priority) is sto
 priority, so `journalctl -p warning` finds the warnings; journald also stamps each line itself.
 Anywhere else (a terminal, a file, a stderr redirected by a service's child) lines carry the
 time instead and no prefix.
+
+Either way a message is one line: whatever it quotes (a path from the config file, a name a
+client sent) has its control characters escaped, so no value can start a line of its own that
+would read as the scheduler's. A traceback's lines are the one exception, as written by Python.
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ from __future__ import annotations
 import logging
 import os
 import sys
+
+from ..core.model.text import escaped
 
 # syslog priorities: sd-daemon.h's SD_ERR, SD_WARNING, SD_INFO and SD_DEBUG.
 PRIORITIES = ((logging.ERROR, 3), (logging.WARNING, 4), (logging.INFO, 6))
@@ -36,7 +42,15 @@ def priority(level: int) -> int:
     return DEBUG_PRIORITY
 
 
-class JournalFormatter(logging.Formatter):
+class OneLineFormatter(logging.Formatter):
+    """A record's message with its control characters escaped."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        record.message = escaped(record.message)
+        return super().formatMessage(record)
+
+
+class JournalFormatter(OneLineFormatter):
     """Each line of a record prefixed with its priority: a traceback's lines keep it too."""
 
     def format(self, record: logging.LogRecord) -> str:
@@ -47,8 +61,8 @@ class JournalFormatter(logging.Formatter):
 def formatter(journal: bool) -> logging.Formatter:
     if journal:
         return JournalFormatter("%(levelname)s %(message)s")
-    return logging.Formatter("%(asctime)s.%(msecs)03d %(levelname)s %(message)s",
-                             "%Y-%m-%d %H:%M:%S")
+    return OneLineFormatter("%(asctime)s.%(msecs)03d %(levelname)s %(message)s",
+                            "%Y-%m-%d %H:%M:%S")
 
 
 def stderr_handler() -> logging.Handler:

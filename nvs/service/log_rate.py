@@ -22,9 +22,35 @@ REPORT_SECONDS = 60.0  # how often the lines left out are counted in the log
 
 
 @dataclass
-class _Budget:
+class TokenBucket:
+    """`burst` at once, then `rate` a second on average: what one peer may do of something
+    (here: cause log lines; connect_rate.py: open connections)."""
+    burst: float
+    rate: float
     tokens: float
     at: float  # when `tokens` was last brought up to date
+
+    @classmethod
+    def full(cls, burst: float, rate: float, now: float) -> TokenBucket:
+        return cls(burst, rate, burst, now)
+
+    def take(self, now: float) -> bool:
+        """Whether there is a token for one more now; it is spent if so."""
+        self.tokens = min(self.burst, self.tokens + (now - self.at) * self.rate)
+        self.at = now
+        if self.tokens >= 1:
+            self.tokens -= 1
+            return True
+        return False
+
+    def whole(self, now: float) -> bool:
+        """Whether it has refilled to its burst by `now`."""
+        return self.tokens + (now - self.at) * self.rate >= self.burst
+
+
+@dataclass
+class _Budget:
+    bucket: TokenBucket
     since: float  # when the count of lines left out began
     left_out: int = 0
 
@@ -47,11 +73,9 @@ class PeerRateLimit(logging.Filter):
         now = self.clock()
         budget = self._budgets.get(peer)
         if budget is None:
-            budget = self._budgets[peer] = _Budget(self.burst, now, now)
-        budget.tokens = min(self.burst, budget.tokens + (now - budget.at) * self.rate)
-        budget.at = now
-        if budget.tokens >= 1:
-            budget.tokens -= 1
+            budget = self._budgets[peer] = _Budget(TokenBucket.full(self.burst, self.rate, now),
+                                                   now)
+        if budget.bucket.take(now):
             return True
         budget.left_out += 1
         return False
@@ -68,6 +92,5 @@ class PeerRateLimit(logging.Filter):
                     "%g a second)", budget.left_out, peer, now - budget.since, self.burst,
                     self.rate)
                 budget.left_out, budget.since = 0, now
-            whole = budget.tokens + (now - budget.at) * self.rate >= self.burst
-            if everything or whole:
+            if everything or budget.bucket.whole(now):
                 del self._budgets[peer]

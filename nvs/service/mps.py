@@ -4,8 +4,11 @@ watched, started again when it dies, and told to quit when the scheduler stops.
 
 Everything goes through `nvidia-cuda-mps-control` from PATH: `-d` starts the daemon, and the
 same program with no argument sends it one command on stdin (`get_server_list` answers whether
-it is alive; `quit` ends it). Each call runs as a child process under a deadline, so a daemon
-that hangs can hold up neither the event loop nor the scheduler's exit.
+it is alive; `quit` ends it). Each call runs as a child process under a deadline, killed when it
+passes, so a daemon that hangs can hold up neither the event loop nor the scheduler's exit.
+
+All of it runs beside serving, never before: the scheduler serves from its first moment, and
+until the daemon answers, programs run as plain contexts under the lock, as while it is down.
 """
 
 from __future__ import annotations
@@ -24,10 +27,12 @@ log = logging.getLogger("gemshare.scheduler")
 
 CONTROL_PROGRAM = "nvidia-cuda-mps-control"
 PROBE_INTERVAL_S = 5.0  # how often the daemon is asked whether it still answers
-COMMAND_TIMEOUT_S = 10.0
+COMMAND_TIMEOUT_S = 10.0  # a call of the control program that takes longer is killed
 READY_TIMEOUT_S = 10.0  # from `-d` to its first answer
-# Waits before each further start of a daemon that keeps dying; the last repeats.
-RESTART_BACKOFF_S = (0.0, 1.0, 5.0, 30.0)
+# Waits after each failed start (or, for an adopted daemon, each unanswered probe) in a row;
+# the last repeats.
+RETRY_S = (1.0, 5.0, 30.0)
+STARTING = "starting: it has not answered yet"
 
 
 def directories_beside(socket: Path) -> tuple[Path, Path]:
@@ -47,7 +52,7 @@ class MpsControl:
         self.running = False
         self.started_by_us = False
         self.restarts = 0
-        self.problem = ""  # why it is not running, for status
+        self.problem = STARTING  # why it is not running, for status
 
     @classmethod
     def for_scheduler(cls, socket: Path, adopt: str | None) -> MpsControl:
@@ -62,23 +67,31 @@ class MpsControl:
             env["CUDA_MPS_LOG_DIRECTORY"] = str(self.log_dir)
         return env
 
+    async def _run(self, argv: list[str], **options) -> subprocess.CompletedProcess | None:
+        """The control program run to its end; None when it did not end within
+        COMMAND_TIMEOUT_S, and was killed."""
+        with trio.move_on_after(COMMAND_TIMEOUT_S):
+            return await trio.run_process(argv, check=False, env=self.environment(),
+                                          deliver_cancel=_kill, **options)
+        return None
+
     async def ask(self, command: str) -> str | None:
         """The daemon's answer to one command; None when it does not answer."""
         executable = shutil.which(self.program)
         if executable is None:
             self.problem = f"{self.program} is not on PATH"
             return None
-        with trio.move_on_after(COMMAND_TIMEOUT_S):
-            done = await trio.run_process([executable], stdin=(command + "\n").encode(),
-                                          capture_stdout=True, capture_stderr=True, check=False,
-                                          env=self.environment())
+        done = await self._run([executable], stdin=(command + "\n").encode(),
+                               capture_stdout=True, capture_stderr=True)
+        if done is not None:
             if done.returncode == 0:
                 return done.stdout.decode(errors="replace").strip()
             said = (done.stderr or done.stdout).decode(errors="replace").strip()
             self.problem = f"{self.program} exited with status {done.returncode}" + \
                 (f": {said.splitlines()[-1][:200]}" if said else "")
             return None
-        self.problem = f"{self.program} did not answer {command!r} within {COMMAND_TIMEOUT_S:g} s"
+        self.problem = (f"{self.program} did not answer {command!r} within "
+                        f"{COMMAND_TIMEOUT_S:g} s, and was killed")
         return None
 
     async def answers(self) -> bool:
@@ -102,12 +115,11 @@ class MpsControl:
         # The daemon forks away from the process we start and may keep what it inherited open:
         # its output goes to a file, never a pipe we would wait on.
         with tempfile.TemporaryFile() as said:
-            with trio.move_on_after(COMMAND_TIMEOUT_S) as deadline:
-                done = await trio.run_process([executable, "-d"], env=self.environment(),
-                                              stdin=b"", stdout=subprocess.DEVNULL, stderr=said,
-                                              check=False)
-            if deadline.cancelled_caught:
-                self.problem = f"{self.program} -d did not return within {COMMAND_TIMEOUT_S:g} s"
+            done = await self._run([executable, "-d"], stdin=b"", stdout=subprocess.DEVNULL,
+                                   stderr=said)
+            if done is None:
+                self.problem = (f"{self.program} -d did not return within "
+                                f"{COMMAND_TIMEOUT_S:g} s, and was killed")
                 return False
             if done.returncode != 0:
                 said.seek(0)
@@ -125,34 +137,34 @@ class MpsControl:
         self.problem = f"the control daemon did not answer within {READY_TIMEOUT_S:g} s of -d"
         return False
 
-    async def watch(self, changed: Callable[[str | None], None], *,
-                    task_status=trio.TASK_STATUS_IGNORED) -> None:
+    async def watch(self, changed: Callable[[str | None], None]) -> None:
         """Keep the daemon up until cancelled, telling `changed` its pipe directory whenever it
-        comes to answer and None whenever it stops; stop ours at the end."""
+        comes to answer and None whenever it stops; stop ours at the end. One line per outage:
+        the starts that fail after the first are tried again quietly."""
         try:
-            started = await self.start()
-            if not started:
-                self._say_down()
-            self._set(started, changed)
-            task_status.started()
-            failures = 0
+            failures = 0  # starts in a row that did not bring it to answer
+            told = False  # whether this outage (or the failed first start) has had its line
             while True:
-                await trio.sleep(PROBE_INTERVAL_S if self.running else
-                                 RESTART_BACKOFF_S[min(failures, len(RESTART_BACKOFF_S) - 1)])
-                if await self.answers():
-                    failures = 0
+                if await self.start():
+                    failures, told = 0, False
                     self._set(True, changed)
-                    continue
-                self._set(False, changed)
-                if self.adopted:
-                    continue  # its owner starts it again; we keep asking
+                    while True:
+                        await trio.sleep(PROBE_INTERVAL_S)
+                        if not await self.answers():
+                            break
+                    self._set(False, changed)  # the outage's line
+                    told = True
+                    if not self.adopted:
+                        self.restarts += 1
+                    continue  # started again at once
+                if not told:
+                    self._say_down()
+                    told = True
+                else:
+                    log.debug("MPS: the control daemon at %s still does not answer: %s",
+                              self.pipe, self.problem)
+                await trio.sleep(RETRY_S[min(failures, len(RETRY_S) - 1)])
                 failures += 1
-                self.restarts += 1
-                # Once per outage: a daemon that cannot start is tried again quietly.
-                (log.warning if failures == 1 else log.debug)(
-                    "MPS: the control daemon does not answer (%s): starting it again",
-                    self.problem)
-                self._set(await self.start(), changed)
         finally:
             with trio.CancelScope(shield=True):
                 await self.stop()
@@ -163,13 +175,21 @@ class MpsControl:
         self.running = running
         if running:
             self.problem = ""
+        elif self.adopted:
+            log.warning("MPS: the adopted control daemon at %s stopped answering (%s); asking "
+                        "again until its owner starts it again", self.pipe, self.problem)
         else:
-            self._say_down()
+            log.warning("MPS: the control daemon at %s stopped answering (%s): starting it "
+                        "again", self.pipe, self.problem)
         changed(str(self.pipe) if running else None)
 
     def _say_down(self) -> None:
-        log.warning("MPS: the control daemon at %s is not running: %s; programs that start now "
-                    "run as plain contexts", self.pipe, self.problem)
+        """The first start that failed, when the daemon never answered."""
+        what = "the adopted control daemon at %s does not answer" if self.adopted else \
+            "cannot start the control daemon at %s"
+        log.warning("MPS: " + what + ": %s; programs run as plain contexts until it answers "
+                    "(tried again in the background, at last every %g s)", self.pipe,
+                    self.problem, RETRY_S[-1])
 
     async def stop(self) -> None:
         if not (self.started_by_us and self.running):
@@ -182,7 +202,15 @@ class MpsControl:
         self.running = False
 
     def status(self) -> dict:
+        """For gemsharectl status and the metrics; `problem` says why it does not run (also
+        while it starts: STARTING)."""
         return {"enabled": True, "running": self.running, "pipe_directory": str(self.pipe),
                 "log_directory": str(self.log_dir) if self.log_dir else None,
                 "adopted": self.adopted, "restarts": self.restarts,
                 "problem": self.problem or None}
+
+
+async def _kill(process: trio.Process) -> None:
+    """How a call that ran past its deadline ends: at once (trio's own way waits 5 s after
+    SIGTERM, which a hung program may ignore)."""
+    process.kill()

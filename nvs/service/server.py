@@ -37,8 +37,9 @@ from ..core.policy import Policy
 from ..kubernetes.lookups import NodeLookups, node_lookups
 from ..observe.status import build_status, encoded_size, fit_status
 from ..wire.conversation import CLIENT, CONTROL, next_kind
-from ..wire.peer import Credentials, peer_credentials
+from ..wire.peer import Credentials, peer_credentials, peer_ids
 from . import fair_slots
+from .connect_rate import ROOT, ConnectRate
 from .gpus import Gpus
 from .mps import MpsControl
 from .permissions import may_control
@@ -47,6 +48,11 @@ log = logging.getLogger("gemshare.scheduler")
 
 FLUSH_SECONDS = 1.0  # how long a closing connection may take to receive its last frames
 ACCEPT_BACKOFF = 0.1  # after running out of file descriptors
+# Connections taken from the listen queue in one turn of the accept loop, before the other tasks
+# (a grant, a release) get theirs: few enough that a flood of connections adds well under a
+# millisecond to a handoff (bench/abuse_flood.py measured 64 against 16).
+ACCEPT_BATCH = 16
+CONNECT_REPORT_SECONDS = 60.0  # how often the connections closed over a user's rate are counted
 # Refusals being written at once; past it a connection over the limits is closed unanswered, so
 # that a flood of connections cannot take the descriptors kept for other work.
 MAX_REFUSING = 8
@@ -92,9 +98,13 @@ class Conn:
         return self.peer.gid
 
     @property
-    def peer_key(self) -> str:
+    def peer_key(self) -> str | None:
         """Whose budget of log lines this connection's doings spend (log_rate.py): its uid's,
-        since a user may open any number of connections."""
+        since a user may open any number of connections. None, no budget, for root and the
+        control group (once known: at REGISTER or CONTROL): the limit is meant for
+        unprivileged peers, and must not silence the administrator's own programs."""
+        if self.uid == ROOT or self.privileged:
+            return None
         return peer_key(self.uid)
 
     def __str__(self) -> str:
@@ -157,7 +167,13 @@ class Server:
             if start["mps"] else None
         self._reloading = trio.Lock()  # one reload at a time, in the order asked
         self._saving = trio.Lock()  # and one write of the kept settings
-        self._listener = trio.socket.from_stdlib_socket(listener)
+        self._listener = listener
+        listener.setblocking(False)
+        self.connect_rate = ConnectRate.for_clients_per_user(settings.clients_per_user())
+        self._over_rate_frame = p.encode(p.Error(
+            p.ErrorCode.TOO_MANY_CLIENTS,
+            f"this user opens connections faster than the scheduler takes them from one user "
+            f"({self.connect_rate.words()}); try again shortly"))
         self.conns: dict[int, Conn] = {}
         self._ids = itertools.count(1)
         self._timer_scope = trio.CancelScope()
@@ -167,40 +183,93 @@ class Server:
 
     async def serve(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Serve until cancelled; `started` once accepting."""
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._timer)
-            if self.node is not None:
-                await nursery.start(self.node.serve)
-            if self.mps is not None:  # up before the first client, so that it may go through
-                await nursery.start(self.mps.watch,
-                                    lambda pipe: self._apply(self.policy.set_mps(pipe)))
-            if self.settings.config is not None:
-                nursery.start_soon(self._watch_config)
-            task_status.started(self)
-            await self._accept_loop(nursery)
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._timer)
+                nursery.start_soon(self._report_closed_connections)
+                if self.node is not None:
+                    await nursery.start(self.node.serve)
+                if self.mps is not None:
+                    # Beside serving, never before it: until the daemon answers, programs run as
+                    # plain contexts under the lock, as they do while it is down.
+                    nursery.start_soon(self.mps.watch,
+                                       lambda pipe: self._apply(self.policy.set_mps(pipe)))
+                if self.settings.config is not None:
+                    nursery.start_soon(self._watch_config)
+                task_status.started(self)
+                await self._accept_loop(nursery)
+        finally:
+            self._say_closed_connections()
 
     # ----- accepting --------------------------------------------------------------------
 
     async def _accept_loop(self, nursery: trio.Nursery) -> None:
+        """Take connections as fast as they come: a batch at a time, each closed at once when
+        its user is over its rate of new connections (connect_rate.py)."""
         while True:
+            await trio.lowlevel.wait_readable(self._listener)
+            for _ in range(ACCEPT_BATCH):
+                try:
+                    sock, _ = self._listener.accept()
+                except BlockingIOError:
+                    break
+                except OSError as exc:
+                    if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                        log.warning("accept failed (%s); retrying shortly", exc.strerror,
+                                    extra=caused_by("the listening socket"))
+                        await trio.sleep(ACCEPT_BACKOFF)
+                        break
+                    if exc.errno in (errno.ECONNABORTED, errno.EPROTO):
+                        continue
+                    raise
+                self._take(nursery, sock)
+
+    def _take(self, nursery: trio.Nursery, sock: socket.socket) -> None:
+        """One accepted connection: closed at once, refused, or served."""
+        try:
+            ids = peer_ids(sock)
+            if not self.connect_rate.admit(ids[1]):
+                self._close_over_rate(sock, ids[1])
+                return
+            peer = peer_credentials(sock, ids)
+        except OSError as exc:
+            log.warning("a connection dropped: no peer credentials (%s)", exc.strerror,
+                        extra=caused_by("connections without credentials"))
+            sock.close()
+            return
+        cid = next(self._ids)
+        conn_sock = trio.socket.from_stdlib_socket(sock)
+        if len(self.conns) >= self.max_connections:
+            self._start_refusal(nursery, conn_sock, cid, "connections past the limit",
+                                f"the scheduler already has {len(self.conns)} connections; "
+                                "try again later or raise --max-clients")
+        else:
+            nursery.start_soon(self._serve_connection, conn_sock, cid, peer)
+
+    def _close_over_rate(self, sock: socket.socket, uid: int) -> None:
+        """Close a connection of a user over its rate: with one ERROR frame, if it is among
+        the first to be told and the socket takes it at once; nothing else."""
+        if self.connect_rate.told(uid):
             try:
-                sock, _ = await self._listener.accept()
-            except OSError as exc:
-                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
-                    log.warning("accept failed (%s); retrying shortly", exc.strerror,
-                                extra=caused_by("the listening socket"))
-                    await trio.sleep(ACCEPT_BACKOFF)
-                    continue
-                if exc.errno in (errno.ECONNABORTED, errno.EPROTO):
-                    continue
-                raise
-            cid = next(self._ids)
-            if len(self.conns) >= self.max_connections:
-                self._start_refusal(nursery, sock, cid, "connections past the limit",
-                                    f"the scheduler already has {len(self.conns)} connections; "
-                                    "try again later or raise --max-clients")
-            else:
-                nursery.start_soon(self._serve_connection, sock, cid)
+                sock.send(self._over_rate_frame, socket.MSG_DONTWAIT | socket.MSG_NOSIGNAL)
+            except OSError:
+                pass
+        sock.close()
+        if self.connect_rate.first_closed(uid):
+            log.warning("uid %d opens connections faster than %s: closing the ones past that "
+                        "as they come (counted every %g s)", uid, self.connect_rate.words(),
+                        CONNECT_REPORT_SECONDS, extra=caused_by(peer_key(uid)))
+
+    async def _report_closed_connections(self) -> None:
+        while True:
+            await trio.sleep(CONNECT_REPORT_SECONDS)
+            self._say_closed_connections()
+
+    def _say_closed_connections(self) -> None:
+        # No `peer` on these lines: a count is never left out, whoever's budget is spent.
+        for uid, count in self.connect_rate.report().items():
+            log.warning("closed %d more connections of uid %d as they came: over its rate of "
+                        "new connections (%s)", count, uid, self.connect_rate.words())
 
     def _start_refusal(self, nursery: trio.Nursery, sock, cid: int, peer: str,
                        why: str) -> None:
@@ -224,14 +293,7 @@ class Server:
 
     # ----- one connection -----------------------------------------------------------------
 
-    async def _serve_connection(self, sock, cid: int) -> None:
-        try:
-            peer = peer_credentials(sock)
-        except OSError as exc:
-            log.warning("connection %d dropped: no peer credentials (%s)", cid, exc.strerror,
-                        extra=caused_by("connections without credentials"))
-            sock.close()
-            return
+    async def _serve_connection(self, sock, cid: int, peer: Credentials) -> None:
         why = fair_slots.refusal(self.conns.values(), peer.uid, "", None,
                                  self.settings.clients_per_user())
         if len(self.conns) >= self.max_connections:  # filled since it was accepted
@@ -329,7 +391,8 @@ class Server:
         if kind == CONTROL and conn.kind is None:
             await self._admit_control(conn)
         if type(message) is p.Register:
-            conn.user, conn.group = await trio.to_thread.run_sync(names_of, conn.uid, conn.gid)
+            (conn.user, conn.group), (conn.privileged, conn.unprivileged_why) = \
+                await trio.to_thread.run_sync(_who_registers, conn, self.settings.control_group)
             if self.node is not None:  # within its bound, however the node's daemons fare
                 found = await self.node.identify(conn.pid)
                 conn.node = found.identity if found is not None else None
@@ -618,6 +681,14 @@ class Server:
             with self._timer_scope:
                 await trio.sleep_forever()
             self._apply(self.policy.tick(trio.current_time()))
+
+
+def _who_registers(conn: Conn, control_group: str) -> tuple[tuple[str, str], tuple[bool, str]]:
+    """A registering client's user and group names, as config rules match them, and whether it
+    is root, the scheduler's own user or of the control group (only to know whether its log
+    lines spend a budget: Conn.peer_key). Blocking: both look in the account databases."""
+    return (names_of(conn.uid, conn.gid),
+            may_control(conn.uid, conn.gid, conn.peer.groups, control_group, os.geteuid()))
 
 
 async def off_loop(function, *args):

@@ -1,6 +1,13 @@
-"""A blocking connection to the scheduler socket, for gemsharectl, tests and benchmarks.
+"""A blocking connection to the scheduler socket, for gemsharectl, the device plugin, tests and
+benchmarks.
 
 The scheduler itself uses Trio; this side only needs to send a frame and wait for one.
+
+Connecting waits, within the connection's timeout, for a scheduler that cannot take it yet, as
+libnvs does: while the listen queue is full (another user connecting in a loop) the connect
+waits in the kernel's queue for room, and it is tried again after EAGAIN (the wait ran out
+with no room) or ECONNREFUSED (the socket file is there but nobody listens yet: a scheduler
+restarting). A socket file that is not there at all fails at once: no scheduler.
 """
 
 from __future__ import annotations
@@ -8,12 +15,17 @@ from __future__ import annotations
 import errno
 import os
 import socket
+import struct
 import time
 from pathlib import Path
 
 from .. import protocol
 
 DEFAULT_SOCKET = "/var/run/gemshare/scheduler.sock"
+# Pauses between connection attempts, doubling up to the last, within the timeout.
+RETRY_FIRST_S = 0.005
+RETRY_MAX_S = 0.1
+RETRIED = (errno.EAGAIN, errno.ECONNREFUSED)
 
 
 def socket_path(explicit: str | os.PathLike | None = None) -> Path:
@@ -29,15 +41,28 @@ class Connection:
     def __init__(self, path: str | os.PathLike, timeout: float = 5.0):
         self.path = Path(path)
         self.timeout = timeout
-        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._sock.settimeout(timeout)
         self._decoder = protocol.FrameDecoder()
         self._seq = 0
-        try:
-            self._sock.connect(str(self.path))
-        except OSError as exc:
-            self._sock.close()
-            raise SchedulerUnavailable(self._explain(exc)) from None
+        self._sock = self._connect(time.monotonic() + timeout)
+        self._sock.settimeout(timeout)
+
+    def _connect(self, deadline: float) -> socket.socket:
+        pause = RETRY_FIRST_S
+        while True:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                # Blocking, so that a full queue is waited on in the kernel, in turn with the
+                # others waiting there, for at most what is left of the timeout.
+                left = max(0.001, deadline - time.monotonic())
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, _timeval(left))
+                sock.connect(str(self.path))
+                return sock
+            except OSError as exc:
+                sock.close()
+                if exc.errno not in RETRIED or time.monotonic() + pause > deadline:
+                    raise SchedulerUnavailable(self._explain(exc)) from None
+            time.sleep(pause)
+            pause = min(2 * pause, RETRY_MAX_S)
 
     def _explain(self, exc: OSError) -> str:
         where = f"gemshare-scheduler socket {self.path}"
@@ -46,6 +71,9 @@ class Connection:
                     f"'sudo gemshare-scheduler' or point GEMSHARE_SOCKET/--socket at the right path")
         if exc.errno == errno.EACCES:
             return f"permission denied opening {where}: check the permissions of its directory"
+        if exc.errno == errno.EAGAIN:
+            return (f"the {where} took no new connection within {self.timeout:g} s (its queue "
+                    "of connections stayed full); try again, or with a longer timeout")
         return f"cannot connect to {where}: {exc.strerror or exc}"
 
     def send(self, message) -> int:
@@ -97,3 +125,8 @@ class Connection:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def _timeval(seconds: float) -> bytes:
+    whole = int(seconds)
+    return struct.pack("ll", whole, int((seconds - whole) * 1_000_000))

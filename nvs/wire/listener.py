@@ -8,6 +8,10 @@ lock file beside the socket (`<socket>.lock`, mode 0644) makes two schedulers on
 impossible; one that is a symbolic link, another user's, hard-linked or writable by others is
 refused, never written to nor quoted. A socket file nobody answers on is stale and replaced; one
 that answers belongs to a live scheduler (or to systemd's socket unit) and is left alone.
+
+The backlog (connections made and not yet accepted) is as long as the system allows, for ours and
+for one systemd passes (listen() again sets its length): a burst of connections, or a user who
+connects in a loop, must not fill it while the scheduler's accept loop empties it.
 """
 
 from __future__ import annotations
@@ -21,7 +25,8 @@ import stat
 from pathlib import Path
 
 SD_LISTEN_FDS_START = 3
-BACKLOG = 128
+SOMAXCONN = Path("/proc/sys/net/core/somaxconn")
+FALLBACK_BACKLOG = 4096  # where the system's limit cannot be read (Linux's default since 5.4)
 DIRECTORY_MODE = 0o755
 LOCK_MODE = 0o644  # others may read the pid in it, never write it
 
@@ -109,7 +114,17 @@ def inherited_socket(environ=os.environ) -> socket.socket | None:
         raise ListenerError(f"the socket passed as fd {SD_LISTEN_FDS_START} must be a listening "
                             "Unix stream socket (ListenStream= in the .socket unit)")
     os.set_inheritable(sock.fileno(), False)
+    sock.listen(backlog())
     return sock
+
+
+def backlog() -> int:
+    """The longest listen queue the system allows (net.core.somaxconn; the kernel cuts any
+    longer one to it)."""
+    try:
+        return max(1, int(SOMAXCONN.read_text()))
+    except (OSError, ValueError):
+        return FALLBACK_BACKLOG
 
 
 def _make_directory(directory: Path) -> None:
@@ -270,7 +285,7 @@ def _bind(path: Path) -> socket.socket:
     old_umask = os.umask(0o111)
     try:
         sock.bind(str(path))
-        sock.listen(BACKLOG)
+        sock.listen(backlog())
     except OSError as exc:
         sock.close()
         raise ListenerError(f"cannot listen on socket {path}: {exc.strerror or exc}") from None

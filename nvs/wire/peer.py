@@ -26,10 +26,17 @@ class Credentials:
     groups: tuple[int, ...] | None  # None: the kernel could not say (see peer_groups)
 
 
-def peer_credentials(sock) -> Credentials:
-    """OSError when the kernel has no credentials for the peer."""
-    raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, PEERCRED.size)
-    return Credentials(*PEERCRED.unpack(raw), groups=peer_groups(sock))
+def peer_ids(sock) -> tuple[int, int, int]:
+    """(pid, uid, gid), by one call: all that deciding whether to serve the peer needs. OSError
+    when the kernel has no credentials for the peer."""
+    return PEERCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                           PEERCRED.size))
+
+
+def peer_credentials(sock, ids: tuple[int, int, int] | None = None) -> Credentials:
+    """Everything, `ids` (peer_ids) read already or not. OSError when the kernel has no
+    credentials for the peer."""
+    return Credentials(*(ids or peer_ids(sock)), groups=peer_groups(sock))
 
 
 def peer_groups(sock) -> tuple[int, ...] | None:

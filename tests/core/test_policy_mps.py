@@ -113,10 +113,28 @@ def test_a_daemon_that_stops_answering_sends_new_programs_to_plain_contexts():
     driver.register(2)
     assert not any(isinstance(m, p.Mps) for m in frames_to(driver, 2))
     assert client(driver, 2).mps_why == mps_rules.NO_DAEMON
-    assert client(driver, 1).mps  # what a running program was given stays
     driver._take(driver.policy.set_mps(PIPE))
     driver.register(3)
     assert isinstance(frames_to(driver, 3)[0], p.Mps)
+
+
+def test_a_daemon_that_stops_takes_its_clients_mps_state_with_it():
+    driver = mps_driver()
+    driver.register(1, uid=1000)
+    driver.register(2, uid=1000)
+    driver.register(3, uid=1000, flags=p.REG_NO_MPS)
+    assert driver.policy.mps_user() == 1000
+    driver._take(driver.policy.set_mps(None))
+    for cid in (1, 2):  # their MPS contexts went with the server: they count as plain now
+        assert (client(driver, cid).mps, client(driver, cid).mps_why) == \
+            (False, mps_rules.DAEMON_DIED)
+    assert client(driver, 3).mps_why == mps_rules.OWNER  # never went through it: unchanged
+    assert driver.policy.mps_user() is None
+    assert "the 2 that went through it no longer count as its clients" in driver.logs[-1].text
+    driver._take(driver.policy.set_mps(PIPE))  # started again: another user may take it now
+    driver.register(4, uid=1001)
+    assert isinstance(frames_to(driver, 4)[0], p.Mps)
+    assert not client(driver, 1).mps  # a daemon back does not bring old contexts back
 
 
 def test_programs_through_mps_that_fit_hold_together_and_those_that_do_not_take_turns():

@@ -111,6 +111,19 @@ def test_config_check_warns_of_a_rule_that_can_never_match_but_passes_the_file(c
     assert "warning" not in ctl("config", "check", str(path)).stderr
 
 
+def test_config_check_warns_of_terms_that_do_nothing_but_passes_the_file(ctl, tmp_path):
+    path = tmp_path / "gemshare.toml"
+    path.write_text(GOOD + '\n[[rule]]\nmatch = { uid = 7 }\nmps = false\nsm_share = 30\n')
+    result = ctl("config", "check", str(path))
+    assert result.returncode == 0, result.stderr
+    assert (f"warning: {path}:13: rule 3: sm_share does nothing: the rule's mps = false keeps "
+            "its programs out of MPS") in result.stderr
+    path.write_text(GOOD.replace('anti_thrash = "on"', 'anti_thrash = "on"\nmps = true'))
+    result = ctl("config", "check", str(path))
+    assert (f"warning: mps = true (at {path}:3) puts no program through MPS: anti_thrash = "
+            f'"on" (at {path}:2)') in result.stderr
+
+
 def test_config_check_lists_every_problem_with_its_line_and_fails(ctl, tmp_path):
     path = tmp_path / "gemshare.toml"
     path.write_text(GOOD.replace("weight = 2", "weight = 0").replace("0.5", "5"))

@@ -21,6 +21,7 @@ from gemshare_plugin.cli import DEFAULT_LIBRARY
 
 PREFIX = "/usr"
 PKGDIR = f"{PREFIX}/lib/gemshare/python"
+HOLD_SIGNALS = f"{PREFIX}/lib/gemshare/hold-signals"  # the scheduler's interpreter line's first
 INSTALL_TIMEOUT = 300
 
 
@@ -39,9 +40,12 @@ def staged(tmp_path_factory) -> Path:
 
 
 def staged_launcher(destdir: Path, name: str, scratch: Path) -> list[str]:
-    """A command that runs the staged launcher, pointed at the staged package folder."""
+    """A command that runs the staged launcher, pointed at the staged package folder (and, for
+    the scheduler's, at the staged hold-signals)."""
     text = (destdir / PREFIX.lstrip("/") / "bin" / name).read_text()
     interpreter = text.splitlines()[0][2:].split()  # e.g. /usr/bin/env -S python3 -IS
+    if interpreter[0] == HOLD_SIGNALS:
+        interpreter = [f"{destdir}{HOLD_SIGNALS}", " ".join(interpreter[1:])]  # as the kernel
     copy = scratch / name
     copy.write_text(text.replace(f'"{PKGDIR}"', f'"{destdir}{PKGDIR}"'))
     return [*interpreter, str(copy)]
@@ -66,7 +70,9 @@ def test_expected_files_are_in_place(staged):
         assert os.access(launcher, os.X_OK), launcher
         first, *body = launcher.read_text().splitlines()
         interpreter = first[2:].split()[0]
-        assert first.startswith("#!/") and Path(interpreter).exists(), first
+        staged_interpreter = f"{staged}{interpreter}" if interpreter == HOLD_SIGNALS \
+            else interpreter
+        assert first.startswith("#!/") and Path(staged_interpreter).exists(), first
         assert f'sys.path.insert(0, "{PKGDIR}")' in body  # the final path, not the staging one
     python = usr / "lib/gemshare/python"
     for module in ("gemshare_nvs/daemon.py", "gemshare_ctl/app.py", "trio", "typer", "rich",
@@ -170,9 +176,24 @@ def test_the_plugins_default_library_is_where_make_install_puts_it():
 
 
 def test_launchers_find_python3_on_the_path_by_default(staged):
-    for name in ("gemshare-scheduler", "gemsharectl"):
-        first = (staged / "usr/bin" / name).read_text().splitlines()[0]
-        assert first == "#!/usr/bin/env -S python3 -IS", first
+    first = (staged / "usr/bin/gemsharectl").read_text().splitlines()[0]
+    assert first == "#!/usr/bin/env -S python3 -IS", first
+    # hold-signals splits its one argument itself, as env -S would.
+    first = (staged / "usr/bin/gemshare-scheduler").read_text().splitlines()[0]
+    assert first == f"#!{HOLD_SIGNALS} /usr/bin/env python3 -IS", first
+
+
+def test_the_installed_scheduler_starts_with_the_signals_held(staged, tmp_path):
+    """Its interpreter line runs hold-signals first: a static program that blocks SIGHUP,
+    SIGUSR1 and SIGUSR2 before Python starts (launcher/hold_signals.c)."""
+    hold = staged / HOLD_SIGNALS.lstrip("/")
+    assert hold.read_bytes()[:4] == b"\x7fELF" and os.access(hold, os.X_OK)
+    shown = subprocess.run([str(hold), f"{sys.executable} -c",
+                            "import signal; print(sorted(signal.pthread_sigmask("
+                            "signal.SIG_BLOCK, [])))"],
+                           capture_output=True, text=True, timeout=60)
+    assert shown.stdout.split() == ["[<Signals.SIGHUP:", "1>,", "<Signals.SIGUSR1:", "10>,",
+                                    "<Signals.SIGUSR2:", "12>]"], shown
 
 
 def test_staged_commands_print_the_same_version(staged, tmp_path):

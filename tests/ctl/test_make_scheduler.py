@@ -62,3 +62,15 @@ def test_make_scheduler_installs_the_package_without_test_tools(tmp_path):
     installs = [line for line in planned.stdout.splitlines() if "pip install" in line]
     assert any(line.rstrip().endswith("-e .") for line in installs), installs
     assert not any("[test]" in line for line in installs), installs
+
+
+def test_make_scheduler_starts_it_through_hold_signals():
+    """As the installed command does: no signal kills it while Python starts."""
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    variables = make_variables()
+    dry_run = subprocess.run(["make", "-n", "-C", str(REPO), "scheduler", *variables],
+                             capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert dry_run.returncode == 0, dry_run.stderr
+    build = variables[0].split("=", 1)[1]
+    assert f"exec {build}/hold-signals " in dry_run.stdout, dry_run.stdout

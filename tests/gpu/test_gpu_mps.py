@@ -27,6 +27,16 @@ def daemon_answers(pipe: str) -> bool:
     return ask(pipe, "get_server_list").returncode == 0
 
 
+def answering(scheduler) -> str:
+    """The pipe directory of the scheduler's MPS control daemon, once it answers: it comes up
+    beside serving, and a program that registers before runs as a plain context."""
+    deadline = time.monotonic() + 60
+    while not (mps := status(scheduler.socket)["mps"])["running"]:
+        assert time.monotonic() < deadline, scheduler.log()
+        time.sleep(0.1)
+    return mps["pipe_directory"]
+
+
 def mps_clients(pipe: str) -> set[int]:
     """The pids the control daemon at `pipe` lists as clients of its servers."""
     return {int(pid) for server in ask(pipe, "get_server_list").stdout.split()
@@ -38,8 +48,7 @@ def mps_clients(pipe: str) -> set[int]:
 def test_programs_that_fit_run_through_the_schedulers_mps_server(scheduler_factory,
                                                                  gpu_program):
     scheduler = scheduler_factory(tq=30, anti_thrash="auto", mps=True)
-    pipe = status(scheduler.socket)["mps"]["pipe_directory"]
-    assert status(scheduler.socket)["mps"]["running"], scheduler.log()
+    pipe = answering(scheduler)
     programs = [gpu_program("gpu_work.py", 6, socket=scheduler.socket) for _ in range(2)]
     listed: set[int] = set()
     most_holding = 0
@@ -69,7 +78,7 @@ def test_a_program_at_low_priority_is_an_mps_client_of_the_real_driver(scheduler
     (directory / "gemshare.toml").write_text(
         '[[rule]]\nmatch = { label = "trainer" }\nmps_priority = "low"\n')
     scheduler = scheduler_factory(directory=directory, tq=30, anti_thrash="auto", mps=True)
-    pipe = status(scheduler.socket)["mps"]["pipe_directory"]
+    pipe = answering(scheduler)
     trainer = gpu_program("gpu_work.py", 4, socket=scheduler.socket, GEMSHARE_LABEL="trainer")
     listed: set[int] = set()
     for clients in clients_while_running(scheduler.socket, [trainer]):
@@ -90,6 +99,7 @@ def test_mps_clients_that_do_not_fit_take_turns_and_move_their_memory(scheduler_
                                                                       gpu_program):
     # As test_gpu_libnvs's eviction test, through MPS: 2.5 GiB each under a 4 GiB capacity.
     scheduler = scheduler_factory(tq=2, anti_thrash="auto", capacity_mib=4096, mps=True)
+    answering(scheduler)
     programs = [gpu_program("memory_turns.py", 2.5, 10, socket=scheduler.socket)
                 for _ in range(2)]
     for program in programs:

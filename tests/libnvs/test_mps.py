@@ -25,15 +25,27 @@ def mps_options(directory: Path, **options) -> dict:
             "env": {"PATH": f"{STAND_IN}:{os.environ['PATH']}"}, **options}
 
 
+@pytest.fixture
+def gpu_with_mps(gpu_with):
+    """gpu_with for a scheduler with --mps, returning once its control daemon answers: it comes
+    up beside serving, and a program that registers before runs as a plain context."""
+    def start(**options):
+        gpu, scheduler = gpu_with(**options)
+        wait_for(lambda: scheduler_status(scheduler.socket)["mps"]["running"],
+                 "the MPS control daemon to answer")
+        return gpu, scheduler
+    return start
+
+
 def init_event(gpu, pid: int) -> fakelog.Event:
     (event,) = fakelog.named(gpu.events(), "init", pid=pid)
     return event
 
 
 def test_a_program_that_may_share_starts_its_driver_through_the_scheduler_mps(
-        gpu_with, short_tmp_dirs):
+        gpu_with_mps, short_tmp_dirs):
     directory = short_tmp_dirs()
-    gpu, scheduler = gpu_with(**mps_options(directory, anti_thrash="auto"))
+    gpu, scheduler = gpu_with_mps(**mps_options(directory, anti_thrash="auto"))
     result = gpu.run(["init"])
     assert result.returncode == 0, result.describe()
     event = init_event(gpu, result.pid)
@@ -42,18 +54,18 @@ def test_a_program_that_may_share_starts_its_driver_through_the_scheduler_mps(
     assert "through MPS" in scheduler.log()
 
 
-def run_labelled(gpu_with, directory: Path, rules: str, *labels: str) -> dict:
+def run_labelled(gpu_with_mps, directory: Path, rules: str, *labels: str) -> dict:
     """Runs `init` once per label under a scheduler with these config rules: each run's result
     and its cuInit event, by label."""
     (directory / "gemshare.toml").write_text(rules)
-    gpu, _ = gpu_with(**mps_options(directory, anti_thrash="auto"))
+    gpu, _ = gpu_with_mps(**mps_options(directory, anti_thrash="auto"))
     results = [gpu.run(["init"], env={"GEMSHARE_LABEL": label}) for label in labels]
     return {label: (result, init_event(gpu, result.pid))
             for label, result in zip(labels, results)}
 
 
-def test_rules_give_an_sm_share_or_keep_a_program_out(gpu_with, short_tmp_dirs):
-    runs = run_labelled(gpu_with, short_tmp_dirs(),
+def test_rules_give_an_sm_share_or_keep_a_program_out(gpu_with_mps, short_tmp_dirs):
+    runs = run_labelled(gpu_with_mps, short_tmp_dirs(),
                         '[[rule]]\nmatch = { label = "infer" }\nsm_share = 30\n\n'
                         '[[rule]]\nmatch = { label = "train" }\nmps = false\n', "infer", "train")
     (_, infer), (train, kept_out) = runs["infer"], runs["train"]
@@ -62,9 +74,10 @@ def test_rules_give_an_sm_share_or_keep_a_program_out(gpu_with, short_tmp_dirs):
     assert not any("MPS" in line for line in train.gemshare_lines())
 
 
-def test_a_rules_low_priority_reaches_the_driver_only_through_mps(gpu_with, short_tmp_dirs):
+def test_a_rules_low_priority_reaches_the_driver_only_through_mps(gpu_with_mps,
+                                                                 short_tmp_dirs):
     directory = short_tmp_dirs()
-    runs = run_labelled(gpu_with, directory,
+    runs = run_labelled(gpu_with_mps, directory,
                         '[[rule]]\nmatch = { label = "trainer" }\nmps_priority = "low"\n\n'
                         '[[rule]]\nmatch = { label = "apart" }\nmps = false\n'
                         'mps_priority = "low"\n', "trainer", "notebook", "apart")
@@ -95,9 +108,9 @@ def test_an_mps_frame_with_an_unknown_priority_is_malformed_and_runs_a_plain_con
                for line in result.gemshare_lines()), result.describe()
 
 
-def test_its_owner_keeps_a_program_out_and_its_own_mps_settings_stand(gpu_with, short_tmp_dirs):
+def test_its_owner_keeps_a_program_out_and_its_own_mps_settings_stand(gpu_with_mps, short_tmp_dirs):
     directory = short_tmp_dirs()
-    gpu, scheduler = gpu_with(**mps_options(directory, anti_thrash="auto"))
+    gpu, scheduler = gpu_with_mps(**mps_options(directory, anti_thrash="auto"))
     program = gpu.start(["init", "touch-file", gpu.path("up"), "wait-file", gpu.path("end")],
                         env={"GEMSHARE_MPS": "0", "CUDA_MPS_PIPE_DIRECTORY": "/srv/theirs"})
     wait_file(gpu.path("up"))
@@ -109,19 +122,19 @@ def test_its_owner_keeps_a_program_out_and_its_own_mps_settings_stand(gpu_with, 
     assert init_event(gpu, program.pid)["mps_pipe"] == "/srv/theirs"
 
 
-def test_mode_on_keeps_one_holder_at_a_time_and_nobody_goes_through_mps(gpu_with,
+def test_mode_on_keeps_one_holder_at_a_time_and_nobody_goes_through_mps(gpu_with_mps,
                                                                          short_tmp_dirs):
-    gpu, _ = gpu_with(**mps_options(short_tmp_dirs(), anti_thrash="on"))
+    gpu, _ = gpu_with_mps(**mps_options(short_tmp_dirs(), anti_thrash="on"))
     result = gpu.run(["init"])
     assert init_event(gpu, result.pid)["mps_pipe"] == "-"
 
 
-def test_a_program_of_another_user_runs_as_a_plain_context_beside_mps(gpu_with, short_tmp_dirs):
+def test_a_program_of_another_user_runs_as_a_plain_context_beside_mps(gpu_with_mps, short_tmp_dirs):
     setpriv = shutil.which("setpriv")
     if os.getuid() != 0 or setpriv is None:
         pytest.skip("needs root and setpriv to start a program as uid 65534")
     directory = short_tmp_dirs()
-    gpu, scheduler = gpu_with(**mps_options(directory, anti_thrash="auto"))
+    gpu, scheduler = gpu_with_mps(**mps_options(directory, anti_thrash="auto"))
     mine = gpu.start(["init", "touch-file", gpu.path("up"), "wait-file", gpu.path("end")])
     wait_file(gpu.path("up"))
     theirs = gpu.start([], command=[setpriv, f"--reuid={NOBODY}", f"--regid={NOBODY}",
@@ -137,9 +150,9 @@ def test_a_program_of_another_user_runs_as_a_plain_context_beside_mps(gpu_with, 
 
 
 def test_through_mps_programs_that_fit_run_at_once_and_those_that_do_not_take_turns(
-        gpu_with, short_tmp_dirs):
+        gpu_with_mps, short_tmp_dirs):
     for allocation, together in (("16M", True), ("40M", False)):
-        gpu, scheduler, (a, b) = run_pair_in_auto(gpu_with, allocation,
+        gpu, scheduler, (a, b) = run_pair_in_auto(gpu_with_mps, allocation,
                                                   **mps_options(short_tmp_dirs()))
         events = gpu.events()
         assert all(init_event(gpu, r.pid)["mps_pipe"] != "-" for r in (a, b))

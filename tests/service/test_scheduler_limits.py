@@ -106,6 +106,9 @@ async def test_control_connection_that_never_reads_is_dropped_by_its_bytes(inpro
     assert f"over the {DEFAULT_OUTGOING_BYTES}-byte limit" in caplog.text
     assert "does not read" in caplog.text
     assert max(frames) < 256  # the byte bound, not the frame count, stopped it
+    with trio.fail_after(DEADLINE):  # until the scheduler has seen the status peer hang up
+        while len(running.server.conns) > len(bulky) + 1:
+            await trio.sleep(0.01)
     assert len(running.server.conns) == len(bulky) + 1
 
 

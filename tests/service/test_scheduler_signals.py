@@ -1,5 +1,6 @@
 """Signals an operator (or a stray `kill -USR1`) may send: only SIGTERM and SIGINT stop the
-scheduler, and every exit leaves neither the socket nor the lock file behind."""
+scheduler, at any moment of its start too, and every exit leaves neither the socket nor the lock
+file behind."""
 
 import signal
 import sys
@@ -60,13 +61,14 @@ def test_after_every_other_signal_sigterm_still_cleans_up(scheduler):
     assert "SIGTERM received: stopping" in scheduler.log()
 
 
-def test_signals_while_the_libraries_are_imported_neither_kill_nor_get_lost(
-        scheduler_factory, short_tmp_dirs):
-    """SIGHUP, SIGUSR1 and SIGUSR2 sent while the scheduler still imports its libraries (held
-    there, right before Trio's import) are acted on once it runs."""
-    directory = short_tmp_dirs()
+HELD = (signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+
+
+def paused_at(scheduler_factory, directory: Path, module: str, launcher=()):
+    """A scheduler started (through `launcher`, if any) and held as it first imports `module`
+    (import_pause.py), and the function that lets it go on to listening."""
     paused, go = directory / "paused", directory / "go"
-    pause = [sys.executable, str(Path(__file__).with_name("import_pause.py")), "trio",
+    pause = [*launcher, sys.executable, str(Path(__file__).with_name("import_pause.py")), module,
              str(paused), str(go)]
     running = scheduler_factory(directory=directory, wrapper=pause, wait=False)
     deadline = time.monotonic() + LOG_TIMEOUT
@@ -74,11 +76,51 @@ def test_signals_while_the_libraries_are_imported_neither_kill_nor_get_lost(
         assert running.process.poll() is None, running.log()
         assert time.monotonic() < deadline, running.log()
         time.sleep(0.02)
-    for signum in (signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
-        running.process.send_signal(signum)
-    go.touch()
-    running.wait_until_accepting()
+
+    def go_on() -> None:
+        go.touch()
+        running.wait_until_accepting()
+    return running, go_on
+
+
+def acted_on_every_held_signal(running) -> None:
     log = wait_for_log(running, "SIGUSR2 received: status")
     assert "SIGHUP came while starting: acting on it now" in log
     assert "(SIGHUP)" in log and "SIGUSR1 received: status" in log
+
+
+def test_signals_while_the_libraries_are_imported_neither_kill_nor_get_lost(
+        scheduler_factory, short_tmp_dirs):
+    """SIGHUP, SIGUSR1 and SIGUSR2 sent while the scheduler still imports its libraries (held
+    there, right before Trio's import) are acted on once it runs."""
+    running, go_on = paused_at(scheduler_factory, short_tmp_dirs(), "trio")
+    for signum in HELD:
+        running.process.send_signal(signum)
+    go_on()
+    acted_on_every_held_signal(running)
+    assert running.stop() == 0
+
+
+def blocked_signals(pid: int) -> set[int]:
+    """The signals the process blocks, from /proc (SigBlk: a hexadecimal mask, bit N-1 for N)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigBlk:"):
+            mask = int(line.split()[1], 16)
+            return {bit + 1 for bit in range(64) if mask >> bit & 1}
+    raise AssertionError(f"no SigBlk in /proc/{pid}/status")
+
+
+def test_started_through_hold_signals_it_survives_signals_before_its_first_line(
+        scheduler_factory, short_tmp_dirs, hold_signals):
+    """As the installed command starts: hold-signals blocks SIGHUP, SIGUSR1 and SIGUSR2 before
+    the interpreter starts (held here before the scheduler's first module of its own is even
+    imported), and the scheduler acts on them once it runs, with nothing blocked any more."""
+    running, go_on = paused_at(scheduler_factory, short_tmp_dirs(),
+                               "gemshare_nvs.service.early_signals", [hold_signals])
+    assert blocked_signals(running.process.pid) >= set(HELD)
+    for signum in HELD:
+        running.process.send_signal(signum)
+    go_on()
+    acted_on_every_held_signal(running)
+    assert not blocked_signals(running.process.pid) & set(HELD)  # nor for what it starts later
     assert running.stop() == 0

@@ -1,5 +1,5 @@
-"""How the policy core writes what it logs and reports: client text made safe, lists, and why a
-hold ended (the reasons status and metrics name)."""
+"""How the policy core writes what it logs and reports: client text made safe, any text escaped
+for a log line, lists, and why a hold ended (the reasons status and metrics name)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,26 @@ QUANTUM, SHARE, GPU_LIMIT, MEMORY, MODE = "quantum", "share", "gpu_limit", "memo
 IDLE, RELEASED, REVOKED, GONE = "idle", "released", "revoked", "disconnected"
 GAP = "gap"  # it filled another's idle gap, and that one came back
 HOLD_ENDINGS = (QUANTUM, SHARE, GPU_LIMIT, MEMORY, MODE, GAP, IDLE, RELEASED, REVOKED, GONE)
+
+
+_NAMED_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def escaped(text: str) -> str:
+    """`text` with every character that is not printable (a newline, a tab, an escape sequence's
+    ESC) written as its escape, as Python writes it: a line of a log with it stays one line,
+    and can forge no other."""
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else _escape(ch) for ch in text)
+
+
+def _escape(ch: str) -> str:
+    code = ord(ch)
+    if ch in _NAMED_ESCAPES:
+        return _NAMED_ESCAPES[ch]
+    return f"\\x{code:02x}" if code < 0x100 else \
+        f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 def printable(text: str, limit: int = 256) -> str:

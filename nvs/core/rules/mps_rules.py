@@ -19,6 +19,8 @@ from ..model.state import Client
 
 # Why a program runs as a plain context, as status and the log say it.
 NO_DAEMON = "the MPS control daemon is not running"
+# A program that went through MPS when its daemon stopped: its contexts went with the server.
+DAEMON_DIED = "the MPS control daemon it went through stopped"
 MODE_ON = "anti-thrash on keeps one program on a GPU at a time"
 RULE = "a config rule says mps = false"
 OWNER = "its owner set GEMSHARE_MPS=0"
@@ -28,14 +30,20 @@ OTHER_USER = "programs of uid {uid} use the MPS server, which serves one user at
 class MpsRules:
     def set_mps(self, pipe_directory: str | None) -> list:
         """The control daemon answers at `pipe_directory` from now on, or (None) not at all.
-        Programs already running keep what they were given."""
+        Programs already running keep what they were given, but those that went through a
+        daemon that stopped do so no more: its server, and their MPS contexts, went with it."""
         if pipe_directory == self.mps_pipe:
             return []
         self.mps_pipe = pipe_directory
-        if pipe_directory is None:
-            return [Log("MPS: the control daemon is gone; programs that start now run as plain "
-                        "contexts")]
-        return [Log(f"MPS: programs that may share a GPU go through {pipe_directory}")]
+        if pipe_directory is not None:
+            return [Log(f"MPS: programs that may share a GPU go through {pipe_directory}")]
+        ended = [client for client in self.clients.values() if client.mps]
+        for client in ended:
+            client.mps, client.mps_why = False, DAEMON_DIED
+        clients = "" if not ended else \
+            f"; the {len(ended)} that went through it no longer count as its clients"
+        return [Log("MPS: the control daemon is gone; programs that start now run as plain "
+                    f"contexts{clients}")]
 
     def mps_user(self) -> int | None:
         """The uid whose programs use the MPS server now, None when none does."""
