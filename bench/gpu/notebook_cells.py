@@ -30,29 +30,9 @@ from pathlib import Path
 
 import torch
 
-ELEMENTS = (1 << 30) // 4  # float32 elements in 1 GiB
-# Each tensor holds its own PATTERN consecutive values, repeated: a page landing in the wrong
-# place (another tensor, another offset) or coming back zeroed shows up as a wrong value.
-PATTERN = 256
+from patterned import filled, mismatches, touch_all
+
 FINISH_TIMEOUT_S = 120  # for the other programs' cells to end
-
-
-def pattern(index: int, shift: int):
-    return torch.arange(PATTERN, dtype=torch.float32, device="cuda") + (index * PATTERN + shift)
-
-
-def cell(tensors, ops: int) -> None:
-    for op in range(ops):
-        for tensor in tensors:
-            tensor.add_(1.0 if op % 2 == 0 else -1.0)
-    torch.cuda.synchronize()
-
-
-def mismatches(tensors, shift: int) -> int:
-    wrong = torch.zeros((), dtype=torch.int64, device="cuda")
-    for index, tensor in enumerate(tensors):
-        wrong += (tensor.view(-1, PATTERN) != pattern(index, shift)).sum()
-    return int(wrong.item())
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -75,10 +55,10 @@ def main() -> int:
     options = parser.parse_args()
     if options.gib < 1 or options.cells < 1 or options.period_s <= 0 or options.ops < 1:
         parser.error("GIB, CELLS and --ops must be at least 1, PERIOD_S more than 0")
-    tensors = [pattern(index, 0).repeat(ELEMENTS // PATTERN) for index in range(options.gib)]
+    tensors = filled(options.gib)
     torch.cuda.synchronize()
     first = time.perf_counter()
-    cell(tensors, options.ops)
+    touch_all(tensors, options.ops)
     first = time.perf_counter() - first
     go_at = time.time()
     if options.ready and options.go:
@@ -93,7 +73,7 @@ def main() -> int:
         due = start + options.offset + index * options.period_s
         time.sleep(max(0.0, due - time.perf_counter()))
         due = max(due, time.perf_counter())  # the last cell ran past this one's moment
-        cell(tensors, options.ops)
+        touch_all(tensors, options.ops)
         cells.append(time.perf_counter() - due)
     seconds = time.perf_counter() - start
     if options.finished:

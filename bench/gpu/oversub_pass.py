@@ -25,28 +25,7 @@ import sys  # noqa: E402
 
 import torch  # noqa: E402
 
-ELEMENTS = (1 << 30) // 4  # float32 elements in 1 GiB
-# Each tensor holds its own PATTERN consecutive values, repeated: a page landing in the wrong
-# place (another tensor, another offset) or coming back zeroed shows up as a wrong value.
-PATTERN = 256
-
-
-def pattern(index: int, shift: int):
-    return torch.arange(PATTERN, dtype=torch.float32, device="cuda") + (index * PATTERN + shift)
-
-
-def one_pass(tensors, ops: int) -> None:
-    for op in range(ops):
-        for tensor in tensors:
-            tensor.add_(1.0 if op % 2 == 0 else -1.0)
-    torch.cuda.synchronize()
-
-
-def mismatches(tensors, shift: int) -> int:
-    wrong = torch.zeros((), dtype=torch.int64, device="cuda")
-    for index, tensor in enumerate(tensors):
-        wrong += (tensor.view(-1, PATTERN) != pattern(index, shift)).sum()
-    return int(wrong.item())
+from patterned import filled, mismatches, touch_all  # noqa: E402
 
 
 def main() -> int:
@@ -58,13 +37,13 @@ def main() -> int:
     options = parser.parse_args()
     if options.gib < 1 or options.passes < 1 or options.gap_s < 0 or options.ops < 1:
         parser.error("GIB, PASSES and --ops must be at least 1, GAP_S at least 0")
-    tensors = [pattern(index, 0).repeat(ELEMENTS // PATTERN) for index in range(options.gib)]
+    tensors = filled(options.gib)
     torch.cuda.synchronize()
     passes = []
     for _ in range(options.passes):
         time.sleep(options.gap_s)
         start = time.perf_counter()
-        one_pass(tensors, options.ops)
+        touch_all(tensors, options.ops)
         passes.append(time.perf_counter() - start)
     # An odd number of ops leaves every value one higher after each pass.
     wrong = mismatches(tensors, options.passes * (options.ops % 2))

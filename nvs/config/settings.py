@@ -201,7 +201,7 @@ MPS_PRIORITY = Choice("mps_priority", {priority.label: priority for priority in 
 MPS_PIPE_DIRECTORY_MAX = 255
 # What a Unix socket's path may hold (sockaddr_un's sun_path, less its closing zero).
 SOCKET_PATH_MAX = 107
-# What a container's compute units cap besides its weight (docs/kubernetes-budgets.md).
+# What a container's compute units cap besides its weight (docs/kubernetes.md).
 COMPUTE_CAP = Choice("compute_cap", {cap: cap for cap in COMPUTE_CAPS})
 
 
@@ -274,7 +274,7 @@ class Settings:
     # An MPS control daemon already running to adopt, by its pipe directory; None: our own.
     mps_pipe_directory: str | None = None
     # The container runtime's and the kubelet's sockets, to learn each program's container and
-    # its units from (docs/kubernetes-budgets.md); None: the default where it exists, "": none.
+    # its units from (docs/kubernetes.md); None: the default where it exists, "": none.
     cri_socket: str | None = None
     pod_resources_socket: str | None = None
     compute_cap: str = CAP_OFF  # what a container's compute units cap besides its weight

@@ -41,10 +41,13 @@ def parse_line(line: str) -> Event:
 
 
 def read_events(path: Path) -> list[Event]:
-    """Every event of the log, in timestamp order (lines of several processes interleave)."""
+    """Every event of the log, in timestamp order (lines of several processes interleave). A
+    last line without its newline is one a process is writing as the log is read (a reader may
+    see part of a write): it is left for a later read."""
     if not path.exists():
         return []
-    events = [parse_line(line) for line in path.read_text().splitlines() if line.strip()]
+    complete = path.read_text().split("\n")[:-1]
+    events = [parse_line(line) for line in complete if line.strip()]
     return sorted(events, key=lambda e: e.ns)
 
 
@@ -52,12 +55,15 @@ def named(events: list[Event], *names: str, pid: int | None = None) -> list[Even
     return [e for e in events if e.name in names and (pid is None or e.pid == pid)]
 
 
-def exec_intervals(events: list[Event], pid: int, ops=WORK_OPS) -> list[tuple[int, int]]:
-    """(begin ns, end ns) of each op of `pid` that the simulated device ran, in order."""
+def exec_intervals(events: list[Event], pid: int, ops=WORK_OPS,
+                   seqs: set[str] | None = None) -> list[tuple[int, int]]:
+    """(begin ns, end ns) of each op of `pid` that the simulated device ran, in order; only of
+    the submissions numbered `seqs`, when given."""
     begins = {}
     intervals = []
     for e in events:
-        if e.pid != pid or e.get("op") not in ops:
+        if e.pid != pid or e.get("op") not in ops or \
+                (seqs is not None and e.get("seq") not in seqs):
             continue
         if e.name == "exec_begin":
             begins[e["seq"]] = e.ns
@@ -93,15 +99,7 @@ def move_intervals(events: list[Event], pid: int, to_host: bool) -> list[tuple[i
     """(begin ns, end ns) of each prefetch of `pid` to the host or to a device, as the simulated
     device ran it: when memory crossed the link."""
     wanted = {e["seq"] for e in prefetches(events, pid, to_host) if "seq" in e.fields}
-    begins, intervals = {}, []
-    for e in events:
-        if e.pid != pid or e.get("op") != "prefetch" or e.get("seq") not in wanted:
-            continue
-        if e.name == "exec_begin":
-            begins[e["seq"]] = e.ns
-        elif e.name == "exec_end" and e["seq"] in begins:
-            intervals.append((begins.pop(e["seq"]), e.ns))
-    return intervals
+    return exec_intervals(events, pid, {"prefetch"}, wanted)
 
 
 def discarded(events: list[Event], pid: int) -> list[tuple[int, int]]:

@@ -1,7 +1,7 @@
 """A Kubernetes container's units as one budget for all of its programs on a GPU, as part of the
 policy core.
 
-What the units become (docs/kubernetes-budgets.md):
+What the units become (docs/kubernetes.md):
 
 - memory units x their size: a memory limit for the container's programs together on that GPU.
   Each program is told, in LIMITS, the limit and what the others have allocated there
