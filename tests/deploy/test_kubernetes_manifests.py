@@ -16,7 +16,6 @@ import pytest
 from deploy_files import BASE, DEPLOY, KUBECTL, REPO, parse_yaml, pod_templates, render_with_kubectl
 
 from gemshare_nvs.config import file as config_file
-from gemshare_nvs.service.command_line import option_names as scheduler_option_names
 from gemshare_nvs.service.command_line import parse
 from gemshare_plugin import cli as plugin_cli
 from gemshare_plugin.resources import family
@@ -30,12 +29,11 @@ HOST_LIBRARY = "/usr/local/lib/gemshare/libnvs.so"  # where the device plugin mo
 SCHEDULER, PLUGIN = "gemshare-scheduler", "gemshare-device-plugin"
 # The device plugin's options the public contract fixes; the README documents all of them.
 CONTRACT_PLUGIN_OPTIONS = {"--kubelet-socket-dir", "--slots", "--resource-name"}
-# Where the scheduler learns what Kubernetes gave a container (issue 29's contract): the kubelet's
+# Where the scheduler learns what Kubernetes gave a container (docs/kubernetes.md): the kubelet's
 # pod-resources socket, named on its command line, and the container runtime's, the first of
 # these that exists.
 POD_RESOURCES_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 CRI_SOCKETS = ("/run/containerd/containerd.sock", "/var/run/crio/crio.sock")
-NODE_OPTIONS = {"--pod-resources-socket", "--cri-socket"}
 EXAMPLES = BASE / "examples"
 YAML_FILES = sorted([*DEPLOY.rglob("*.yaml"), *DEPLOY.rglob("*.yml")])
 PROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
@@ -154,24 +152,12 @@ def test_every_container_runs_a_command_of_the_image(pods):
         assert [c["command"][0] for c in spec["containers"]] == [name]
 
 
-def without_node_options(args: list) -> list:
-    """The arguments less the node-socket options and their values."""
-    kept, words = [], iter(args)
-    for word in words:
-        if word in NODE_OPTIONS:
-            next(words)
-        else:
-            kept.append(word)
-    return kept
-
-
 def test_scheduler_arguments_are_its_own_and_its_paths_are_mounted(pods):
     spec = pods[SCHEDULER]
     scheduler, volumes = container(spec, "scheduler"), volumes_of(spec)
     args = scheduler["args"]
-    # Refuses an option, or a value, the scheduler does not take (the node-socket options are
-    # checked below, where the scheduler has them).
-    parsed = parse(without_node_options(args))
+    # Refuses an option, or a value, the scheduler does not take.
+    parsed = parse(args)
     given = options(args)
     assert given["--socket"] == SOCKET
     assert host_mount(scheduler, volumes, SOCKET) == SOCKET  # where the plugin's pods look
@@ -182,13 +168,6 @@ def test_scheduler_arguments_are_its_own_and_its_paths_are_mounted(pods):
     config_dir = str(PurePosixPath(given["--config"]).parent)
     (mount,) = [m for m in scheduler["volumeMounts"] if m["mountPath"] == config_dir]
     assert volumes[mount["name"]]["configMap"]["name"] == "gemshare-config"
-
-
-@pytest.mark.skipif(not NODE_OPTIONS <= scheduler_option_names(),
-                    reason="the scheduler's --pod-resources-socket and --cri-socket come with "
-                           "issue 29's scheduler side")
-def test_the_scheduler_takes_the_node_socket_options_it_is_given(pods):
-    parse(container(pods[SCHEDULER], "scheduler")["args"])
 
 
 def test_the_scheduler_reaches_the_node_sockets_read_only(pods):

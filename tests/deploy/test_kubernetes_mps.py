@@ -10,7 +10,7 @@ from pathlib import Path, PurePosixPath
 import kubernetes_validate
 import pytest
 from deploy_files import KUBECTL, MPS_OVERLAY, REPO, parse_yaml, pod_templates, render_with_kubectl
-from test_kubernetes_manifests import container, host_mount, volumes_of, without_node_options
+from test_kubernetes_manifests import container, host_mount, volumes_of
 from test_kubernetes_policies import OLDEST_RELEASE
 
 from gemshare_nvs.config import file as config_file
@@ -93,7 +93,7 @@ def test_the_overlays_scheduler_runs_in_auto_so_programs_can_go_through_mps(
 def test_the_plugin_mounts_the_pipe_directory_the_scheduler_makes(rendered_mps):
     pods = pod_templates(rendered_mps)
     scheduler = container(pods[SCHEDULER], "scheduler")
-    settings = parse(without_node_options(scheduler["args"]))
+    settings = parse(scheduler["args"])
     assert settings.mps and settings.mps_pipe_directory is None  # it starts its own daemon
     pipe = str(MpsControl.for_scheduler(Path(settings.socket), None).pipe)
     options = plugin_cli.parse(container(pods[PLUGIN], "device-plugin")["args"])

@@ -52,25 +52,28 @@ class GapRules:
         return self._link(dev.index).loan_seconds(room, self._to_fetch(dev.index, borrower),
                                                   lenders)
 
-    def _lends(self, dev: Device, cid: int, contender: int | None, now: float) -> bool:
-        """Whether holder `cid` hands its next idle gap to `contender`, the first waiter."""
-        if contender is None or len(dev.holders) != 1 or \
-                self.gangs.of(cid) is not None or self.gangs.of(contender) is not None:
+    def _gap_worth_giving(self, dev: Device, cid: int, contender: int | None,
+                          now: float) -> bool:
+        """Whether holder `cid`'s idle gaps are worth handing to `contender`, the first waiter
+        (worth_lending); never within a gang, whose members hold together."""
+        if contender is None or self.gangs.of(cid) is not None or \
+                self.gangs.of(contender) is not None:
             return False
         return worth_lending(self.gaps.lendable(cid, dev.index),
                              self._loan_seconds(dev, contender, cid, now))
 
+    def _lends(self, dev: Device, cid: int, contender: int | None, now: float) -> bool:
+        """Whether holder `cid`, the only one, hands its next idle gap to the first waiter."""
+        return len(dev.holders) == 1 and self._gap_worth_giving(dev, cid, contender, now)
+
     def _yields(self, dev: Device, cid: int, contender: int | None, now: float) -> bool:
-        """Whether holder `cid`, one of several (`auto`), lets go soon after its work for
-        `contender`, the first waiter, which does not fit beside the holders: as a single holder
-        lends its gaps, but with no loan (the device stays shared with the others, and the one
-        that let go asks again like anyone)."""
-        if contender is None or len(dev.holders) < 2 or \
-                self.gangs.of(cid) is not None or self.gangs.of(contender) is not None or \
-                self._fits_beside_holders(dev, contender):
-            return False
-        return worth_lending(self.gaps.lendable(cid, dev.index),
-                             self._loan_seconds(dev, contender, cid, now))
+        """Whether holder `cid`, one of several (`auto`), lets go soon after its work for the
+        first waiter, which does not fit beside the holders: as a single holder lends its gaps,
+        but with no loan (the device stays shared with the others, and the one that let go asks
+        again like anyone)."""
+        return len(dev.holders) > 1 and contender is not None and \
+            not self._fits_beside_holders(dev, contender) and \
+            self._gap_worth_giving(dev, cid, contender, now)
 
     def _gap_hint(self, dev: Device, cid: int, hold: Hold, contender: int | None,
                   now: float) -> int | None:

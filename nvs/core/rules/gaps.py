@@ -108,6 +108,14 @@ class Gaps:
         """Its place among the clients whose memory may leave the device (eviction_rank)."""
         return eviction_rank(now, self.idle_since(cid, device), self.expected(cid, device))
 
+    def expected_back(self, cid: int, device: int, now: float) -> float | None:
+        """When the client, idle in its usual pattern, is expected to ask for the device again
+        (its gap's start plus its usual gap); None for one not idle in a pattern seen."""
+        since, usual = self.idle_since(cid, device), self.expected(cid, device)
+        if eviction_rank(now, since, usual)[0] == 0:  # no pattern, or idle past it
+            return None
+        return since + usual
+
     def rank_if_idle_from(self, cid: int, device: int, now: float) -> tuple:
         """Its place were its gap to begin now (a holder weighing whether to lend it)."""
         return eviction_rank(now, now, self.expected(cid, device))

@@ -138,9 +138,7 @@ class RoomRules:
             return []
         dev.waiters[head].room_readied = True
         staying = len(dev.holders) if self.mode is p.Mode.AUTO else 0
-        needed = self._room_for(dev, [head], staying + 1)
-        plan = self._eviction_plan(dev, needed, {head}, now, idle_only=True) if needed else []
-        return self._evict(dev, plan, self.clients[head], now)
+        return self._room_from_the_idle(dev, head, staying + 1, now)
 
     def _ready_room_ahead(self, dev: Device, now: float) -> list:
         """When a device is left with no holder and nobody waiting, room is made for the client
@@ -153,21 +151,24 @@ class RoomRules:
                 self.mode is p.Mode.OFF:
             return []
         dev.readied_ahead = True
-        expected = {}
-        for cid in self.clients:
-            since, usual = self.gaps.idle_since(cid, dev.index), self.gaps.expected(cid, dev.index)
-            if since is not None and usual is not None and \
-                    self.gaps.rank(cid, dev.index, now)[0] != 0 and self._to_fetch(dev.index, cid):
-                expected[cid] = since + usual
+        expected = {cid: back for cid in self.clients
+                    if (back := self.gaps.expected_back(cid, dev.index, now)) is not None
+                    and self._to_fetch(dev.index, cid)}
         if not expected:
             return []
         next_back = min(expected, key=expected.get)
-        needed = self._room_for(dev, [next_back], 1)
-        plan = self._eviction_plan(dev, needed, {next_back}, now, idle_only=True) \
-            if needed else []
         back_in = max(expected[next_back] - now, 0.0)
-        return self._evict(dev, plan, self.clients[next_back], now,
-                           f", expected back in {back_in:.3f} s")
+        return self._room_from_the_idle(dev, next_back, 1, now,
+                                        f", expected back in {back_in:.3f} s")
+
+    def _room_from_the_idle(self, dev: Device, beneficiary: int, holders_after: int, now: float,
+                            why: str = "") -> list:
+        """Ask the idle clients (neither holding nor waiting) now for the room `beneficiary`
+        will need beside `holders_after` holders."""
+        needed = self._room_for(dev, [beneficiary], holders_after)
+        plan = self._eviction_plan(dev, needed, {beneficiary}, now, idle_only=True) \
+            if needed else []
+        return self._evict(dev, plan, self.clients[beneficiary], now, why)
 
     def _evict_on_drop(self, dev: Device, cid: int, now: float) -> int:
         """What a holder being dropped moves out as it releases: its part of the room the head
@@ -220,7 +221,7 @@ class RoomRules:
         """IDLE_HINT for each holder whose advice changed: how long to keep the lock through an
         idle gap, from what handing it to the head waiter would move and whether anyone waits
         (cost.idle_release_ms) or, where its gaps are worth lending, soon (gap_rules.py); and what
-        its drop would ask it to move out (so that it can get ready for that while it works)."""
+        it may be asked to move out (so that it can get ready for that while it works)."""
         actions = []
         contender = self._first_contender(dev, now)
         usual = idle_release_ms(self.switch_seconds(dev.index), self.tq, contender is not None)
