@@ -103,14 +103,15 @@ static void hold_prefetch(void)
 }
 
 /* FAKECUDA_MIGRATE_GBPS: a migration takes the time its bytes need at that rate; pages already
- * where it sends them cost nothing, as on the driver. */
-static void migrate(const struct fake_op *op)
+ * where it sends them cost nothing, as on the driver. Returns the bytes it moved. */
+static size_t migrate(const struct fake_op *op)
 {
     const typeof(op->u.prefetch) *m = &op->u.prefetch;
     size_t moved = fake_managed_move(m->ptr, m->len, m->dst < 0);
     double gbps = fake_config()->migrate_gbps;
     if (gbps > 0)
         fake_sleep_us((uint64_t)((double)moved / (gbps * 1e3)));
+    return moved;
 }
 
 /* The base of the allocation that holds p, or 0. */
@@ -151,6 +152,7 @@ void fake_execute(const struct fake_op *op, uint64_t seq, uint64_t stream_id, CU
                  (int)device);
         return;
     }
+    size_t moved = 0; /* bytes a prefetch moved: a test tells moves from no-ops by it, not by time */
     switch (op->kind) {
     case FAKE_OP_KERNEL:
         if (op->u.kernel.fill_len)
@@ -168,7 +170,7 @@ void fake_execute(const struct fake_op *op, uint64_t seq, uint64_t stream_id, CU
     case FAKE_OP_FREE_ASYNC: fake_free_async_now(op->u.free_async.ptr, "cuMemFreeAsync"); break;
     case FAKE_OP_PREFETCH:
         hold_prefetch();
-        migrate(op);
+        moved = migrate(op);
         break;
     case FAKE_OP_NOP: break;
     case FAKE_OP_DISCARD:
@@ -178,8 +180,9 @@ void fake_execute(const struct fake_op *op, uint64_t seq, uint64_t stream_id, CU
     }
     if (op->duration_us)
         fake_sleep_us(op->duration_us);
-    fake_log("exec_end", "seq=%llu op=%s stream=%llu device=%d", (unsigned long long)seq,
-             op_name(op), (unsigned long long)stream_id, (int)device);
+    fake_log("exec_end", "seq=%llu op=%s stream=%llu device=%d moved=%zu",
+             (unsigned long long)seq, op_name(op), (unsigned long long)stream_id, (int)device,
+             moved);
 }
 
 static void *worker_main(void *arg)

@@ -95,10 +95,15 @@ def prefetched(events: list[Event], pid: int, to_host: bool) -> list[tuple[int, 
     return [(int(e["ptr"], 16), int(e["size"])) for e in prefetches(events, pid, to_host)]
 
 
-def move_intervals(events: list[Event], pid: int, to_host: bool) -> list[tuple[int, int]]:
+def move_intervals(events: list[Event], pid: int, to_host: bool,
+                   moving: bool = False) -> list[tuple[int, int]]:
     """(begin ns, end ns) of each prefetch of `pid` to the host or to a device, as the simulated
-    device ran it: when memory crossed the link."""
+    device ran it: when memory crossed the link. With `moving`, only those that moved bytes (a
+    prefetch of pages already there is a no-op, however long a busy host makes it last)."""
     wanted = {e["seq"] for e in prefetches(events, pid, to_host) if "seq" in e.fields}
+    if moving:
+        wanted &= {e["seq"] for e in events if e.pid == pid and e.name == "exec_end"
+                   and e.get("op") == "prefetch" and e.get("moved", "0") != "0"}
     return exec_intervals(events, pid, {"prefetch"}, wanted)
 
 

@@ -22,7 +22,6 @@ from notebooks_fake import SETUPS, Notebooks, measure, shared  # noqa: E402
 
 SETUP = Notebooks(cells=6)
 MEDIAN_OVER_ALONE_S = 0.7
-MOVING_NS = 1_000_000  # 4 MB at 4 GB/s
 SLOWEST_OVER_ALONE_S = 1.5
 
 
@@ -48,9 +47,8 @@ def test_no_two_programs_bring_their_memory_back_at_once(tmp_path):
     events = fakelog.read_events(tmp_path / "auto" / "fakecuda.log")
     pids = {e.pid for e in fakelog.named(events, "init")}
     assert len(pids) == SETUP.programs
-    # Prefetches of pages already on the device move nothing and take no time on the fake (a
-    # grant after others ran prefetches all of a program's memory, there or not).
-    back = {pid: [(begin, end) for begin, end in fakelog.move_intervals(events, pid, False)
-                  if end - begin > MOVING_NS] for pid in pids}
+    # Prefetches of pages already on the device move nothing (a grant after others ran
+    # prefetches all of a program's memory, there or not): only those that moved bytes count.
+    back = {pid: fakelog.move_intervals(events, pid, False, moving=True) for pid in pids}
     for one, other in combinations(sorted(pids), 2):
         assert fakelog.overlapping(back[one], back[other]) == [], (one, other)

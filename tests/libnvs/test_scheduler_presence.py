@@ -20,11 +20,14 @@ def test_a_program_joins_a_scheduler_that_starts_later(built, tmp_path, schedule
     scheduler = scheduler_factory(tq=86400)
     scheduler.stop()  # its socket path now has no scheduler behind it
     gpu = FakeGpu(tmp_path, scheduler.socket)
-    program = gpu.start(["init", "launch", 100, "sync", "touch-file", gpu.path("unscheduled"),
-                         "wait-file", gpu.path("joined"), "launch", 100, "sync"])
+    program = gpu.start(["init", "alloc", "a", "1M", "launch", 100, "sync", "touch-file",
+                         gpu.path("unscheduled"), "wait-file", gpu.path("joined"), "launch", 100,
+                         "sync"])
     wait_file(gpu.path("unscheduled"))
     later = restartable(scheduler, tq=86400)
-    wait_for_client(later.socket, program.pid)
+    # Its memory report follows its registration, once its launches wait for the lock: the
+    # scheduler knowing the client alone would leave the next launch a moment to slip through.
+    wait_for_client(later.socket, program.pid, allocated_bytes=1 << 20)
     gpu.path("joined").touch()
     result = program.wait()
     assert result.returncode == 0, result.describe()
