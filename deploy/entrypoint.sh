@@ -14,6 +14,9 @@ set -eu
 # scheduler runs as another user (root, to run MPS: deploy/kubernetes-mps).
 LIBRARY=${LIBRARY:-/usr/local/lib/gemshare/libnvs.so}
 SCHEDULER_USER=${SCHEDULER_USER:-gemshare}
+# And these to run the commands from elsewhere.
+COMMANDS=${COMMANDS:-/opt/gemshare/bin}
+HOLD_SIGNALS=${HOLD_SIGNALS:-/usr/local/lib/gemshare/hold-signals}
 
 install_library() {
     root=$1
@@ -41,8 +44,12 @@ prepare_scheduler() {
 command=${1:-gemshare-scheduler}
 [ $# -gt 0 ] && shift
 case "$command" in
-    gemshare-scheduler|gemshare-device-plugin|gemsharectl)
-        exec "/opt/gemshare/bin/$command" "$@" ;;
+    gemshare-scheduler)
+        # As the installed command does: SIGHUP, SIGUSR1 and SIGUSR2 wait while Python starts
+        # (under hostPID, kill -HUP from the node would otherwise end a starting scheduler).
+        exec "$HOLD_SIGNALS" "$COMMANDS/$command" "$@" ;;
+    gemshare-device-plugin|gemsharectl)
+        exec "$COMMANDS/$command" "$@" ;;
     install-library|prepare-scheduler|prepare-host)
         if [ $# -ne 1 ]; then
             echo "gemshare: usage: $command HOST_ROOT" >&2

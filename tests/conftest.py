@@ -42,6 +42,11 @@ from gemshare_nvs.wire.connection import Connection
 from gemshare_nvs.wire.listener import open_listener
 
 REPO = Path(__file__).resolve().parent.parent
+
+# Started in the background by a shell without job control, the run inherits SIGINT ignored,
+# and so would every program it starts: tests that interrupt one (gemsharectl top) would hang.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 BUILD = Path(os.environ.get("GEMSHARE_BUILD_DIR") or REPO / "build").resolve()
 # Generous: only a scheduler that hangs or dies should take so long, even on a loaded machine.
 START_TIMEOUT = 60.0

@@ -7,8 +7,10 @@ import json
 import os
 import pwd
 import re
+import signal
 import stat
 import subprocess
+import sys
 
 import pytest
 from deploy_files import DEPLOY, REPO
@@ -95,10 +97,46 @@ def test_entrypoint_and_default_command_are_the_projects():
         == entrypoint
     assert command == ["gemshare-scheduler"]
     # Each command the entrypoint runs is a console script of the package.
-    runs = re.search(r"^\s*([\w|-]+)\)\n\s*exec \"/opt/gemshare/bin/\$command\"",
-                     ENTRYPOINT.read_text(), re.M)
-    assert runs and set(runs[1].split("|")) == SCRIPTS
+    runs = re.findall(r"^\s*([\w|-]+)\)\n(?:\s*#.*\n)*\s*exec (?:\"\$HOLD_SIGNALS\" )?"
+                      r"\"\$COMMANDS/\$command\"", ENTRYPOINT.read_text(), re.M)
+    assert {name for names in runs for name in names.split("|")} == SCRIPTS
     assert {"gemshare-scheduler", "gemshare-device-plugin"} <= SCRIPTS
+
+
+def test_the_image_starts_the_scheduler_through_hold_signals():
+    runs = " ".join(rest for word, rest in instructions() if word == "RUN")
+    assert "-f launcher/build.mk" in runs and " hold-signals " in runs
+    assert [dest for sources, dest, staged in copies() if staged
+            and sources == ["/out/hold-signals"]] == ["/usr/local/lib/gemshare/hold-signals"]
+    assert re.search(r"^HOLD_SIGNALS=\$\{HOLD_SIGNALS:-/usr/local/lib/gemshare/hold-signals\}$",
+                     ENTRYPOINT.read_text(), re.M)
+
+
+def signals_held(status: str) -> set[int]:
+    """The signal numbers /proc/PID/status's SigBlk line holds blocked."""
+    mask = int(re.search(r"^SigBlk:\s*([0-9a-f]+)$", status, re.M)[1], 16)
+    return {number for number in range(1, 65) if mask >> (number - 1) & 1}
+
+
+@pytest.mark.parametrize("command, held", [
+    ("gemshare-scheduler", {signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2}),
+    ("gemshare-device-plugin", set()),
+])
+def test_the_scheduler_starts_with_reload_and_status_signals_held(tmp_path, hold_signals,
+                                                                   command, held):
+    """Only the scheduler: the others have no handlers for them to wait for."""
+    commands = tmp_path / "bin"
+    commands.mkdir()
+    stand_in = commands / command
+    # A Python script, as the command is: a shell may clear the mask when it starts.
+    stand_in.write_text(f"#!{sys.executable}\nimport sys\nprint(' '.join(sys.argv[1:]))\n"
+                        "print(open('/proc/self/status').read())\n")
+    stand_in.chmod(0o755)
+    result = entrypoint(command, "--socket", "/x", env={"COMMANDS": str(commands),
+                                                        "HOLD_SIGNALS": hold_signals})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[0] == "--socket /x"
+    assert signals_held(result.stdout) & {signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2} == held
 
 
 def test_the_image_runs_as_a_user_of_its_own():
