@@ -18,9 +18,10 @@ from ..core.model.terms import Identity
 
 ID_KEYS = ("uid", "gid")
 NAME_KEYS = ("user", "group")  # must name an account that exists
-# Text a client reports about itself, with the most characters it can have: a longer value in a
-# rule could never match. Shell wildcards (*, ?, [...]) may stand for any part.
-TEXT_KEYS = {"process": 15, "pod": 255, "namespace": 63, "label": 63}
+# Text known of a client, with the most characters it can have: a longer value in a rule could
+# never match. Shell wildcards (*, ?, [...]) may stand for any part. A container's name comes
+# only from the node (a DNS label), never from the program.
+TEXT_KEYS = {"process": 15, "pod": 255, "namespace": 63, "label": 63, "container": 63}
 MATCH_KEYS = (*ID_KEYS, *NAME_KEYS, *TEXT_KEYS)
 # What makes a text value a pattern rather than the text itself (fnmatch's special characters).
 WILDCARD = re.compile(r"[*?\[]")

@@ -220,7 +220,7 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
                            message.flags, wall, printable(node.container, 64) if node else "")
         client = Client(who, Numbering.registered(message.device), node=node)
         client.identity = Identity(uid, user, gid, group, who.name, who.pod, who.namespace,
-                                   printable(message.label, 64))
+                                   printable(message.label, 64), who.container)
         if message.flags & p.REG_VIEW_ONLY:
             return self._register_viewer(client, now)
         self.clients[cid] = client

@@ -8,6 +8,7 @@ import pytest
 from policy_driver import Driver
 
 from gemshare_nvs import protocol as p
+from gemshare_nvs.config.parsing import Names, parse
 from gemshare_nvs.core.model.container import (
     CAP_GPU_LIMIT,
     CAP_OFF,
@@ -187,6 +188,20 @@ def test_the_rules_match_the_node_pod_not_the_one_the_program_names():
     assert driver.policy.clients[1].terms.memory_limit is None
     driver.register(2, pod=("ml", "inference-7"))  # outside Kubernetes its word serves
     assert driver.policy.clients[2].terms.memory_limit == GIB
+
+
+def test_a_rule_matches_the_container_the_node_names_which_no_program_can_claim():
+    config = parse('[[rule]]\nmatch = { container = "worker*" }\nmemory_limit = "2GiB"\n',
+                   "/etc/gemshare/gemshare.toml", Names(user_exists=lambda name: True,
+                                                        group_exists=lambda name: True))
+    driver = Driver(rules=config.terms)
+    driver.register(1, node=node(container="worker-0", memory_gib=0, gpus=()))
+    driver.register(2, node=node(container="sidecar", container_id="b" * 64, gpus=()))
+    # Outside Kubernetes, or where the node does not know it, a program has no container: its
+    # environment, label or pod name never stands in for one.
+    driver.register(3, name="worker-0", label="worker-0", pod=("ml", "worker-0"))
+    limits = [driver.policy.clients[cid].terms.memory_limit for cid in (1, 2, 3)]
+    assert limits == [2 * GIB, None, None]
 
 
 def test_a_program_with_no_node_identity_is_as_before():

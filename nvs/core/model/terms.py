@@ -32,6 +32,7 @@ class Identity:
     pod: str
     namespace: str
     label: str  # the program's GEMSHARE_LABEL
+    container: str = ""  # its Kubernetes container's name, only ever from the node
 
 
 @dataclass(frozen=True)
