@@ -114,7 +114,7 @@ from .model.text import (
     printable,
 )
 from .rules.admission import Budget, Waiting, admitted, kept
-from .rules.budgets import BudgetRules, Budgets, said_otherwise
+from .rules.budgets import KUBELET_SOURCE, BudgetRules, Budgets, said_otherwise
 from .rules.capacity import Capacity, renumbered
 from .rules.cost import GB, LINK_CEILING_BPS, Link
 from .rules.credit import MoveCredit
@@ -169,7 +169,7 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
         self.usage = Usage()
         self.gaps = Gaps()  # how long each client's idle gaps last, to lend them (gaps.py)
         self.gangs = Gangs(gang_timeout_s)
-        self.weighted: set[int] = set()  # clients whose weight is not 1
+        self.weighted: set[int] = set()  # clients whose weight is not 1, or is a container's
         self.limited: set[int] = set()  # clients with a gpu_limit
         self.mode = mode
         self.grace_s = grace_s
@@ -887,7 +887,9 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
     def _set_terms(self, client: Client, terms: Terms) -> None:
         client.terms = terms
         cid = client.registration.id
-        for members, member in ((self.weighted, terms.weight != 1),
+        # A container's weight is split among its programs as they come and go (budgets.py).
+        for members, member in ((self.weighted, terms.weight != 1
+                                 or terms.source("weight") == KUBELET_SOURCE),
                                 (self.limited, terms.gpu_limit is not None)):
             if member:
                 members.add(cid)

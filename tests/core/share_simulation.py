@@ -46,10 +46,11 @@ class Simulation:
         for program in programs:
             self.add(program)
 
-    def add(self, program: Program, terms: dict | None = None) -> None:
-        """Register a program (with gemsharectl's `terms` for it, if given) and start it."""
+    def add(self, program: Program, terms: dict | None = None, node=None) -> None:
+        """Register a program (with gemsharectl's `terms` for it, if given, and the container
+        the node gives, `node`) and start it."""
         self.programs[program.cid] = program
-        self.driver.register(program.cid)
+        self.driver.register(program.cid, node=node)
         if terms:
             self.driver.policy.override(4000 + program.cid, terms, self.driver.now)
         self._start_burst(program)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 from policy_driver import Driver
+from share_simulation import Program, Simulation
 
 from gemshare_nvs import protocol as p
 from gemshare_nvs.config.parsing import Names, parse
@@ -51,15 +52,15 @@ def ruled(**values) -> Terms:
 def test_memory_units_alone_give_a_limit_and_the_weight_of_ten_compute_units():
     units = GpuUnits(GPU, 8, 8 * GIB, 0)
     assert unit_terms(units, 1, CAP_OFF) == {"memory_limit": 8 * GIB, "weight": 1.0}
-    assert unit_terms(units, 2, CAP_GPU_LIMIT) == {"memory_limit": 8 * GIB, "weight": 0.5}
+    assert unit_terms(units, 2, CAP_GPU_LIMIT) == {"memory_limit": 8 * GIB, "weight": 1.0}
 
 
-def test_compute_units_alone_give_a_weight_shared_by_the_programs_and_the_chosen_cap():
+def test_compute_units_give_the_container_weight_and_the_chosen_cap_split_among_its_programs():
     units = GpuUnits(GPU, 0, 0, 30)
     assert unit_terms(units, 1, CAP_OFF) == {"weight": 3.0}
-    assert unit_terms(units, 3, CAP_OFF) == {"weight": 1.0}
-    assert unit_terms(units, 2, CAP_GPU_LIMIT) == {"weight": 1.5, "gpu_limit": 0.15}
-    assert unit_terms(units, 2, CAP_SM_SHARE) == {"weight": 1.5, "sm_share": 30}
+    assert unit_terms(units, 3, CAP_OFF) == {"weight": 3.0}
+    assert unit_terms(units, 2, CAP_GPU_LIMIT) == {"weight": 3.0, "gpu_limit": 0.15}
+    assert unit_terms(units, 2, CAP_SM_SHARE) == {"weight": 3.0, "sm_share": 30}
 
 
 def test_a_rule_wins_a_limit_only_where_it_is_stricter_and_always_the_weight():
@@ -138,17 +139,38 @@ def test_the_others_use_is_sent_at_most_every_report_interval_and_the_last_one_i
     assert driver.policy.next_deadline() is None
 
 
-def test_a_container_weight_is_split_among_its_programs_and_given_back_when_one_leaves():
+def test_a_container_weight_is_split_among_its_programs_that_want_the_gpu():
     driver = Driver()
     identity = node(compute=30)
     driver.register(1, node=identity)
-    assert driver.policy.clients[1].terms.weight == 3.0
     driver.register(2, node=identity)
-    assert [driver.policy.clients[c].terms.weight for c in (1, 2)] == [1.5, 1.5]
+    assert [driver.policy.clients[c].terms.weight for c in (1, 2)] == [3.0, 3.0]
     assert driver.policy.clients[1].terms.source("weight") == KUBELET_SOURCE
+    driver.request(1)
+    assert driver.policy._share_weight(1, 0) == 3.0  # its sibling does not want the GPU
+    driver.request(2)
+    assert [driver.policy._share_weight(c, 0) for c in (1, 2)] == [1.5, 1.5]
     driver.disconnect(2)
-    assert driver.policy.clients[1].terms.weight == 3.0
+    assert driver.policy._share_weight(1, 0) == 3.0
     assert not any(isinstance(m, p.Limits) for _, m in driver.take_sent())  # no memory units
+
+
+@pytest.mark.parametrize("siblings, busy", [(1, 1), (2, 1), (2, 2), (3, 2)])
+def test_a_container_gets_its_share_however_many_of_its_programs_run(siblings, busy):
+    """Two containers of 30 compute units, busy for an hour: one with `siblings` programs of
+    which `busy` always want the GPU (the others ran once and idle), the other with one. Each
+    container holds the GPU half of the time (a split among all programs gave the first a third
+    with one of two idle)."""
+    simulation = Simulation(Driver(tq=30))
+    first = [Program(cid) if cid <= busy else Program(cid, burst=0.01, sleep=1e9)
+             for cid in range(1, siblings + 1)]
+    for program in first:
+        simulation.add(program, node=node(compute=30, gpus=None))
+    other = Program(10)
+    simulation.add(other, node=node(compute=30, container_id="b" * 64, pod="serve-0"))
+    simulation.run(60 * 60)
+    held = sum(program.held for program in first)
+    assert held / (held + other.held) == pytest.approx(0.5, rel=0.05)
 
 
 def test_the_compute_cap_setting_adds_a_gpu_limit_or_an_sm_share():

@@ -225,7 +225,8 @@ async def test_a_later_program_of_the_container_is_looked_up_once(inprocess_sche
     assert node.runtime.calls == ["ContainerStatus"]
     assert node.kubelet.calls == ["Get"]
     assert status["kubernetes"]["containers_known"] == 1
-    assert [c["weight"] for c in status["clients"]] == [pytest.approx(1 / 3)] * len(peers)
+    # The container's weight: it is split only among those of them that want the GPU.
+    assert [c["weight"] for c in status["clients"]] == [1.0] * len(peers)
 
 
 async def test_a_view_only_program_gets_its_limits_and_is_shown_nowhere(inprocess_scheduler,

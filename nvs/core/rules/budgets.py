@@ -7,10 +7,13 @@ What the units become (docs/kubernetes.md):
   Each program is told, in LIMITS, the limit and what the others have allocated there
   (`budget_used`), again whenever that changes (at most every BUDGET_REPORT_S: a burst of
   allocations is one message), so that its library refuses what would take the sum past it;
-- compute units u (1-100): a weight of u / 10 for the container, split evenly among its programs
-  on the GPU (a container without compute units weighs 1, as 10 units would);
-- with the setting compute_cap: also gpu_limit u / 100, split likewise, or the MPS sm_share u
-  for each program (MPS limits each process, not a group).
+- compute units u (1-100): a weight of u / 10 for the container (a container without compute
+  units weighs 1, as 10 units would), split among its programs on the GPU that want it at the
+  moment (_share_weight): the container has its share when others want the GPU, however many
+  of its programs run, and whether its other programs idle or not;
+- with the setting compute_cap: also gpu_limit u / 100, split evenly among its programs there
+  (a hard cap for the container together), or the MPS sm_share u for each program (MPS limits
+  each process, not a group).
 
 Precedence, last wins: the defaults, the kubelet's terms, the program's config rule, its
 gemsharectl terms; except that for memory_limit, gpu_limit and sm_share a rule wins only where
@@ -42,12 +45,12 @@ DEFAULTS = Terms()
 
 
 def unit_terms(units: GpuUnits, programs: int, compute_cap: str) -> dict:
-    """The terms a container's units on one GPU give each of its `programs` there."""
+    """The terms a container's units on one GPU give each of its `programs` there. The weight is
+    the container's, split when shares are reckoned (_share_weight)."""
     values = {}
     if units.memory_bytes:
         values["memory_limit"] = units.memory_bytes
-    compute = units.compute_units or UNITS_PER_WEIGHT
-    values["weight"] = compute / UNITS_PER_WEIGHT / programs
+    values["weight"] = (units.compute_units or UNITS_PER_WEIGHT) / UNITS_PER_WEIGHT
     if units.compute_units and compute_cap == CAP_GPU_LIMIT:
         values["gpu_limit"] = units.compute_units / COMPUTE_UNITS_PER_GPU / programs
     elif units.compute_units and compute_cap == CAP_SM_SHARE:
@@ -156,6 +159,22 @@ class BudgetRules:
                        if member.registration.id in self.clients)
         return unit_terms(units, max(programs, 1), self.compute_cap)
 
+    def _share_weight(self, cid: int, device: int) -> float:
+        """The weight the client's share on `device` is reckoned by: its own, but one from its
+        container's units is the container's, split among the programs of the container there
+        that want the device now (holding or waiting for it, itself counted always)."""
+        client = self.clients[cid]
+        weight = client.terms.weight
+        dev = self.devices.get(device)
+        if client.node is None or dev is None or client.terms.source("weight") != KUBELET_SOURCE:
+            return weight
+        wanting = 1 + sum(1 for member in self._sharing(client)
+                          if member is not client
+                          and member.terms.source("weight") == KUBELET_SOURCE
+                          and ((other := member.registration.id) in dev.holders
+                               or other in dev.waiters))
+        return weight / wanting
+
     def _terms_for(self, client: Client) -> Terms:
         """The client's terms: its container's, its rule's and its overrides."""
         return composed(self._kubelet_terms(client), self.rules(client.identity),
@@ -204,7 +223,7 @@ class BudgetRules:
 
     def _join_budget(self, client: Client, now: float) -> list:
         """A program of a container registered: its container's other programs share their
-        weight with it from now on."""
+        budget with it from now on."""
         if client.node is None:
             return []
         self.budgets.members.setdefault(client.node.container_id, set()).add(

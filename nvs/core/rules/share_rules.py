@@ -17,7 +17,7 @@ from .shares import clearly_under, limit_levels, minimum_slice, turn_length, wei
 
 class ShareRules:
     def _weighted_usage(self, cid: int, device: int, now: float) -> float:
-        return weighted(self.usage.read(cid, device, now), self.clients[cid].terms.weight)
+        return weighted(self.usage.read(cid, device, now), self._share_weight(cid, device))
 
     def _eligible_at(self, cid: int, device: int) -> float:
         """When a waiter may be granted: at once (-inf) unless its gpu_limit pauses it until its
@@ -70,10 +70,10 @@ class ShareRules:
         long queue of default weights is not walked."""
         if first is None:
             return float(self.tq)
-        heavier = [self.clients[other].terms.weight for other in self.weighted
+        heavier = [self._share_weight(other, dev.index) for other in self.weighted
                    if other in dev.waiters and self._eligible_at(other, dev.index) <= now]
-        heaviest = max([self.clients[first].terms.weight, *heavier])
-        weight = self.clients[cid].terms.weight
+        heaviest = max([self._share_weight(first, dev.index), *heavier])
+        weight = self._share_weight(cid, dev.index)
         if weight >= heaviest:  # a whole TQ: no floor to work out
             return float(self.tq)
         return turn_length(self.tq, weight, heaviest, self._min_slice(dev, first))
