@@ -10,7 +10,8 @@ while all the programs stay within half the real card's free memory.
 Environment: NOTEBOOKS_SETS (the sets, as NxGIB, default "4x12,8x6"), NOTEBOOKS_CAPACITY_MIB
 (default 32768), NOTEBOOKS_PERIOD_S (default 3), NOTEBOOKS_CELLS (default 16), NOTEBOOKS_OPS
 (elementwise ops over all of a program's memory per cell, default 20: about 0.13 s for 12 GiB on
-an H200), NOTEBOOKS_LOGS=DIR (keep each shared run's scheduler log there).
+an H200), NOTEBOOKS_LOGS=DIR (keep each shared run's scheduler log and its programs' stderr
+there), NOTEBOOKS_DEBUG=1 (libnvs's debug lines in that stderr: its moves, time-stamped).
 """
 
 from __future__ import annotations
@@ -123,11 +124,16 @@ def shared_set(python: str, library: Path, directory: Path, mode: str, programs:
                chosen: dict) -> dict:
     with private_scheduler(library, directory, tq=TQ, anti_thrash=mode,
                            capacity_mib=chosen["capacity_mib"]) as (scheduler, env):
+        if os.environ.get("NOTEBOOKS_DEBUG") == "1":
+            env = {**env, "GEMSHARE_DEBUG": "1"}
         run = run_set(python, env, directory, programs, gib, chosen)
         scheduler.check_running()
         status = read_status(scheduler.socket)
     log = scheduler.log_path.read_text()
     keep_log(log, "NOTEBOOKS_LOGS", f"{programs}x{gib}-{mode}.log")
+    for index in range(programs):  # libnvs's lines (with GEMSHARE_DEBUG=1, its moves)
+        keep_log((directory / f"program-{index}.err").read_text(), "NOTEBOOKS_LOGS",
+                 f"{programs}x{gib}-{mode}-program-{index}.err")
     return {**run, **log_figures(log), **device_moves(status)}
 
 

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 static bool gs_debug_on;
@@ -19,11 +20,19 @@ static void gs_debug_load(void)
     gs_debug_on = debug != NULL && (!strcmp(debug, "1") || !strcasecmp(debug, "true"));
 }
 
-static void gs_vlog(const char *fmt, va_list ap)
+/* Debug lines carry the wall-clock time, to the millisecond, to be read beside the
+ * scheduler's log. */
+static void gs_vlog(bool stamped, const char *fmt, va_list ap)
 {
     int saved_errno = errno;
     char line[1024];
     int n = snprintf(line, sizeof line, "gemshare[%d]: ", (int)getpid());
+    struct timespec now;
+    struct tm local;
+    if (stamped && clock_gettime(CLOCK_REALTIME, &now) == 0 &&
+        localtime_r(&now.tv_sec, &local) != NULL)
+        n += snprintf(line + n, sizeof line - (size_t)n, "%02d:%02d:%02d.%03ld ", local.tm_hour,
+                      local.tm_min, local.tm_sec, now.tv_nsec / 1000000);
     int m = vsnprintf(line + n, sizeof line - (size_t)n - 1, fmt, ap);
     size_t len = (size_t)n + (m < 0 ? 0 : (size_t)m);
     if (len > sizeof line - 2)
@@ -39,7 +48,7 @@ void gs_warn(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    gs_vlog(fmt, ap);
+    gs_vlog(false, fmt, ap);
     va_end(ap);
 }
 
@@ -55,6 +64,6 @@ void gs_debug(const char *fmt, ...)
         return;
     va_list ap;
     va_start(ap, fmt);
-    gs_vlog(fmt, ap);
+    gs_vlog(true, fmt, ap);
     va_end(ap);
 }

@@ -15,7 +15,6 @@
 #include "gate/gate.h"
 #include "gate/mps.h"
 #include "gate/registration.h"
-#include "gate/wake.h"
 #include "lock/handoff.h"
 #include "lock/identity.h"
 #include "lock/liveness.h"
@@ -139,7 +138,7 @@ static void gs_carry_out(struct gs_session *s, const struct gs_lock_actions *tod
             break;
         }
         case GS_DO_PREPARE:
-            gs_migrate_prepare(a->device, a->bytes, gs_wake);
+            gs_migrate_prepare(a->device, a->bytes);
             break;
         case GS_DO_CLOSE_ALL:
             gs_gate_close_all();

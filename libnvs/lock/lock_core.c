@@ -100,11 +100,18 @@ void gs_lock_core_evict(struct gs_lock_core *c, uint32_t device, uint64_t bytes,
 void gs_lock_core_idle_hint(struct gs_lock_core *c, uint32_t device, unsigned idle_release_ms,
                             uint64_t evict_bytes, bool unified, struct gs_lock_actions *out)
 {
-    if (!gs_lockable(device) || c->devices[device].state != GS_LOCK_HELD) {
+    if (!gs_lockable(device)) {
         gs_do(out, GS_DO_IGNORE, (int)device, GS_MSG_IDLE_HINT, 0);
         return;
     }
-    c->devices[device].idle_hint_ms = idle_release_ms;
+    /* To a process that does not hold the device, only the move it may be asked for counts:
+     * memory it left there may have to go when somebody else asks. */
+    if (c->devices[device].state == GS_LOCK_HELD)
+        c->devices[device].idle_hint_ms = idle_release_ms;
+    else if (evict_bytes == 0 || !unified) {
+        gs_do(out, GS_DO_IGNORE, (int)device, GS_MSG_IDLE_HINT, 0);
+        return;
+    }
     if (unified)
         gs_do(out, GS_DO_PREPARE, (int)device, 0, evict_bytes);
 }

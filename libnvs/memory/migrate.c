@@ -23,6 +23,7 @@
 #include "gate/capture.h"
 #include "gate/contexts.h"
 #include "gate/gate.h"
+#include "gate/wake.h"
 #include "memory/memory.h"
 #include "memory/staging.h"
 #include "wire/gemshare_protocol.h"
@@ -416,6 +417,31 @@ static uint64_t gs_round_up(uint64_t bytes)
     return (bytes + GS_MOVE_ALIGN - 1) / GS_MOVE_ALIGN * GS_MOVE_ALIGN;
 }
 
+/* The device's converted memory that is not in staging memory now: the most a move out can
+ * still need staging memory for. */
+static uint64_t gs_unstaged(int device)
+{
+    size_t n;
+    struct gs_managed *list = gs_memory_managed(device, false, &n);
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < n; i++)
+        bytes += list[i].size;
+    free(list);
+    const struct gs_staged *st = &gs_mig.staged[device];
+    for (size_t i = 0; i < st->count; i++)
+        bytes -= st->chunks[i].size < bytes ? st->chunks[i].size : bytes;
+    return bytes;
+}
+
+/* Once some of the program's memory may have to leave the device, all of it may: the staging
+ * memory for all of it is made ready at once, in the background, rather than a move at a time
+ * while somebody waits for the move (the scheduler's figure lags what the program allocates). */
+static void gs_prepare_all(int device)
+{
+    if (gs_copy_usable())
+        gs_staging_prepare_ahead(device, gs_unstaged(device), gs_wake);
+}
+
 /* Oldest first: libnvs approximates "recently used" by "recently allocated", so what stays on
  * the device is what the program most likely touches first when it returns, and it comes back
  * first too (gs_migrate_in goes newest first). The program's own managed memory goes too: the
@@ -443,6 +469,7 @@ struct gs_move gs_migrate_out(int device, uint64_t bytes, const struct gs_move_p
     }
     free(list);
     gs_plan_run(&mv, &plan);
+    gs_prepare_all(device); /* for the rest of it, should the next move out want it */
     gs_debug("moved %llu bytes (%zu ranges, oldest first) of managed memory to the host from "
              "device %d in %llu us%s; %llu bytes out since the last grant",
              (unsigned long long)mv.result.bytes, mv.result.ranges, device,
@@ -524,10 +551,10 @@ struct gs_move gs_migrate_in(int device, const struct gs_move_progress *progress
     return mv.result;
 }
 
-void gs_migrate_prepare(int device, uint64_t bytes, void (*prepared)(void))
+void gs_migrate_prepare(int device, uint64_t bytes)
 {
-    if (gs_device_ok(device) && bytes > 0 && gs_copy_usable())
-        gs_staging_prepare_ahead(device, bytes, prepared);
+    if (gs_device_ok(device) && bytes > 0)
+        gs_prepare_all(device);
 }
 
 bool gs_migrate_prepared(void)
@@ -548,9 +575,13 @@ void gs_migrate_pin_prepared(void)
         CUcontext ctx = list ? list[0].ctx : NULL; /* pinning needs one; any of the device's */
         free(list);
         if (ctx && gs_contexts_enter(ctx, NULL, NULL)) {
-            gs_staging_adopt(d);
+            if (gs_staging_adopt(d))
+                gs_wake(); /* the next piece on the next turn of the client's loop */
             gs_contexts_leave();
         }
+        /* Asked for while this was prepared, the program's memory may have grown since. */
+        if (!gs_staging_preparing(d))
+            gs_prepare_all(d);
     }
 }
 

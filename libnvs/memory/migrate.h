@@ -38,10 +38,12 @@ struct gs_move gs_migrate_out(int device, uint64_t bytes, const struct gs_move_p
  * device, waiting until they are there unless GEMSHARE_SWAP_IN_WAIT=0. */
 struct gs_move gs_migrate_in(int device, const struct gs_move_progress *progress);
 
-/* A drop may soon ask to move `bytes` out: staging memory for them is faulted in on a thread of
- * its own, then `prepared` is called (on that thread) so that the client thread pins it with
- * gs_migrate_pin_prepared; the first move out then runs at the copy's speed. */
-void gs_migrate_prepare(int device, uint64_t bytes, void (*prepared)(void));
+/* A move may soon ask for `bytes` (more than 0) out: staging memory for all of the converted
+ * memory on the device that is not staged yet is faulted in on a thread of its own, which then
+ * wakes the client thread to pin it with gs_migrate_pin_prepared, a piece at a time; the first
+ * move out then runs at the copy's speed. A move out does the same for what it left behind, and
+ * so does the end of a preparation for memory allocated meanwhile. */
+void gs_migrate_prepare(int device, uint64_t bytes);
 /* Whether prepared staging memory waits to be pinned. */
 bool gs_migrate_prepared(void);
 /* Pins it. Client thread, while captures are held off. */

@@ -3,11 +3,13 @@
 #include "memory/staging.h"
 
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "base/clock.h"
 #include "base/log.h"
 #include "cuda/impl.h"
 #include "memory/memory.h"
@@ -17,6 +19,9 @@
 #define GS_STAGING_GROW (64ull << 20)
 #define GS_FAULT_THREADS 8
 #define GS_STAGING_ALIGN (2ull << 20)
+/* Pinning ahead goes a piece at a time, so that the client thread hears the scheduler between
+ * pieces (1 GiB: about 35 ms to pin). */
+#define GS_ADOPT_STEP (1ull << 30)
 
 struct gs_block {
     char *base;
@@ -34,6 +39,7 @@ struct gs_pool {
     pthread_cond_t done;
     bool preparing;
     struct gs_block ready;
+    bool pin_refused; /* the driver refused to pin prepared memory: it is given back */
 };
 
 /* Owned by the client thread; reset after fork (the child never had the pins). */
@@ -84,14 +90,39 @@ static struct gs_pool *gs_pool(int device)
     return gs_pools[device];
 }
 
-/* Fresh host memory with every page faulted in; NULL when the host has none. */
-static char *gs_map_faulted(size_t size)
+/* Fresh host memory, not faulted in yet; NULL when the host has none. `size` is a multiple of
+ * GS_STAGING_ALIGN. The mapping starts on a huge-page boundary and asks for huge pages: where
+ * the host allows them, one fault brings 2 MiB instead of 4 KiB (on an H200 host, 6 GiB
+ * faulted in and pinned in 0.34 s instead of 0.92, and in 1.0 s instead of 1.8 while three
+ * other programs did the same). */
+static char *gs_map(size_t size)
 {
-    char *base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (base == MAP_FAILED)
+    size_t span = size + GS_STAGING_ALIGN;
+    char *raw = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED)
         return NULL;
-    gs_fault_in_parallel(base, size);
+    char *base = (char *)(((uintptr_t)raw + GS_STAGING_ALIGN - 1) &
+                          ~(uintptr_t)(GS_STAGING_ALIGN - 1));
+    size_t head = (size_t)(base - raw);
+    if (head > 0)
+        munmap(raw, head);
+    if (span - head - size > 0)
+        munmap(base + size, span - head - size);
+    (void)madvise(base, size, MADV_HUGEPAGE); /* a hint: without it, small pages */
     return base;
+}
+
+static void gs_fault_in_timed(char *base, size_t size)
+{
+    int64_t began = gs_now_ms();
+    gs_fault_in_parallel(base, size);
+    gs_debug("faulted in %zu MiB of host memory in %lld ms", size >> 20,
+             (long long)(gs_now_ms() - began));
+}
+
+static size_t gs_aligned(uint64_t bytes)
+{
+    return (size_t)((bytes + GS_STAGING_ALIGN - 1) / GS_STAGING_ALIGN * GS_STAGING_ALIGN);
 }
 
 /* Pins the mapped memory and adds it to the pool as a block; unmaps it on failure. */
@@ -101,6 +132,7 @@ static bool gs_pin(struct gs_pool *pool, int device, char *base, size_t size)
         munmap(base, size);
         return false;
     }
+    int64_t began = gs_now_ms();
     CUresult r = GS_REAL(cuMemHostRegister_v2, GS_LEGACY)(base, size,
                                                           CU_MEMHOSTREGISTER_PORTABLE);
     if (r != CUDA_SUCCESS) {
@@ -112,15 +144,19 @@ static bool gs_pin(struct gs_pool *pool, int device, char *base, size_t size)
     }
     pool->blocks[pool->count++] = (struct gs_block){base, size};
     pool->pinned += size;
-    gs_debug("pinned %zu MiB more to stage moves off device %d (%llu MiB in all)", size >> 20,
-             device, (unsigned long long)(pool->pinned >> 20));
+    gs_debug("pinned %zu MiB more in %lld ms to stage moves off device %d (%llu MiB in all)",
+             size >> 20, (long long)(gs_now_ms() - began), device,
+             (unsigned long long)(pool->pinned >> 20));
     return true;
 }
 
-/* Adds one pinned block of `size` bytes. */
+/* Adds one pinned block of at least `size` bytes. */
 static bool gs_grow(struct gs_pool *pool, int device, size_t size)
 {
-    char *base = gs_map_faulted(size);
+    size = gs_aligned(size);
+    char *base = gs_map(size);
+    if (base)
+        gs_fault_in_timed(base, size);
     if (base == NULL) {
         gs_warn("no host memory to stage %zu MiB moved off device %d; the driver migrates it "
                 "instead", size >> 20, device);
@@ -129,17 +165,36 @@ static bool gs_grow(struct gs_pool *pool, int device, size_t size)
     return gs_pin(pool, device, base, size);
 }
 
-/* Pins what the background thread prepared, waiting for it first when `wait`. */
-static void gs_adopt(struct gs_pool *pool, int device, bool wait)
+/* Pins what the background thread has prepared, at most `most` bytes of it, the rest left
+ * ready for the next call; first waits, while it prepares more, until `wanted` bytes are
+ * ready. Returns the bytes pinned. After the driver refused to pin some, what was prepared is
+ * given back unpinned. */
+static size_t gs_adopt(struct gs_pool *pool, int device, size_t wanted, size_t most)
 {
     pthread_mutex_lock(&pool->mu);
-    while (wait && pool->preparing)
+    while (pool->preparing && pool->ready.size < wanted)
         pthread_cond_wait(&pool->done, &pool->mu);
-    struct gs_block ready = pool->ready;
-    pool->ready = (struct gs_block){0};
+    struct gs_block piece = pool->ready;
+    if (piece.size > most)
+        piece.size = most;
+    pool->ready = piece.size == pool->ready.size
+                      ? (struct gs_block){0}
+                      : (struct gs_block){pool->ready.base + piece.size,
+                                          pool->ready.size - piece.size};
+    bool refused = pool->pin_refused;
     pthread_mutex_unlock(&pool->mu);
-    if (ready.base)
-        gs_pin(pool, device, ready.base, ready.size);
+    if (piece.base == NULL)
+        return 0;
+    if (refused) {
+        munmap(piece.base, piece.size);
+        return 0;
+    }
+    if (gs_pin(pool, device, piece.base, piece.size))
+        return piece.size;
+    pthread_mutex_lock(&pool->mu);
+    pool->pin_refused = true;
+    pthread_mutex_unlock(&pool->mu);
+    return 0;
 }
 
 struct gs_ahead {
@@ -148,17 +203,33 @@ struct gs_ahead {
     void (*prepared)(void);
 };
 
+/* Faults the memory in a piece at a time, each ready to be pinned as soon as it is: a move out
+ * that comes meanwhile waits only for the pieces it needs. */
 static void *gs_prepare_in_background(void *arg)
 {
     struct gs_ahead *job = arg;
-    char *base = gs_map_faulted(job->size);
-    pthread_mutex_lock(&job->pool->mu);
-    job->pool->ready = (struct gs_block){base, base ? job->size : 0};
-    job->pool->preparing = false;
-    pthread_cond_broadcast(&job->pool->done);
-    pthread_mutex_unlock(&job->pool->mu);
-    if (base)
+    struct gs_pool *pool = job->pool;
+    char *base = gs_map(job->size);
+    for (size_t done = 0; base && done < job->size;) {
+        size_t step = job->size - done < GS_ADOPT_STEP ? job->size - done : GS_ADOPT_STEP;
+        gs_fault_in_timed(base + done, step);
+        pthread_mutex_lock(&pool->mu);
+        if (pool->ready.base == NULL)
+            pool->ready = (struct gs_block){base + done, step};
+        else
+            pool->ready.size += step; /* the pieces are contiguous: taken from the front */
+        done += step;
+        pool->preparing = done < job->size;
+        pthread_cond_broadcast(&pool->done);
+        pthread_mutex_unlock(&pool->mu);
         job->prepared();
+    }
+    if (base == NULL) {
+        pthread_mutex_lock(&pool->mu);
+        pool->preparing = false;
+        pthread_cond_broadcast(&pool->done);
+        pthread_mutex_unlock(&pool->mu);
+    }
     free(job);
     return NULL;
 }
@@ -179,12 +250,10 @@ void gs_staging_prepare_ahead(int device, uint64_t bytes, void (*prepared)(void)
     if (room >= bytes)
         return;
     pthread_mutex_lock(&pool->mu);
-    bool busy = pool->preparing || pool->ready.base != NULL;
+    bool busy = pool->preparing || pool->ready.base != NULL || pool->pin_refused;
     struct gs_ahead *job = busy ? NULL : malloc(sizeof *job);
     if (job) {
-        *job = (struct gs_ahead){pool, (size_t)((bytes - room + GS_STAGING_ALIGN - 1) /
-                                                GS_STAGING_ALIGN * GS_STAGING_ALIGN),
-                                 prepared};
+        *job = (struct gs_ahead){pool, gs_aligned(bytes - room), prepared};
         pthread_t thread;
         pool->preparing = pthread_create(&thread, NULL, gs_prepare_in_background, job) == 0;
         if (pool->preparing)
@@ -195,11 +264,23 @@ void gs_staging_prepare_ahead(int device, uint64_t bytes, void (*prepared)(void)
     pthread_mutex_unlock(&pool->mu);
 }
 
-void gs_staging_adopt(int device)
+bool gs_staging_adopt(int device)
 {
     struct gs_pool *pool = device >= 0 && device < GS_MAX_DEVICES ? gs_pools[device] : NULL;
     if (pool)
-        gs_adopt(pool, device, false);
+        gs_adopt(pool, device, 0, GS_ADOPT_STEP);
+    return gs_staging_has_prepared(device);
+}
+
+bool gs_staging_preparing(int device)
+{
+    struct gs_pool *pool = device >= 0 && device < GS_MAX_DEVICES ? gs_pools[device] : NULL;
+    if (pool == NULL)
+        return false;
+    pthread_mutex_lock(&pool->mu);
+    bool preparing = pool->preparing || pool->ready.base != NULL;
+    pthread_mutex_unlock(&pool->mu);
+    return preparing;
 }
 
 bool gs_staging_has_prepared(int device)
@@ -213,14 +294,10 @@ bool gs_staging_has_prepared(int device)
     return ready;
 }
 
-bool gs_staging_prepare(int device, const size_t *sizes, size_t n)
+/* What pieces of these sizes, taken in this order as gs_staging_take will, need beyond the
+ * pool's blocks: those left over once the blocks are full. */
+static size_t gs_beyond_blocks(const struct gs_pool *pool, const size_t *sizes, size_t n)
 {
-    struct gs_pool *pool = gs_pool(device);
-    if (pool == NULL)
-        return false;
-    gs_adopt(pool, device, true); /* faulting in again beside the thread would be slower */
-    /* Takes them as gs_staging_take will, in the blocks there are; what is left over gets one
-     * new block of exactly its size. */
     size_t block = pool->block, offset = pool->offset, i = 0;
     for (; i < n && block < pool->count; i++) {
         while (block < pool->count && pool->blocks[block].size - offset < sizes[i]) {
@@ -233,6 +310,19 @@ bool gs_staging_prepare(int device, const size_t *sizes, size_t n)
     size_t more = 0;
     for (; i < n; i++)
         more += sizes[i];
+    return more;
+}
+
+bool gs_staging_prepare(int device, const size_t *sizes, size_t n)
+{
+    struct gs_pool *pool = gs_pool(device);
+    if (pool == NULL)
+        return false;
+    /* What was prepared ahead first, as much of it as is needed (faulting in again beside the
+     * thread would be slower); what is still missing then gets one new block of its size. */
+    size_t more = gs_beyond_blocks(pool, sizes, n);
+    while (more > 0 && gs_adopt(pool, device, gs_aligned(more), gs_aligned(more)) > 0)
+        more = gs_beyond_blocks(pool, sizes, n);
     return more == 0 || gs_grow(pool, device, more);
 }
 

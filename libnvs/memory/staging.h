@@ -15,14 +15,17 @@
 bool gs_staging_prepare(int device, const size_t *sizes, size_t n);
 
 /* Starts faulting in, on a thread of its own, the host memory that `bytes` more would need
- * beyond the pool's free room, unless that is running or waiting already; `prepared` is called
- * (on that thread) when it is ready for gs_staging_adopt. Any thread that owns the pool. */
+ * beyond the pool's free room, unless that is running or waiting already (or the driver
+ * refused to pin such memory); `prepared` is called (on that thread) as each piece of it is
+ * ready for gs_staging_adopt. Any thread that owns the pool. */
 void gs_staging_prepare_ahead(int device, uint64_t bytes, void (*prepared)(void));
+/* Whether memory is being prepared ahead, or waits to be pinned. */
+bool gs_staging_preparing(int device);
 /* Whether prepared memory waits to be pinned. */
 bool gs_staging_has_prepared(int device);
-/* Pins what was prepared ahead into the pool (nothing when it is not ready). A CUDA context must
- * be current. */
-void gs_staging_adopt(int device);
+/* Pins a piece of what was prepared ahead into the pool (nothing when it is not ready); true
+ * while more waits to be pinned. A CUDA context must be current. */
+bool gs_staging_adopt(int device);
 
 /* The next `size` contiguous bytes of the device's pool (size at most GS_STAGING_PIECE), growing
  * it if needed; NULL when the host has no more to give. */

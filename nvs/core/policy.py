@@ -398,6 +398,8 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
             actions += self._room_beside_holders(dev, client, now)
         if dev is not None:  # a holder grew or shrank, or the capacity is known now
             actions += self._settle(dev, now)
+        else:  # the memory of idle programs may no longer all fit beside this one's
+            actions += self._prepare_hints(device)
         return actions
 
     def moved(self, cid: int, device: int, flags: int, size: int, elapsed_us: int,

@@ -22,13 +22,17 @@ class Driver:
         self.closed: list[Close] = []
         self.logs: list[Log] = []
         self.hints: list[tuple[int, p.IdleHint]] = []  # kept apart: most tests look elsewhere
+        # IDLE_HINTs to clients that hold no device: only their move out counts (prepare)
+        self.prepares: list[tuple[int, p.IdleHint]] = []
         # As libnvs does when it does not hold the lock: move at once and say so.
         self.answer_evictions = answer_evictions
 
     def _take(self, actions: list) -> list:
         for action in actions:
             if isinstance(action, Send) and isinstance(action.message, p.IdleHint):
-                self.hints.append((action.client, action.message))
+                holds = any(action.client in dev.holders
+                            for dev in self.policy.devices.values())
+                (self.hints if holds else self.prepares).append((action.client, action.message))
             elif isinstance(action, Send) and isinstance(action.message, p.Evict) and \
                     self.answer_evictions:
                 self.moved(action.client, action.message.bytes, seconds=0,

@@ -29,15 +29,15 @@ class ShareModel:
         return self.usage.read(cid, device, now)
 
     def claimed(self, device: int, order: list[int], since: dict[int, float], now: float,
-                tq: float) -> list[int]:
+                tq: float, passed_before: set[int]) -> list[int]:
         """The queue once its last waiter, which has just asked and waits, has claimed its share:
-        ahead of the waiters at the back that are clearly busier than it, if each of them has
-        waited less than a TQ."""
+        ahead of the waiters at the back that are clearly busier than it and were not passed
+        before in their wait, if each of them has waited less than a TQ."""
         *others, cid = order
         mine = self.read(cid, device, now)
         passed = []
         for other in reversed(others):
-            if not clearly_under(mine, self.read(other, device, now)):
+            if other in passed_before or not clearly_under(mine, self.read(other, device, now)):
                 break
             passed.append(other)
         if not passed or any(now - since[other] >= tq for other in passed):

@@ -86,7 +86,8 @@ class AutoMachine(ClockMachine):
         self.gone: set[int] = set()
         self.memory: dict[tuple[int, int], int] = {}  # (client, device) -> bytes
         self.totals: dict[tuple[int, int], int] = {}  # (client, device) -> reported total
-        self.queues: dict[int, list[list]] = {d: [] for d in DEVICES}  # [client, since, fresh]
+        # [client, since, fresh, passed (a waiter under its share went ahead of it)]
+        self.queues: dict[int, list[list]] = {d: [] for d in DEVICES}
         self.holders: dict[int, dict[int, Hold]] = {d: {} for d in DEVICES}  # grant order
         self.stuck: dict[int, tuple[int, float]] = {}  # device -> (head, first seen stuck)
         self.displaced: list[tuple[int, int]] = []  # (device, client) dropped for memory, per step
@@ -142,7 +143,9 @@ class AutoMachine(ClockMachine):
         entries = {entry[0]: entry for entry in queue}
         order = self.shares.claimed(device, list(entries),
                                     {c: entry[1] for c, entry in entries.items()}, self.now,
-                                    self.tq)
+                                    self.tq, {c for c, entry in entries.items() if entry[3]})
+        for passed in order[order.index(cid) + 1:]:
+            entries[passed][3] = True
         queue[:] = [entries[c] for c in order]
         if order[0] != cid:
             return
@@ -208,13 +211,13 @@ class AutoMachine(ClockMachine):
         position = next((i for i, entry in enumerate(queue) if entry[0] == cid), None)
         assert position is not None, f"grant to {cid}, which is not waiting"
         holding = list(self.holders[device])
-        for ahead, since, _ in queue[:position]:
+        for ahead, since, *_ in queue[:position]:
             assert not self.fits(device, holding + [ahead]), \
                 f"grant to {cid} before {ahead}, which fits and asked first"
             assert self.now - since < self.tq, \
                 f"grant to {cid} passes {ahead}, which has waited a quantum"
         assert self.fits(device, holding + [cid]), f"grant to {cid} overcommits device {device}"
-        _, _, fresh = queue.pop(position)
+        _, _, fresh, _ = queue.pop(position)
         assert bool(message.flags & p.GRANT_AFTER_WAIT) == (not fresh)
         hold = self.holders[device][cid] = Hold(self.now)
         hold.turn, hold.lender = self.loans.granted(device, cid, self.now,
@@ -295,7 +298,7 @@ class AutoMachine(ClockMachine):
         new = self.policy.mode is not p.Mode.OFF and cid not in self.holders[device] \
             and all(entry[0] != cid for entry in queue)
         if new:
-            queue.append([cid, self.now, True])
+            queue.append([cid, self.now, True, False])
         actions = self.policy.request_lock(cid, device, self.now)
         placed = False
         if new:
@@ -399,7 +402,7 @@ class AutoMachine(ClockMachine):
         for device in DEVICES:
             holding = list(self.holders[device])
             assert holding or not self.queues[device], "waiters behind a free lock"
-            for cid, since, _ in self.queues[device]:
+            for cid, since, *_ in self.queues[device]:
                 assert not self.fits(device, holding + [cid]), f"{cid} fits but waits"
                 if self.now - since >= self.tq:
                     break

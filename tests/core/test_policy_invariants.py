@@ -50,7 +50,8 @@ class PolicyMachine(ClockMachine):
         self.now = 0.0
         self.connected: set[int] = set()
         self.gone: set[int] = set()
-        self.queues: dict[int, list[list]] = {}  # device -> [[client, queued, since]]
+        # device -> [[client, queued, since, passed (a waiter under its share went ahead of it)]]
+        self.queues: dict[int, list[list]] = {}
         self.holder: dict[int, int] = {}  # device -> client
         self.granted_at: dict[int, float] = {}  # device -> time
         self.dropped_at: dict[int, float] = {}  # device -> time
@@ -79,7 +80,7 @@ class PolicyMachine(ClockMachine):
         assert device not in self.holder, "a second holder on one device"
         queue = self.queues.get(device, [])
         assert queue and queue[0][0] == cid, f"grant to {cid} out of order {queue}"
-        _, queued, _ = queue.pop(0)
+        _, queued, *_ = queue.pop(0)
         assert bool(message.flags & p.GRANT_AFTER_WAIT) == queued
         assert message.quantum_ms == self.policy.tq * 1000
         self.holder[device] = cid
@@ -124,7 +125,10 @@ class PolicyMachine(ClockMachine):
         entries = {entry[0]: entry for entry in queue}
         order = self.shares.claimed(device, list(entries),
                                     {c: entry[2] for c, entry in entries.items()},
-                                    self.now, self.policy.tq)
+                                    self.now, self.policy.tq,
+                                    {c for c, entry in entries.items() if entry[3]})
+        for passed in order[order.index(cid) + 1:]:
+            entries[passed][3] = True
         queue[:] = [entries[c] for c in order]
         holder = self.holder.get(device)
         if order[0] == cid and holder is not None and device not in self.dropped_at and \
@@ -161,7 +165,7 @@ class PolicyMachine(ClockMachine):
         if self.policy.mode is not p.Mode.OFF and self.holder.get(device) != cid \
                 and all(entry[0] != cid for entry in queue):
             waits = bool(queue) or device in self.holder
-            queue.append([cid, waits, self.now])
+            queue.append([cid, waits, self.now, False])
         actions = self.policy.request_lock(cid, device, self.now)
         if waits:
             self.claim(device, cid)

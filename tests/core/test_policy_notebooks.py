@@ -102,3 +102,60 @@ def test_room_is_made_ahead_for_the_client_expected_back_first():
             driver.moved(cid, size)
     driver.request(2)  # the room is there: granted at once
     assert driver.holders() == [2] and not evicts(driver)
+
+
+def test_idle_clients_are_told_to_get_ready_once_their_memory_may_have_to_leave():
+    """While the memory fits nobody prepares; once a third program's memory makes it not fit,
+    each idle program with memory there hears what it may be asked to move out (its staging
+    memory is then ready before anyone waits for it), once; the holder hears it in its own idle
+    hint, and as an idle program once it lets go."""
+    driver = Driver(tq=10, limit=20 * G)
+    for cid in (1, 2, 3):
+        driver.register(cid)
+    for cid in (1, 2):
+        driver.request(cid)
+        driver.mem(cid, 8 * G, total=80 * G)
+        driver.release(cid, reason=p.ReleaseReason.IDLE, idle_us=100_000)
+    assert driver.prepares == []  # 16 GiB and a reserve fit in 20
+    driver.request(3)
+    driver.mem(3, 8 * G, total=80 * G)
+    assert sorted((cid, hint.evict_bytes) for cid, hint in driver.prepares) == \
+        [(1, 8 * G), (2, 8 * G)]
+    assert driver.hints[-1][0] == 3 and driver.hints[-1][1].evict_bytes == 8 * G
+    driver.prepares.clear()
+    driver.mem(3, 9 * G, total=80 * G)
+    assert driver.prepares == []  # nothing new for the idle ones
+    driver.release(3, reason=p.ReleaseReason.IDLE, idle_us=100_000)
+    assert [(cid, hint.evict_bytes) for cid, hint in driver.prepares] == [(3, 9 * G)]
+
+
+def test_an_idle_client_is_told_when_a_program_that_has_not_run_yet_allocates_past_the_room():
+    driver = Driver(tq=10, limit=20 * G)
+    for cid in (1, 2):
+        driver.register(cid)
+    driver.request(1)
+    driver.mem(1, 12 * G, total=80 * G)
+    driver.release(1, reason=p.ReleaseReason.IDLE, idle_us=100_000)
+    driver.mem(2, 6 * G, total=80 * G)
+    assert driver.prepares == []  # 18 GiB and a reserve fit in 20
+    driver.mem(2, 12 * G, total=80 * G)  # before it ever runs: 1 will have to make room
+    assert [(cid, hint.evict_bytes) for cid, hint in driver.prepares] == [(1, 12 * G)]
+
+
+def test_a_busy_waiter_is_passed_by_one_program_under_its_share_not_by_every_one():
+    """Client 3 had a long first cell, so the others are clearly under their share beside it:
+    the first of them to ask goes ahead of it, the next queues behind it, and its wait is one
+    more turn, not one for each program that asks after it."""
+    driver = Driver(tq=10)
+    for cid in (1, 2, 3, 4):
+        driver.register(cid)
+    driver.request(3)
+    driver.advance(4.0)  # a long first cell
+    driver.release(3, reason=p.ReleaseReason.IDLE, idle_us=100_000)
+    driver.request(2)  # 2 holds
+    driver.request(3)
+    driver.advance(0.1)
+    driver.request(4)
+    assert driver.waiters() == [4, 3]
+    driver.request(1)
+    assert driver.waiters() == [4, 3, 1]

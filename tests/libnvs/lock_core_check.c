@@ -160,6 +160,20 @@ static void the_idle_hint_bounds_early_release_for_one_grant(void)
     CHECK(todo.count == 1 && did(0, GS_DO_IGNORE, 1));
 }
 
+static void an_idle_hint_to_a_process_not_holding_the_device_only_prepares(void)
+{
+    struct gs_lock_core c = registered_on();
+    gs_lock_core_idle_hint(&c, 0, 100, 1 << 20, true, fresh());
+    CHECK(todo.count == 1 && did(0, GS_DO_PREPARE, 0) && todo.list[0].bytes == 1 << 20);
+    gs_lock_core_idle_hint(&c, 0, 100, 0, true, fresh());
+    CHECK(todo.count == 1 && did(0, GS_DO_IGNORE, 0));
+    gs_lock_core_idle_hint(&c, 0, 100, 1 << 20, false, fresh());
+    CHECK(todo.count == 1 && did(0, GS_DO_IGNORE, 0)); /* nothing can move */
+    gs_lock_core_wanted(&c, 0, fresh());
+    gs_lock_core_granted(&c, 0, 0, fresh());
+    CHECK(gs_lock_core_idle_ms(&c, 0, 250) == 250); /* what came before the grant sets nothing */
+}
+
 static void a_refused_device_runs_ungated_from_then_on(void)
 {
     struct gs_lock_core c = registered_on();
@@ -221,6 +235,7 @@ static const struct {
     CHECK_ENTRY(an_eviction_moves_only_what_is_not_running),
     CHECK_ENTRY(mode_off_frees_everything_and_mode_on_closes_again),
     CHECK_ENTRY(the_idle_hint_bounds_early_release_for_one_grant),
+    CHECK_ENTRY(an_idle_hint_to_a_process_not_holding_the_device_only_prepares),
     CHECK_ENTRY(a_refused_device_runs_ungated_from_then_on),
     CHECK_ENTRY(devices_past_the_bound_have_no_lock),
     CHECK_ENTRY(a_request_or_a_hold_is_owed_answers),

@@ -170,3 +170,33 @@ def test_a_program_whose_memory_may_have_to_move_pins_its_staging_memory_ahead(g
 def seconds_of(clock: str) -> float:
     hours, minutes, seconds = clock.split(":")
     return int(hours) * 3600 + int(minutes) * 60 + float(seconds)
+
+
+def test_an_idle_program_pins_its_staging_memory_once_another_allocates_past_the_room(gpu_with):
+    """The first program ran alone and went idle; the second then allocates so much that the
+    first's memory may have to leave. The first, which holds nothing, is told so (IDLE_HINT),
+    pins its staging memory in the background, and the eviction that comes when the second
+    runs only copies. Pinning here takes 0.8 s (50 MB/s), the copy a few milliseconds. A
+    context reserve of 1 MiB lets the first run alone with nothing to prepare."""
+    gpu, scheduler = gpu_with(device_mem="64M", tq=10, context_reserve_mib=1)
+    env = {"FAKECUDA_PIN_GBPS": "0.05"}
+    ran = gpu.path("ran")
+    first = gpu.start(["init", "alloc", "a", "40M", "write", "a", 17, "launch", 1000,
+                       "stream-sync", "touch-file", ran, "sleep-ms", 4000, "check", "a", 17],
+                      env=env)
+    second = gpu.start(["init", "wait-file", ran, "sleep-ms", 600, "alloc", "b", "40M",
+                        "sleep-ms", 1500, "launch", 1000, "stream-sync"], env=env)
+    for program in (first, second):
+        result = program.wait()
+        assert result.returncode == 0, result.describe()
+    log = scheduler.log()
+    evicted = re.search(rf"(\d\d:\d\d:\d\d\.\d+) INFO evict client \d+ \(pid {first.pid},", log)
+    moved = re.search(rf"(\d\d:\d\d:\d\d\.\d+) INFO moved client \d+ \(pid {first.pid},"
+                      r"[^\n]*to the host in ([\d.]+) s", log)
+    assert evicted and moved, log
+    waited = seconds_of(moved.group(1)) - seconds_of(evicted.group(1)) - float(moved.group(2))
+    assert waited < 0.4, log  # the 0.8 s of pinning was paid before the eviction came
+    events = gpu.events()
+    pinned = fakelog.named(events, "host_register", pid=first.pid)
+    assert pinned and pinned[0].ns < min(e.ns for e in fakelog.moves_out(events, first.pid))
+    assert checks(first.result()) == ["1"]

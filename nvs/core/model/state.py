@@ -46,6 +46,8 @@ class Client:
     mps: bool = False  # it was told to go through the scheduler's MPS server
     mps_why: str = ""  # and if not, why (mps_rules.py), once the scheduler runs MPS
     node: NodeIdentity | None = None  # its container, as the node says (budgets.py)
+    # device -> the move out last announced to it while it did not hold the device (IDLE_HINT)
+    told_to_prepare: dict[int, int] = field(default_factory=dict)
 
     def __str__(self) -> str:
         who = self.registration
@@ -77,6 +79,7 @@ class Wait:
     room_asked: bool = False  # clients were asked to move memory out for its grant
     room_readied: bool = False  # idle clients were asked for room while it waited for holders
     keeping: bool = False  # REQUEST_KEEPING: it keeps its lower devices until granted
+    passed: bool = False  # a waiter under its share went ahead of it (share_rules.py)
 
 
 @dataclass

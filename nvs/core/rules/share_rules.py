@@ -86,8 +86,11 @@ class ShareRules:
 
     def _claim_share(self, dev: Device, cid: int, now: float) -> list:
         """A waiter that has had clearly less than its share when it asks goes ahead of the
-        waiters clearly busier than it (while each it passes has waited under a TQ) and, at the
-        front, has the holders clearly busier than it drop after a minimum slice."""
+        waiters clearly busier than it (while each it passes has waited under a TQ, and has not
+        been passed before in this wait) and, at the front, has the holders clearly busier than
+        it drop after a minimum slice. Passed once at most, a waiter waits for one more turn at
+        most: among notebooks, where one long first cell makes a program the busiest for a
+        while, the others passing it one after another made it wait 6 s for a 0.1 s cell."""
         if cid in self.gangs.of_client:  # a gang is granted as a whole, in its members' order
             return []
         mine = self._weighted_usage(cid, dev.index, now)
@@ -95,7 +98,8 @@ class ShareRules:
         oldest = now  # the longest-waiting of them: after earlier passes, not always the first
         for other in reversed(dev.waiters):
             if other != cid:
-                if not clearly_under(mine, self._weighted_usage(other, dev.index, now)):
+                if dev.waiters[other].passed or \
+                        not clearly_under(mine, self._weighted_usage(other, dev.index, now)):
                     break
                 passed.append(other)
                 oldest = min(oldest, dev.waiters[other].since)
@@ -105,6 +109,8 @@ class ShareRules:
             place = order.index(first)
             dev.waiters = {other: dev.waiters[other]
                            for other in order[:place] + [cid] + order[place:]}
+            for other in passed:
+                dev.waiters[other].passed = True
         if next(iter(dev.waiters)) != cid:
             return []
         slice_s = self._min_slice(dev, cid)

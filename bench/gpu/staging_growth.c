@@ -1,0 +1,99 @@
+/* What new pinned staging memory costs a program on this host: host pages faulted in by 8
+ * threads, then registered with the driver (what libnvs does before its first moves out), in
+ * PROCESSES programs at once, with 4 KiB pages or transparent huge pages. Host memory only: no
+ * device memory is asked for. Prints one JSON object per program.
+ *
+ *   cc -O2 -I/usr/local/cuda/include staging_growth.c -o staging_growth -lcuda -lpthread
+ *   ./staging_growth GIB PROCESSES HUGE     (HUGE: 1 for madvise(MADV_HUGEPAGE), 0 for none)
+ */
+#include <cuda.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define THREADS 8
+#define HUGE_PAGE (2ull << 20)
+
+struct job {
+    char *from;
+    size_t size;
+};
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec / 1e9;
+}
+
+static void *touch(void *arg)
+{
+    struct job *job = arg;
+    for (size_t off = 0; off < job->size; off += 4096)
+        ((volatile char *)job->from)[off] = 0;
+    return NULL;
+}
+
+static int one_program(size_t size, int huge, int index)
+{
+    CUdevice dev;
+    CUcontext ctx;
+    if (cuInit(0) || cuDeviceGet(&dev, 0) || cuDevicePrimaryCtxRetain(&ctx, dev) ||
+        cuCtxSetCurrent(ctx)) {
+        fprintf(stderr, "no CUDA context\n");
+        return 1;
+    }
+    char *raw = mmap(NULL, size + HUGE_PAGE, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED)
+        return 1;
+    char *base = (char *)(((uintptr_t)raw + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1));
+    if (huge)
+        madvise(base, size, MADV_HUGEPAGE);
+    double t = now_s();
+    pthread_t threads[THREADS];
+    struct job jobs[THREADS];
+    for (int i = 0; i < THREADS; i++) {
+        jobs[i] = (struct job){base + i * (size / THREADS), size / THREADS};
+        pthread_create(&threads[i], NULL, touch, &jobs[i]);
+    }
+    for (int i = 0; i < THREADS; i++)
+        pthread_join(threads[i], NULL);
+    double faulted = now_s() - t;
+    t = now_s();
+    CUresult r = cuMemHostRegister(base, size, CU_MEMHOSTREGISTER_PORTABLE);
+    double registered = now_s() - t;
+    printf("{\"program\": %d, \"huge\": %d, \"gib\": %.2f, \"fault_in_s\": %.3f, "
+           "\"register_s\": %.3f, \"register_ok\": %s, \"gb_per_s\": %.2f}\n",
+           index, huge, size / (double)(1ull << 30), faulted, registered,
+           r == CUDA_SUCCESS ? "true" : "false", size / (faulted + registered) / 1e9);
+    fflush(stdout);
+    if (r == CUDA_SUCCESS)
+        cuMemHostUnregister(base);
+    munmap(raw, size + HUGE_PAGE);
+    return r == CUDA_SUCCESS ? 0 : 1;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 4) {
+        fprintf(stderr, "usage: %s GIB PROCESSES HUGE\n", argv[0]);
+        return 2;
+    }
+    size_t size = (size_t)(atof(argv[1]) * (1ull << 30)) / HUGE_PAGE * HUGE_PAGE;
+    int processes = atoi(argv[2]), huge = atoi(argv[3]), failed = 0;
+    for (int i = 0; i < processes; i++)
+        if (fork() == 0)
+            return one_program(size, huge, i);
+    for (int i = 0; i < processes; i++) {
+        int status = 0;
+        wait(&status);
+        failed += !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+    }
+    return failed ? 1 : 0;
+}
