@@ -18,9 +18,10 @@ the core sends is checked as it goes out, and the state after every step:
   goes first and has those holding on its loan drop (unless it fits beside them), and gets the
   rest of its turn; who gave the device back to it goes first again when it asks;
 - bounded overtaking: a grant passes only waiters that do not fit and have waited less than one
-  TQ; no waiter the rule would admit is left waiting; a waiter at the head that has waited a TQ
-  is granted within TQ + grace (counted from when the test first sees it so, and again after a
-  TQ change);
+  TQ, or that have memory to bring back while a client granted before them brings its own back
+  (one move on the host link at a time: they go once it is back); no waiter the rule would
+  admit is left waiting; a waiter at the head that has waited a TQ is granted within TQ + grace
+  (counted from when the test first sees it so, and again after a TQ change);
 - GRANT_AFTER_WAIT exactly when the grant did not answer the request at once, GRANT_SHARED
   exactly when the device then has more than one holder;
 - nothing to disconnected clients; revocation exactly `grace` after the drop, plus the time the
@@ -28,11 +29,11 @@ the core sends is checked as it goes out, and the state after every step:
 
 This is the policy as the scheduler runs it. The clients here answer every EVICT at once (MOVED,
 done), and say their memory is back as soon as they are granted: making room, and bringing
-memory back one client at a time, then never delay a grant, and the rules above hold as they
-are. How long a
-minimum slice lasts follows from what the switch would move, by the core's estimate of where
-memory is, which this model does not keep: that move's time is taken from the core
-(`switch_seconds`) as the claim is made, and the slice worked out from it (shares.py).
+memory back one client at a time, then delay a grant only within one step, and the rules above
+hold as they are. How long a minimum slice lasts follows from what the switch would move, by
+the core's estimate of where memory is, which this model does not keep: that move's time is
+taken from the core (`switch_seconds`) as the claim is made, and the slice worked out from it
+(shares.py); so is whose memory was moved off.
 """
 
 from __future__ import annotations
@@ -94,6 +95,7 @@ class AutoMachine(ClockMachine):
         self.shares = ShareModel()
         self.loans = LoanModel()
         self.gap_drops: set[tuple[int, int]] = set()  # (device, client) a lender back drops
+        self.bringing_back: set[int] = set()  # granted, and not yet said their memory is back
 
     # ----- the rules as the model sees them -------------------------------------------------
 
@@ -196,6 +198,7 @@ class AutoMachine(ClockMachine):
             self.apply(self.policy.moved(cid, message.device, p.MOVED_TO_HOST | p.MOVED_DONE,
                                          message.bytes, 0, self.now))
         for cid, message in granted:
+            self.bringing_back.discard(cid)
             if cid in self.holders[message.device]:
                 self.apply(self.policy.moved(cid, message.device, p.MOVED_DONE,
                                              self.size(cid, message.device), 0, self.now))
@@ -212,6 +215,8 @@ class AutoMachine(ClockMachine):
         assert position is not None, f"grant to {cid}, which is not waiting"
         holding = list(self.holders[device])
         for ahead, since, *_ in queue[:position]:
+            if self.waits_for_the_link(device, ahead):
+                continue
             assert not self.fits(device, holding + [ahead]), \
                 f"grant to {cid} before {ahead}, which fits and asked first"
             assert self.now - since < self.tq, \
@@ -224,6 +229,16 @@ class AutoMachine(ClockMachine):
                                                     DEFAULT_MIN_SLICE_MS / 1000, self.tq)
         assert message.quantum_ms == round((self.tq if hold.turn is None else hold.turn) * 1000)
         self.shares.granted(cid, device, self.now)
+        self.bringing_back.add(cid)
+
+    def waits_for_the_link(self, device: int, cid: int) -> bool:
+        """Whether the waiter has memory to bring back while a client granted before it brings
+        its own back: it waits for that move to end (one move on the link at a time), and others with
+        nothing to bring back may go first. What each client moved off is the core's to know
+        (residency), which this model does not keep."""
+        dev = self.policy.devices.get(device)
+        return dev is not None and self.policy.residency.moved_off(device, cid) > 0 and \
+            any(c in self.bringing_back and until > self.now for c, until in dev.fetching.items())
 
     def check_drop(self, cid: int, message: p.DropLock) -> None:
         device = message.device
