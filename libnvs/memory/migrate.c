@@ -34,6 +34,11 @@
  * and its event cost nothing beside the copy (20 ms at 13 GB/s). */
 #define GS_MOVE_CHUNK (256ull << 20)
 #define GS_MOVE_POLL_NS 200000
+/* The driver's migration to the host until a move measures it here: a process's first on an
+ * H100, where it must find new host pages (README.md, "Out by copy"); moves smaller than the
+ * sample time the calls, not the link. */
+#define GS_MIGRATE_PRIOR_BPS 3.0e9
+#define GS_MIGRATE_SAMPLE (64ull << 20)
 
 /* Since the lock was last granted: how much moved to the host, and how far into the device's
  * allocations, oldest first. A move out always takes the oldest first, so what is out is
@@ -68,6 +73,7 @@ static struct gs_migrate_state {
     int driver_version; /* 0 until asked, -1 when the driver would not say */
     struct gs_moved_out out[GS_MAX_DEVICES];
     struct gs_staged staged[GS_MAX_DEVICES];
+    double migrate_bps[GS_MAX_DEVICES]; /* as the last move out with no copy measured it; 0: none */
 } gs_mig;
 
 /* Devices with converted memory allocated while the process could not run there: set by the
@@ -85,6 +91,7 @@ struct gs_mover {
     bool in_order;  /* every chunk so far arrived: the oldest-first prefix grows */
     bool unusable;  /* an event reported an error: nothing more is waited for */
     uint64_t freed_bytes; /* of chunks whose allocation the program freed meanwhile */
+    uint64_t copied_bytes; /* of chunks that went by copy, not by the driver's migration */
 };
 
 static int64_t gs_now_ns(void)
@@ -260,6 +267,7 @@ static void gs_arrived(struct gs_mover *mv, const struct gs_chunk *c)
     if (c->host) { /* room for it was made before the move began */
         struct gs_staged *st = &gs_mig.staged[mv->device];
         st->chunks[st->count++] = *c;
+        mv->copied_bytes += c->size;
     }
     struct gs_moved_out *out = &gs_mig.out[mv->device];
     out->bytes += c->size;
@@ -275,8 +283,14 @@ static bool gs_copy_usable(void)
     return gs_config()->move_copy && gs_driver_version() >= 12080;
 }
 
+static double gs_migrate_bps(int device)
+{
+    return gs_mig.migrate_bps[device] > 0 ? gs_mig.migrate_bps[device] : GS_MIGRATE_PRIOR_BPS;
+}
+
 /* Gives the run's converted chunks staging memory, all of it pinned before the first copy, and
- * room in the staged list; those that get none migrate. Inside the run's context. */
+ * room in the staged list; those that get none migrate: when the host would not give it, or
+ * getting it ready would take longer than migrating them. Inside the run's context. */
 static void gs_stage(struct gs_mover *mv, struct gs_chunk *chunks, size_t n)
 {
     struct gs_staged *st = &gs_mig.staged[mv->device];
@@ -296,11 +310,17 @@ static void gs_stage(struct gs_mover *mv, struct gs_chunk *chunks, size_t n)
         }
     }
     if (count > 0) {
-        gs_staging_prepare(mv->device, sizes, count);
-        for (size_t i = 0; i < n; i++)
-            if (chunks[i].converted &&
-                (chunks[i].host = gs_staging_take(mv->device, chunks[i].size)) == NULL)
-                break; /* the host gave what it could: the rest migrates */
+        size_t ready = gs_staging_prepare(mv->device, sizes, count, gs_migrate_bps(mv->device));
+        if (ready < count)
+            gs_debug("staging memory for %zu of %zu pieces moving off device %d: the driver "
+                     "migrates the rest (about %.1f GB/s)", ready, count, mv->device,
+                     gs_migrate_bps(mv->device) / 1e9);
+        for (size_t i = 0, taken = 0; i < n && taken < ready; i++)
+            if (chunks[i].converted) {
+                if ((chunks[i].host = gs_staging_take(mv->device, chunks[i].size)) == NULL)
+                    break; /* the host gave what it could: the rest migrates */
+                taken++;
+            }
     }
     free(sizes);
 }
@@ -469,6 +489,9 @@ struct gs_move gs_migrate_out(int device, uint64_t bytes, const struct gs_move_p
     }
     free(list);
     gs_plan_run(&mv, &plan);
+    uint64_t us = mv.result.elapsed_us ? mv.result.elapsed_us : 1;
+    if (mv.copied_bytes == 0 && !mv.result.failed && mv.result.bytes >= GS_MIGRATE_SAMPLE)
+        gs_mig.migrate_bps[device] = (double)mv.result.bytes * 1e6 / (double)us;
     gs_prepare_all(device); /* for the rest of it, should the next move out want it */
     gs_debug("moved %llu bytes (%zu ranges, oldest first) of managed memory to the host from "
              "device %d in %llu us%s; %llu bytes out since the last grant",

@@ -19,9 +19,18 @@
 #define GS_STAGING_GROW (64ull << 20)
 #define GS_FAULT_THREADS 8
 #define GS_STAGING_ALIGN (2ull << 20)
-/* Pinning ahead goes a piece at a time, so that the client thread hears the scheduler between
- * pieces (1 GiB: about 35 ms to pin). */
+/* Memory is faulted in ahead a piece at a time, and pinned in pieces of about GS_PIN_STEP_S at
+ * the measured rate (within the bounds), so that the client thread hears the scheduler between
+ * pieces: on an H200 running four notebooks 1 GiB once took 1 s to pin, where alone it takes
+ * 35 ms. No smaller than a move's chunk, which a piece must hold whole. */
 #define GS_ADOPT_STEP (1ull << 30)
+#define GS_PIN_STEP_MIN (256ull << 20)
+#define GS_PIN_STEP_S 0.1
+/* How fast this host faults in and pins, until measured: an H100 host with no other program
+ * doing the same (README.md, "Out by copy"). Smaller pieces time the calls, not the host. */
+#define GS_FAULT_PRIOR_BPS 13.7e9
+#define GS_PIN_PRIOR_BPS 29.5e9
+#define GS_RATE_SAMPLE (64ull << 20)
 
 struct gs_block {
     char *base;
@@ -33,6 +42,7 @@ struct gs_pool {
     size_t count;
     size_t block, offset; /* the cursor: where the next piece is taken */
     uint64_t pinned;
+    double pin_bps; /* as last measured */
     /* Host memory faulted in ahead by a thread of its own, pinned by the client thread (pinning
      * needs a CUDA context). Under mu: */
     pthread_mutex_t mu;
@@ -40,6 +50,7 @@ struct gs_pool {
     bool preparing;
     struct gs_block ready;
     bool pin_refused; /* the driver refused to pin prepared memory: it is given back */
+    double fault_bps; /* as last measured, by either thread */
 };
 
 /* Owned by the client thread; reset after fork (the child never had the pins). */
@@ -86,6 +97,8 @@ static struct gs_pool *gs_pool(int device)
     if (gs_pools[device] == NULL && (gs_pools[device] = calloc(1, sizeof *gs_pools[device]))) {
         pthread_mutex_init(&gs_pools[device]->mu, NULL);
         pthread_cond_init(&gs_pools[device]->done, NULL);
+        gs_pools[device]->pin_bps = GS_PIN_PRIOR_BPS;
+        gs_pools[device]->fault_bps = GS_FAULT_PRIOR_BPS;
     }
     return gs_pools[device];
 }
@@ -112,12 +125,22 @@ static char *gs_map(size_t size)
     return base;
 }
 
-static void gs_fault_in_timed(char *base, size_t size)
+/* The rate `bytes` in `ms` show, or `was` when they are too few to say. */
+static double gs_rate(size_t bytes, int64_t ms, double was)
+{
+    return bytes < GS_RATE_SAMPLE ? was : (double)bytes * 1000.0 / (double)(ms > 0 ? ms : 1);
+}
+
+/* Faults the memory in and takes the pool's fault_bps from how long that took. */
+static void gs_fault_in_timed(struct gs_pool *pool, char *base, size_t size)
 {
     int64_t began = gs_now_ms();
     gs_fault_in_parallel(base, size);
-    gs_debug("faulted in %zu MiB of host memory in %lld ms", size >> 20,
-             (long long)(gs_now_ms() - began));
+    int64_t ms = gs_now_ms() - began;
+    pthread_mutex_lock(&pool->mu);
+    pool->fault_bps = gs_rate(size, ms, pool->fault_bps);
+    pthread_mutex_unlock(&pool->mu);
+    gs_debug("faulted in %zu MiB of host memory in %lld ms", size >> 20, (long long)ms);
 }
 
 static size_t gs_aligned(uint64_t bytes)
@@ -142,11 +165,12 @@ static bool gs_pin(struct gs_pool *pool, int device, char *base, size_t size)
                 size >> 20, device, r);
         return false;
     }
+    int64_t ms = gs_now_ms() - began;
     pool->blocks[pool->count++] = (struct gs_block){base, size};
     pool->pinned += size;
+    pool->pin_bps = gs_rate(size, ms, pool->pin_bps);
     gs_debug("pinned %zu MiB more in %lld ms to stage moves off device %d (%llu MiB in all)",
-             size >> 20, (long long)(gs_now_ms() - began), device,
-             (unsigned long long)(pool->pinned >> 20));
+             size >> 20, (long long)ms, device, (unsigned long long)(pool->pinned >> 20));
     return true;
 }
 
@@ -156,7 +180,7 @@ static bool gs_grow(struct gs_pool *pool, int device, size_t size)
     size = gs_aligned(size);
     char *base = gs_map(size);
     if (base)
-        gs_fault_in_timed(base, size);
+        gs_fault_in_timed(pool, base, size);
     if (base == NULL) {
         gs_warn("no host memory to stage %zu MiB moved off device %d; the driver migrates it "
                 "instead", size >> 20, device);
@@ -197,6 +221,14 @@ static size_t gs_adopt(struct gs_pool *pool, int device, size_t wanted, size_t m
     return 0;
 }
 
+/* How much to pin at once: about GS_PIN_STEP_S at the rate last measured, in whole chunks. */
+static size_t gs_pin_step(const struct gs_pool *pool)
+{
+    double chunks = pool->pin_bps * GS_PIN_STEP_S / (double)GS_PIN_STEP_MIN;
+    size_t most = GS_ADOPT_STEP / GS_PIN_STEP_MIN;
+    return GS_PIN_STEP_MIN * (chunks >= (double)most ? most : chunks >= 1 ? (size_t)chunks : 1);
+}
+
 struct gs_ahead {
     struct gs_pool *pool;
     size_t size;
@@ -212,7 +244,7 @@ static void *gs_prepare_in_background(void *arg)
     char *base = gs_map(job->size);
     for (size_t done = 0; base && done < job->size;) {
         size_t step = job->size - done < GS_ADOPT_STEP ? job->size - done : GS_ADOPT_STEP;
-        gs_fault_in_timed(base + done, step);
+        gs_fault_in_timed(pool, base + done, step);
         pthread_mutex_lock(&pool->mu);
         if (pool->ready.base == NULL)
             pool->ready = (struct gs_block){base + done, step};
@@ -268,7 +300,7 @@ bool gs_staging_adopt(int device)
 {
     struct gs_pool *pool = device >= 0 && device < GS_MAX_DEVICES ? gs_pools[device] : NULL;
     if (pool)
-        gs_adopt(pool, device, 0, GS_ADOPT_STEP);
+        gs_adopt(pool, device, 0, gs_pin_step(pool));
     return gs_staging_has_prepared(device);
 }
 
@@ -294,36 +326,69 @@ bool gs_staging_has_prepared(int device)
     return ready;
 }
 
-/* What pieces of these sizes, taken in this order as gs_staging_take will, need beyond the
- * pool's blocks: those left over once the blocks are full. */
-static size_t gs_beyond_blocks(const struct gs_pool *pool, const size_t *sizes, size_t n)
+/* How many of these pieces, taken in this order as gs_staging_take will, fit in the pool's
+ * blocks; the ones after them would need more. */
+static size_t gs_within_blocks(const struct gs_pool *pool, const size_t *sizes, size_t n)
 {
-    size_t block = pool->block, offset = pool->offset, i = 0;
-    for (; i < n && block < pool->count; i++) {
+    size_t block = pool->block, offset = pool->offset;
+    for (size_t i = 0; i < n; i++) {
         while (block < pool->count && pool->blocks[block].size - offset < sizes[i]) {
             block++;
             offset = 0;
         }
-        if (block < pool->count)
-            offset += sizes[i];
+        if (block == pool->count)
+            return i;
+        offset += sizes[i];
     }
-    size_t more = 0;
-    for (; i < n; i++)
-        more += sizes[i];
-    return more;
+    return n;
 }
 
-bool gs_staging_prepare(int device, const size_t *sizes, size_t n)
+/* Whether pinning `bytes` more is quicker, at the rates last measured here, than the driver
+ * migrating them at `migrate_bps`: what is faulted in already only needs pinning. A host where
+ * every program prepares at once can get that slow: on an H200 running four notebooks, 5 GiB
+ * took 2.5 s to fault in and 4.8 s to pin, where the driver's first migration out finds host
+ * pages at about 3 GB/s. */
+static bool gs_quicker_to_pin(struct gs_pool *pool, uint64_t bytes, double migrate_bps)
+{
+    pthread_mutex_lock(&pool->mu);
+    uint64_t unfaulted = bytes > pool->ready.size ? bytes - pool->ready.size : 0;
+    double fault_bps = pool->fault_bps;
+    pthread_mutex_unlock(&pool->mu);
+    double seconds = (double)bytes / pool->pin_bps + (double)unfaulted / fault_bps;
+    return migrate_bps <= 0 || seconds <= (double)bytes / migrate_bps;
+}
+
+static uint64_t gs_total(const size_t *sizes, size_t n)
+{
+    uint64_t total = 0;
+    for (size_t i = 0; i < n; i++)
+        total += sizes[i];
+    return total;
+}
+
+size_t gs_staging_prepare(int device, const size_t *sizes, size_t n, double migrate_bps)
 {
     struct gs_pool *pool = gs_pool(device);
     if (pool == NULL)
-        return false;
-    /* What was prepared ahead first, as much of it as is needed (faulting in again beside the
-     * thread would be slower); what is still missing then gets one new block of its size. */
-    size_t more = gs_beyond_blocks(pool, sizes, n);
-    while (more > 0 && gs_adopt(pool, device, gs_aligned(more), gs_aligned(more)) > 0)
-        more = gs_beyond_blocks(pool, sizes, n);
-    return more == 0 || gs_grow(pool, device, more);
+        return 0;
+    /* What was prepared ahead first, a piece at a time (faulting in again beside the thread
+     * would be slower), then one new block of the size still missing; each step only while
+     * pinning the rest still looks quicker than migrating it: a piece's pinning teaches the
+     * rate. */
+    size_t fit = gs_within_blocks(pool, sizes, n);
+    while (fit < n) {
+        uint64_t more = gs_aligned(gs_total(sizes + fit, n - fit));
+        if (!gs_quicker_to_pin(pool, more, migrate_bps))
+            break;
+        size_t step = more < gs_pin_step(pool) ? (size_t)more : gs_pin_step(pool);
+        if (gs_adopt(pool, device, step, step) == 0) {
+            gs_grow(pool, device, more);
+            fit = gs_within_blocks(pool, sizes, n);
+            break;
+        }
+        fit = gs_within_blocks(pool, sizes, n);
+    }
+    return fit;
 }
 
 void *gs_staging_take(int device, size_t size)

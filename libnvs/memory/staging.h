@@ -10,9 +10,11 @@
 #include <stdint.h>
 
 /* Grows the device's pool, if needed, so that pieces of these sizes can then be taken in this
- * order without growing it again: new pages are faulted in by several threads, then pinned.
- * False when the host would not give that much. A CUDA context must be current. */
-bool gs_staging_prepare(int device, const size_t *sizes, size_t n);
+ * order without growing it again (new pages are faulted in by several threads, then pinned),
+ * as far as that is quicker than the driver migrating them at `migrate_bps` (0: always).
+ * Returns how many of the pieces, from the first, can be taken; fewer when the host would not
+ * give that much. A CUDA context must be current. */
+size_t gs_staging_prepare(int device, const size_t *sizes, size_t n, double migrate_bps);
 
 /* Starts faulting in, on a thread of its own, the host memory that `bytes` more would need
  * beyond the pool's free room, unless that is running or waiting already (or the driver

@@ -196,3 +196,42 @@ def test_an_idle_program_pins_its_staging_memory_once_another_allocates_past_the
     pinned = fakelog.named(events, "host_register", pid=first.pid)
     assert pinned and pinned[0].ns < min(e.ns for e in fakelog.moves_out(events, first.pid))
     assert checks(first.result()) == ["1"]
+
+
+def test_a_move_out_migrates_what_staging_memory_would_take_longer_to_pin(scripted):
+    """Pinning here runs at 200 MB/s, as the first move out measures (64 MiB in about 0.3 s).
+    The program then allocates 512 MiB more: pinning staging memory for it would take 2.7 s,
+    where the driver migrates it at about 3 GB/s (0.2 s). That move copies the 64 MiB that
+    has staging memory and lets the driver migrate the rest, which comes back intact. Its
+    staging memory is then pinned ahead, a short piece at a time."""
+    gpu, scheduler = scripted
+    more, grown = gpu.path("more"), gpu.path("grown")
+    program = start_holding(gpu, scheduler, ["alloc", "a", "64M", "write", "a", 17],
+                            env={"FAKECUDA_DEVICE_MEM": "1G", "FAKECUDA_PIN_GBPS": "0.2",
+                                 "GEMSHARE_DEBUG": "1"},
+                            then=["alloc", "b", "512M", "write", "b", 34, "launch", 100, "sync",
+                                  "touch-file", grown, "wait-file", more, "check", "a", 17,
+                                  "check", "b", 34, "sleep-ms", 3500])
+    scheduler.drop(program.pid, p.EVICT_ALL)
+    scheduler.wait_for(program.pid, p.LockReleased)
+    gpu.path("again").touch()
+    scheduler.turn(program, grown)
+    scheduler.drop(program.pid, p.EVICT_ALL)
+    scheduler.wait_for(program.pid, p.LockReleased, count=2)
+    result = scheduler.last_turn(program, more)
+    events = gpu.events()
+    ptr = result.pointers()
+    # b went by the driver's migration, in two 256 MiB chunks; a by copy, both times.
+    b_out = [e for e in fakelog.moves_out(events, result.pid)
+             if int(e["ptr"], 16) in (ptr["b"], ptr["b"] + 256 * MiB)]
+    assert [(e.name.split("_pt")[0], int(e["size"])) for e in b_out] == \
+        [("prefetch", 256 * MiB)] * 2
+    assert fakelog.discarded(events, result.pid) == [(ptr["a"], 64 * MiB)] * 2
+    # Only a's staging memory was pinned before that move; b's was pinned ahead after it, in
+    # pieces of 0.1 s at the rate measured, or one move's chunk (256 MiB) at least.
+    pins = fakelog.named(events, "host_register", pid=result.pid)
+    assert [int(pin["size"]) for pin in pins] == [64 * MiB, 256 * MiB, 256 * MiB]
+    assert pins[1].ns > b_out[-1].ns
+    assert any("the driver migrates the rest" in line for line in result.gemshare_lines()), \
+        result.stderr
+    assert checks(result) == ["1", "1"]
