@@ -19,12 +19,13 @@
 #define GS_STAGING_GROW (64ull << 20)
 #define GS_FAULT_THREADS 8
 #define GS_STAGING_ALIGN (2ull << 20)
-/* Memory is faulted in ahead a piece at a time, and pinned in pieces of about GS_PIN_STEP_S at
- * the measured rate (within the bounds), so that the client thread hears the scheduler between
- * pieces: on an H200 running four notebooks 1 GiB once took 1 s to pin, where alone it takes
- * 35 ms. No smaller than a move's chunk, which a piece must hold whole. */
-#define GS_ADOPT_STEP (1ull << 30)
+/* Memory is faulted in ahead a piece (a move's chunk) at a time, and pinned in pieces of about
+ * GS_PIN_STEP_S at the measured rate (the smallest until measured), so that the client thread
+ * hears the scheduler between pieces, and a move that waits for them soon learns whether
+ * waiting pays: on an H200 running four notebooks 1 GiB once took 1 s to pin, where alone it
+ * takes 35 ms. */
 #define GS_PIN_STEP_MIN (256ull << 20)
+#define GS_PIN_STEP_MAX (1ull << 30)
 #define GS_PIN_STEP_S 0.1
 /* How fast this host faults in and pins, until measured: an H100 host with no other program
  * doing the same (README.md, "Out by copy"). Smaller pieces time the calls, not the host. */
@@ -42,7 +43,7 @@ struct gs_pool {
     size_t count;
     size_t block, offset; /* the cursor: where the next piece is taken */
     uint64_t pinned;
-    double pin_bps; /* as last measured */
+    double pin_bps; /* as last measured; 0 until then */
     /* Host memory faulted in ahead by a thread of its own, pinned by the client thread (pinning
      * needs a CUDA context). Under mu: */
     pthread_mutex_t mu;
@@ -97,7 +98,6 @@ static struct gs_pool *gs_pool(int device)
     if (gs_pools[device] == NULL && (gs_pools[device] = calloc(1, sizeof *gs_pools[device]))) {
         pthread_mutex_init(&gs_pools[device]->mu, NULL);
         pthread_cond_init(&gs_pools[device]->done, NULL);
-        gs_pools[device]->pin_bps = GS_PIN_PRIOR_BPS;
         gs_pools[device]->fault_bps = GS_FAULT_PRIOR_BPS;
     }
     return gs_pools[device];
@@ -225,7 +225,7 @@ static size_t gs_adopt(struct gs_pool *pool, int device, size_t wanted, size_t m
 static size_t gs_pin_step(const struct gs_pool *pool)
 {
     double chunks = pool->pin_bps * GS_PIN_STEP_S / (double)GS_PIN_STEP_MIN;
-    size_t most = GS_ADOPT_STEP / GS_PIN_STEP_MIN;
+    size_t most = GS_PIN_STEP_MAX / GS_PIN_STEP_MIN;
     return GS_PIN_STEP_MIN * (chunks >= (double)most ? most : chunks >= 1 ? (size_t)chunks : 1);
 }
 
@@ -243,7 +243,7 @@ static void *gs_prepare_in_background(void *arg)
     struct gs_pool *pool = job->pool;
     char *base = gs_map(job->size);
     for (size_t done = 0; base && done < job->size;) {
-        size_t step = job->size - done < GS_ADOPT_STEP ? job->size - done : GS_ADOPT_STEP;
+        size_t step = job->size - done < GS_PIN_STEP_MIN ? job->size - done : GS_PIN_STEP_MIN;
         gs_fault_in_timed(pool, base + done, step);
         pthread_mutex_lock(&pool->mu);
         if (pool->ready.base == NULL)
@@ -354,7 +354,8 @@ static bool gs_quicker_to_pin(struct gs_pool *pool, uint64_t bytes, double migra
     uint64_t unfaulted = bytes > pool->ready.size ? bytes - pool->ready.size : 0;
     double fault_bps = pool->fault_bps;
     pthread_mutex_unlock(&pool->mu);
-    double seconds = (double)bytes / pool->pin_bps + (double)unfaulted / fault_bps;
+    double pin_bps = pool->pin_bps > 0 ? pool->pin_bps : GS_PIN_PRIOR_BPS;
+    double seconds = (double)bytes / pin_bps + (double)unfaulted / fault_bps;
     return migrate_bps <= 0 || seconds <= (double)bytes / migrate_bps;
 }
 
@@ -371,21 +372,17 @@ size_t gs_staging_prepare(int device, const size_t *sizes, size_t n, double migr
     struct gs_pool *pool = gs_pool(device);
     if (pool == NULL)
         return 0;
-    /* What was prepared ahead first, a piece at a time (faulting in again beside the thread
-     * would be slower), then one new block of the size still missing; each step only while
-     * pinning the rest still looks quicker than migrating it: a piece's pinning teaches the
-     * rate. */
+    /* A piece at a time, what was prepared ahead first (faulting in again beside the thread
+     * would be slower), else a new block; each only while pinning the rest still looks quicker
+     * than migrating it: each piece teaches the rates. */
     size_t fit = gs_within_blocks(pool, sizes, n);
     while (fit < n) {
         uint64_t more = gs_aligned(gs_total(sizes + fit, n - fit));
         if (!gs_quicker_to_pin(pool, more, migrate_bps))
             break;
         size_t step = more < gs_pin_step(pool) ? (size_t)more : gs_pin_step(pool);
-        if (gs_adopt(pool, device, step, step) == 0) {
-            gs_grow(pool, device, more);
-            fit = gs_within_blocks(pool, sizes, n);
-            break;
-        }
+        if (gs_adopt(pool, device, step, step) == 0 && !gs_grow(pool, device, step))
+            break; /* the host gave what it could */
         fit = gs_within_blocks(pool, sizes, n);
     }
     return fit;

@@ -235,3 +235,21 @@ def test_a_move_out_migrates_what_staging_memory_would_take_longer_to_pin(script
     assert any("the driver migrates the rest" in line for line in result.gemshare_lines()), \
         result.stderr
     assert checks(result) == ["1", "1"]
+
+
+def test_a_first_move_out_learns_the_pinning_rate_from_its_first_piece(scripted):
+    """Nothing is known of this host yet, and pinning runs at 200 MB/s: the first move out of
+    768 MiB pins one 256 MiB piece (1.3 s), learns the rate from it, and lets the driver
+    migrate the other 512 MiB rather than pin them (2.7 s more)."""
+    gpu, scheduler = scripted
+    result, events = dropped(gpu, scheduler, ["alloc", "a", "768M", "write", "a", 17],
+                             evict_bytes=p.EVICT_ALL, then=["check", "a", 17],
+                             env={"FAKECUDA_DEVICE_MEM": "1G", "FAKECUDA_PIN_GBPS": "0.2"})
+    a = result.pointers()["a"]
+    moves = [(e.name.split("_pt")[0], int(e["ptr"], 16) - a, int(e["size"]))
+             for e in fakelog.moves_out(events, result.pid)]
+    assert moves == [("discard", 0, 256 * MiB), ("prefetch", 256 * MiB, 256 * MiB),
+                     ("prefetch", 512 * MiB, 256 * MiB)]
+    first_pin = fakelog.named(events, "host_register", pid=result.pid)[0]
+    assert int(first_pin["size"]) == 256 * MiB
+    assert checks(result) == ["1"]
