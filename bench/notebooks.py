@@ -25,6 +25,7 @@ from pathlib import Path
 
 from gpu_runs import attempt, free_mib, inherited, keep_log, launch, private_scheduler, stop
 from oversub import device_moves, direction, log_figures, read_status
+from scheduler_log import eviction_answers
 
 WORKLOAD = Path(__file__).resolve().parent / "gpu" / "notebook_cells.py"
 TQ = 10
@@ -134,7 +135,15 @@ def shared_set(python: str, library: Path, directory: Path, mode: str, programs:
     for index in range(programs):  # libnvs's lines (with GEMSHARE_DEBUG=1, its moves)
         keep_log((directory / f"program-{index}.err").read_text(), "NOTEBOOKS_LOGS",
                  f"{programs}x{gib}-{mode}-program-{index}.err")
-    return {**run, **log_figures(log), **device_moves(status)}
+    return {**run, **log_figures(log), **device_moves(status), "evictions": evictions(log)}
+
+
+def evictions(log: str) -> dict:
+    """How long the clients took to answer EVICTs, staging memory's preparation included."""
+    answers = eviction_answers(log)
+    return {"count": len(answers),
+            "median_s": statistics.median(answers) if answers else None,
+            "longest_s": max(answers, default=None)}
 
 
 def one_set(python: str, library: Path, directory: Path, programs: int, gib: int,
@@ -191,6 +200,10 @@ def run_line(name: str, run: dict) -> str:
         line += (f"; {run['grants']} grants, {run['early_releases']} early releases, "
                  f"{run['revocations']} revocations; moves (median/largest) "
                  f"{direction('out', moved['to_host'])}, {direction('back', moved['to_device'])}")
+    if run.get("evictions", {}).get("count"):
+        answers = run["evictions"]
+        line += (f"; {answers['count']} EVICTs answered in {answers['median_s']:.3f} s median, "
+                 f"{answers['longest_s']:.2f} s at most")
     return line + ("; intact" if run["intact"] else "; DATA NOT INTACT")
 
 

@@ -1,4 +1,5 @@
-"""Counting the lock's events in a scheduler's log: grants, drops, revocations, early releases.
+"""Counting the lock's events in a scheduler's log: grants, drops, revocations, early releases;
+and how long clients took to answer the scheduler's EVICTs.
 
 The lines are the policy core's (`grant client 3 (pid 10, python3): device 0 ...`), so counts can
 be had for the whole log or for the clients of one process id.
@@ -7,6 +8,7 @@ be had for the whole log or for the clients of one process id.
 from __future__ import annotations
 
 import re
+from datetime import datetime
 
 LINE = re.compile(r"\b(grant|drop|revoke|release) client \d+ \(pid (\d+),([^\n]*)")
 EVENTS = {"grant": "grants", "drop": "drops", "revoke": "revocations"}
@@ -24,3 +26,22 @@ def lock_events(log: str, pid: int | None = None) -> dict[str, int]:
         elif EARLY in rest:
             counts["early_releases"] += 1
     return counts
+
+
+# The time of day that starts each line, and the EVICT and its answer (MOVED to the host).
+STAMPED = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+) [A-Z]+ "
+                     r"(evict|moved) client (\d+) ([^\n]*)", re.MULTILINE)
+
+
+def eviction_answers(log: str) -> list[float]:
+    """Seconds from each EVICT to the client's MOVED to the host, in the log's order. A move's own
+    time leaves out what libnvs waited for before it (staging memory): this does not."""
+    asked: dict[str, datetime] = {}
+    answers = []
+    for stamp, word, client, rest in STAMPED.findall(log):
+        at = datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S.%f")
+        if word == "evict":
+            asked.setdefault(client, at)
+        elif "to the host" in rest and client in asked:
+            answers.append((at - asked.pop(client)).total_seconds())
+    return answers

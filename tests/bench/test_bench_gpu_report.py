@@ -164,6 +164,32 @@ def test_oversub_reads_the_scheduler_log_and_status():
         assert run_gpu.oversub.device_moves(lacking)["move_rates"] is None
 
 
+def test_notebooks_says_how_long_evictions_took_to_answer():
+    """From each EVICT to its MOVED to the host: staging memory's preparation counts, which the
+    move's own time leaves out; moves to the device and an EVICT never answered do not."""
+    log = "\n".join([
+        "2026-11-28 10:25:15.803 INFO evict client 2 (pid 600, python3): device 0, 5126 MiB to "
+        "the host to make room for client 4 (pid 603, python3)",
+        "2026-11-28 10:25:15.900 INFO evict client 3 (pid 601, python3): device 0, 10 MiB to "
+        "the host to make room for client 4 (pid 603, python3)",
+        "2026-11-28 10:25:16.000 INFO moved client 3 (pid 601, python3): device 0, 10485760 "
+        "bytes to the device in 0.001 s",
+        "2026-11-28 10:25:16.103 INFO moved client 3 (pid 601, python3): device 0, 10485760 "
+        "bytes to the host in 0.001 s",
+        "2026-11-28 10:25:23.196 INFO moved client 2 (pid 600, python3): device 0, 5375000576 "
+        "bytes to the host in 0.104 s (51.9 GB/s)",
+        "2026-11-28 10:25:24.000 INFO evict client 1 (pid 599, python3): device 0, 1 MiB to the "
+        "host to make room for client 4 (pid 603, python3)"])
+    answers = run_gpu.notebooks.evictions(log)
+    assert answers["count"] == 2
+    assert abs(answers["longest_s"] - 7.393) < 1e-6 and abs(answers["median_s"] - 3.798) < 1e-6
+    run = {**shared(60.0), "cell_median_s": 0.3, "cell_p95_s": 0.5, "cell_max_s": 0.9,
+           "first_cell_max_s": 2.0, "evictions": answers}
+    line = run_gpu.notebooks.run_line("notebooks 4 x 12 GiB, on", run)
+    assert "2 EVICTs answered in 3.798 s median, 7.39 s at most" in line
+    assert run_gpu.notebooks.evictions("")["longest_s"] is None
+
+
 def test_multi_gpu_is_skipped_with_its_reason_where_fewer_than_two_gpus_are_seen(tmp_path,
                                                                                 monkeypatch):
     import multi_gpu

@@ -233,9 +233,9 @@ class AutoMachine(ClockMachine):
 
     def waits_for_the_link(self, device: int, cid: int) -> bool:
         """Whether the waiter has memory to bring back while a client granted before it brings
-        its own back: it waits for that move to end (one move on the link at a time), and others with
-        nothing to bring back may go first. What each client moved off is the core's to know
-        (residency), which this model does not keep."""
+        its own back: it waits for that move to end (one move on the link at a time), and others
+        with nothing to bring back may go first. What each client moved off is the core's to
+        know (residency), which this model does not keep."""
         dev = self.policy.devices.get(device)
         return dev is not None and self.policy.residency.moved_off(device, cid) > 0 and \
             any(c in self.bringing_back and until > self.now for c, until in dev.fetching.items())

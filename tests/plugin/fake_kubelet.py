@@ -148,6 +148,7 @@ class FakeKubelet:
         self.options: list = []
         self.streams: list[Stream] = []
         self.clients: list[PluginClient] = []
+        self.dial_errors: list[str] = []  # plugins gone before the kubelet could dial them back
         self.links: dict[str, list[Link]] = {}  # resource name -> its links, oldest first
         self.allocated: dict[str, set[str]] = {}  # resource name -> units held by containers
         self._changed = threading.Condition()
@@ -178,7 +179,14 @@ class FakeKubelet:
 
     def _connect(self, request) -> None:
         client = PluginClient(os.path.join(self.directory, request.endpoint))
-        options = client.call("GetDevicePluginOptions", api.Empty())
+        try:
+            options = client.call("GetDevicePluginOptions", api.Empty())
+        except grpc.RpcError as error:  # the kubelet logs it and waits for the next Register
+            client.close()
+            with self._changed:
+                self.dial_errors.append(go_error(error))
+                self._changed.notify_all()
+            return
         stream = Stream(client.channel)
         with self._changed:
             self.clients.append(client)
@@ -195,7 +203,7 @@ class FakeKubelet:
             assert self._changed.wait_for(
                 lambda: len(self.links.get(resource, ())) >= count, timeout), (
                 f"{len(self.links.get(resource, ()))} registrations of {resource} after "
-                f"{timeout} s, not {count}")
+                f"{timeout} s, not {count}; dialing back failed: {self.dial_errors}")
             return self.links[resource][count - 1]
 
     def wait_for_stream(self, count: int = 1, resource: str = SLOTS,
