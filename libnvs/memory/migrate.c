@@ -288,6 +288,15 @@ static double gs_migrate_bps(int device)
     return gs_mig.migrate_bps[device] > 0 ? gs_mig.migrate_bps[device] : GS_MIGRATE_PRIOR_BPS;
 }
 
+/* A move out that went all by the driver's migration, and large enough to say, gives its rate. */
+static void gs_learn_migration(const struct gs_mover *mv)
+{
+    if (mv->copied_bytes == 0 && !mv->result.failed && mv->result.bytes >= GS_MIGRATE_SAMPLE)
+        gs_mig.migrate_bps[mv->device] =
+            (double)mv->result.bytes * 1e6 /
+            (double)(mv->result.elapsed_us ? mv->result.elapsed_us : 1);
+}
+
 /* Gives the run's converted chunks staging memory, all of it pinned before the first copy, and
  * room in the staged list; those that get none migrate: when the host would not give it, or
  * getting it ready would take longer than migrating them. Inside the run's context. */
@@ -489,9 +498,7 @@ struct gs_move gs_migrate_out(int device, uint64_t bytes, const struct gs_move_p
     }
     free(list);
     gs_plan_run(&mv, &plan);
-    uint64_t us = mv.result.elapsed_us ? mv.result.elapsed_us : 1;
-    if (mv.copied_bytes == 0 && !mv.result.failed && mv.result.bytes >= GS_MIGRATE_SAMPLE)
-        gs_mig.migrate_bps[device] = (double)mv.result.bytes * 1e6 / (double)us;
+    gs_learn_migration(&mv);
     gs_prepare_all(device); /* for the rest of it, should the next move out want it */
     gs_debug("moved %llu bytes (%zu ranges, oldest first) of managed memory to the host from "
              "device %d in %llu us%s; %llu bytes out since the last grant",
