@@ -336,7 +336,8 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
             return [Log(f"request {client}: device {device}, keeping its lower devices")]
         if cid in dev.holders or cid in dev.waiters:
             return [Log(f"repeated request from {client} for device {device}", debug=True)]
-        dev.waiters[cid] = Wait(now, queued=False, keeping=keeping)
+        dev.waiters[cid] = Wait(now, queued=False, keeping=keeping,
+                                let_go=client.let_go.get(device, False))
         self.gaps.requested(cid, device, now)
         returning, actions = self._returning(dev, cid, now)
         actions += self._gang_outgrows_turn(cid, dev, now) + self._settle(dev, now)
@@ -729,6 +730,9 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
                 actions += self._grant_gang(gang, now)
             else:
                 actions += self._grant(dev, cid, now, shared)
+        if ready and (first := self._first_contender(dev, now)) is not None:
+            # A new holder: the waiter now first weighs its claim against it too.
+            actions += self._press_claim(dev, first, now)
         actions += self._end_gang_turn(dev, now)
         actions += self._end_turns(dev, now)
         actions += self._ready_room(dev, now) + self._ready_room_ahead(dev, now)
@@ -863,8 +867,10 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
         if cid in self.clients:  # not one leaving: its gaps are forgotten
             self.gaps.hold_ended(cid, dev.index, now)
         self.usage.meter(cid, dev.index).stop(now)
-        held = now - dev.holders.pop(cid).granted_at
+        hold = dev.holders.pop(cid)
+        held = now - hold.granted_at
         client = client or self.clients[cid]
+        client.let_go[dev.index] = why in (IDLE, RELEASED)  # not dropped, revoked or gone
         client.hold_time += held
         self.tallies.hold_ended(dev.index, _series(client), held, why)
         return held

@@ -15,15 +15,19 @@ from gemshare_nvs.core.rules.usage import Usage
 class ShareModel:
     def __init__(self) -> None:
         self.usage = Usage()
+        self.let_go: dict[tuple[int, int], bool] = {}  # (client, device) -> its last hold's end
+
+    def ended(self, cid: int, device: int, now: float, let_go: bool = False) -> None:
+        """A hold ended: `let_go` when by the client's own release, not a drop or revocation."""
+        self.usage.meter(cid, device).stop(now)
+        self.let_go[(cid, device)] = let_go
 
     def granted(self, cid: int, device: int, now: float) -> None:
         self.usage.meter(cid, device).start(now)
 
-    def ended(self, cid: int, device: int, now: float) -> None:
-        self.usage.meter(cid, device).stop(now)
-
     def forget(self, cid: int) -> None:
         self.usage.forget(cid)
+        self.let_go = {key: value for key, value in self.let_go.items() if key[0] != cid}
 
     def read(self, cid: int, device: int, now: float) -> float:
         return self.usage.read(cid, device, now)
@@ -31,13 +35,15 @@ class ShareModel:
     def claimed(self, device: int, order: list[int], since: dict[int, float], now: float,
                 tq: float, passed_before: set[int]) -> list[int]:
         """The queue once its last waiter, which has just asked and waits, has claimed its share:
-        ahead of the waiters at the back that are clearly busier than it and were not passed
-        before in their wait, if each of them has waited less than a TQ."""
+        ahead of the waiters at the back that are clearly busier than it and, for one whose last
+        hold it let go of itself, were not passed before in their wait, if each of them has
+        waited less than a TQ."""
         *others, cid = order
         mine = self.read(cid, device, now)
         passed = []
         for other in reversed(others):
-            if other in passed_before or not clearly_under(mine, self.read(other, device, now)):
+            once = other in passed_before and self.let_go.get((other, device), False)
+            if once or not clearly_under(mine, self.read(other, device, now)):
                 break
             passed.append(other)
         if not passed or any(now - since[other] >= tq for other in passed):

@@ -134,9 +134,10 @@ class AutoMachine(ClockMachine):
 
     def end_hold(self, device: int, cid: int) -> bool:
         """Whether `cid` held the device (it no longer does)."""
-        if self.holders[device].pop(cid, None) is None:
+        hold = self.holders[device].pop(cid, None)
+        if hold is None:
             return False
-        self.shares.ended(cid, device, self.now)
+        self.shares.ended(cid, device, self.now, let_go=hold.dropped_at is None)
         return True
 
     def claim(self, device: int, cid: int) -> None:
@@ -149,9 +150,16 @@ class AutoMachine(ClockMachine):
         for passed in order[order.index(cid) + 1:]:
             entries[passed][3] = True
         queue[:] = [entries[c] for c in order]
-        if order[0] != cid:
+        if order[0] == cid:
+            self.press(device)
+
+    def press(self, device: int) -> None:
+        """The waiter at the head has the holders clearly busier than it drop after a minimum
+        slice: when it asks, and again whenever a holder is granted."""
+        queue = self.queues[device]
+        if not queue:
             return
-        preempted = self.shares.preempted(device, cid, self.active(device), self.now)
+        preempted = self.shares.preempted(device, queue[0][0], self.active(device), self.now)
         if preempted:
             slice_s = minimum_slice(DEFAULT_MIN_SLICE_MS / 1000,
                                     self.policy.switch_seconds(device))
@@ -191,6 +199,8 @@ class AutoMachine(ClockMachine):
         for cid, message in granted:
             shared = len(self.holders[message.device]) > 1
             assert bool(message.flags & p.GRANT_SHARED) == shared, (cid, message)
+        for device in {message.device for _, message in granted}:
+            self.press(device)
         for queue in self.queues.values():
             for entry in queue:
                 entry[2] = False  # a later grant comes after a wait

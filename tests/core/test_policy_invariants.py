@@ -86,6 +86,7 @@ class PolicyMachine(ClockMachine):
         self.holder[device] = cid
         self.granted_at[device] = self.now
         self.shares.granted(cid, device, self.now)
+        self.press(device)
 
     def turn_end(self, device: int) -> float:
         """When the holder is dropped if someone waits: its quantum's end, or its slice's."""
@@ -105,7 +106,8 @@ class PolicyMachine(ClockMachine):
         self.end_hold(device)
 
     def end_hold(self, device: int) -> None:
-        self.shares.ended(self.holder.pop(device), device, self.now)
+        self.shares.ended(self.holder.pop(device), device, self.now,
+                          let_go=device not in self.dropped_at)
         self.granted_at.pop(device)
         self.dropped_at.pop(device, None)
         self.preempt_at.pop(device, None)
@@ -130,9 +132,15 @@ class PolicyMachine(ClockMachine):
         for passed in order[order.index(cid) + 1:]:
             entries[passed][3] = True
         queue[:] = [entries[c] for c in order]
-        holder = self.holder.get(device)
-        if order[0] == cid and holder is not None and device not in self.dropped_at and \
-                self.shares.preempted(device, cid, [holder], self.now):
+        if order[0] == cid:
+            self.press(device)
+
+    def press(self, device: int) -> None:
+        """The waiter at the head has the holder clearly busier than it drop after a minimum
+        slice: when it asks, and again whenever a new holder is granted."""
+        queue, holder = self.queues.get(device), self.holder.get(device)
+        if queue and holder is not None and device not in self.dropped_at and \
+                self.shares.preempted(device, queue[0][0], [holder], self.now):
             self.preempt_at[device] = min(self.preempt_at.get(device, math.inf),
                                           self.granted_at[device] + MIN_SLICE)
 

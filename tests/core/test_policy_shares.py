@@ -305,3 +305,60 @@ def test_status_shows_usage_slices_and_turns():
     assert device["slices_s"] == {"1": 12.0} and device["turns_s"] == {"1": 30.0}
     assert client["usage_s"]["0"] == pytest.approx(43.28 * (1 - 2 ** (-12 / 30)), abs=0.01)
     assert status["min_slice_ms"] == 300 and status["usage_half_life_s"] == 30.0
+
+
+def granted_within(driver: Driver, cid: int, seconds: float, step: float = 0.01) -> float:
+    """How long `cid`, waiting now, waits for its grant, the clock stepping by `step` and every
+    drop answered at once; fails past `seconds`."""
+    waited = 0.0
+    while cid not in driver.holders():
+        assert waited < seconds, (cid, driver.holders(), driver.waiters())
+        driver.advance(step)
+        waited += step
+        for holder in driver.holders():
+            if any(isinstance(m, p.DropLock) for m in driver.take_sent(holder)):
+                driver.release(holder, reason=p.ReleaseReason.DROPPED)
+                driver.request(holder)  # a trainer asks again at once
+    return waited
+
+
+def test_each_program_of_a_class_waits_a_slice_at_most_beside_a_trainer():
+    """A trainer that has held for a while, and three programs under their share asking within
+    0.1 s, while the first of them holds: the trainer, whose turns are cut short rather than
+    given back, is passed by every one of them, and the one that reaches the front when the
+    trainer is granted has it drop after a minimum slice, not a whole quantum."""
+    driver = Driver(tq=5)
+    for cid in (1, 2, 3, 4):
+        driver.register(cid)
+    driver.request(1)
+    driver.advance(10)
+    driver.request(2)
+    assert granted_within(driver, 2, 0.5) < 0.5
+    driver.advance(0.05)
+    driver.request(3)
+    driver.advance(0.05)
+    driver.request(4)
+    assert driver.waiters() == [3, 4, 1]
+    driver.release(2, reason=p.ReleaseReason.IDLE)
+    assert driver.holders() == [3]
+    driver.release(3, reason=p.ReleaseReason.IDLE)
+    assert driver.holders() == [4]
+
+
+def test_a_program_granted_behind_a_trainer_has_it_drop_after_a_slice():
+    """Whoever is first when a busier holder is granted weighs its claim then, not only when it
+    asked: it waits a minimum slice, not the holder's quantum."""
+    driver = Driver(tq=5)
+    for cid in (1, 2, 3):
+        driver.register(cid)
+    driver.request(1)
+    driver.advance(10)
+    driver.request(2)
+    granted_within(driver, 2, 0.5)  # the trainer, 1, asks again at once
+    driver.advance(5.0)  # 2's quantum ends: dropped, it has not answered yet
+    assert any(isinstance(m, p.DropLock) for m in driver.take_sent(2))
+    driver.request(3)  # behind the trainer, which has waited a quantum: nobody passes it now
+    assert driver.waiters() == [1, 3]
+    driver.release(2, reason=p.ReleaseReason.DROPPED)
+    assert driver.holders() == [1]
+    assert granted_within(driver, 3, 5.0) <= 0.3 + 0.02

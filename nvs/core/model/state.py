@@ -48,6 +48,8 @@ class Client:
     node: NodeIdentity | None = None  # its container, as the node says (budgets.py)
     # device -> the move out last announced to it while it did not hold the device (IDLE_HINT)
     told_to_prepare: dict[int, int] = field(default_factory=dict)
+    # device -> whether its last hold there ended by its own release, not a drop or revocation
+    let_go: dict[int, bool] = field(default_factory=dict)
 
     def __str__(self) -> str:
         who = self.registration
@@ -80,6 +82,7 @@ class Wait:
     room_readied: bool = False  # idle clients were asked for room while it waited for holders
     keeping: bool = False  # REQUEST_KEEPING: it keeps its lower devices until granted
     passed: bool = False  # a waiter under its share went ahead of it (share_rules.py)
+    let_go: bool = False  # its last hold there ended by its own release (share_rules.py)
 
 
 @dataclass

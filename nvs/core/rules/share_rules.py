@@ -86,11 +86,16 @@ class ShareRules:
 
     def _claim_share(self, dev: Device, cid: int, now: float) -> list:
         """A waiter that has had clearly less than its share when it asks goes ahead of the
-        waiters clearly busier than it (while each it passes has waited under a TQ, and has not
-        been passed before in this wait) and, at the front, has the holders clearly busier than
-        it drop after a minimum slice. Passed once at most, a waiter waits for one more turn at
-        most: among notebooks, where one long first cell makes a program the busiest for a
-        while, the others passing it one after another made it wait 6 s for a 0.1 s cell."""
+        waiters clearly busier than it, while each it passes has waited under a TQ and, if that
+        one gave its last turn back by itself, has not been passed before in this wait; at the
+        front, it has the holders clearly busier than it drop after a minimum slice.
+
+        Passed once at most, a program that lets go by itself (a notebook whose one long first
+        cell made it the busiest for a while) waits for one more turn at most: others passing it
+        one after another made it wait 6 s for a 0.1 s cell. A program whose turns are cut short
+        (a trainer, dropped at the end of each) wants all the GPU it can get and may be passed
+        by every program under its share during its first TQ of waiting: held to one pass, the
+        second of a class of notebooks queued behind a trainer waited out its quantum."""
         if cid in self.gangs.of_client:  # a gang is granted as a whole, in its members' order
             return []
         mine = self._weighted_usage(cid, dev.index, now)
@@ -98,7 +103,8 @@ class ShareRules:
         oldest = now  # the longest-waiting of them: after earlier passes, not always the first
         for other in reversed(dev.waiters):
             if other != cid:
-                if dev.waiters[other].passed or \
+                wait = dev.waiters[other]
+                if (wait.passed and wait.let_go) or \
                         not clearly_under(mine, self._weighted_usage(other, dev.index, now)):
                     break
                 passed.append(other)
@@ -113,15 +119,30 @@ class ShareRules:
                 dev.waiters[other].passed = True
         if next(iter(dev.waiters)) != cid:
             return []
-        slice_s = self._min_slice(dev, cid)
+        pressed = self._press_claim(dev, cid, now)
+        return pressed + self._settle(dev, now) if pressed else []
+
+    def _press_claim(self, dev: Device, cid: int, now: float) -> list:
+        """Waiter `cid`, at the front, has the holders clearly busier than it drop once they have
+        run a minimum slice. Weighed again at every settling, not only when it asks: a waiter
+        that reaches the front behind one that passed a busy program keeps its claim when that
+        program is granted next (else it waits out that program's whole quantum)."""
+        if cid in self.gangs.of_client:  # a gang is granted as a whole, in its members' order
+            return []
+        mine = self._weighted_usage(cid, dev.index, now)
+        busier = [(holder, hold) for holder, hold in dev.holders.items()
+                  if hold.dropped_at is None and
+                  clearly_under(mine, self._weighted_usage(holder, dev.index, now))]
+        if not busier:
+            return []
+        slice_s = self._min_slice(dev, cid)  # what the switch moves: looked up only when needed
         preempted = []
-        for holder, hold in dev.holders.items():
-            if hold.dropped_at is None and \
-                    clearly_under(mine, self._weighted_usage(holder, dev.index, now)):
-                hold.preempt_at = min(hold.preempt_at, hold.granted_at + slice_s)
+        for holder, hold in busier:
+            if hold.granted_at + slice_s < hold.preempt_at:
+                hold.preempt_at = hold.granted_at + slice_s
                 preempted.append(str(self.clients[holder]))
         if not preempted:
             return []
         return [Log(f"share {self.clients[cid]}: device {dev.index}, usage {mine:.2f} s "
                     f"weighted, under its share: {', '.join(preempted)} drop after "
-                    f"{slice_s * 1000:.0f} ms held")] + self._settle(dev, now)
+                    f"{slice_s * 1000:.0f} ms held")]
