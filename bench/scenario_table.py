@@ -5,7 +5,7 @@ is tested without a GPU (tests/bench/test_scenario_registry.py).
     python3 bench/scenario_table.py set1.json set2.json [--json table.json]
 
 prints the one table of several runs' BENCH_JSON files (BENCH_SET=1 and BENCH_SET=2 on a lent
-machine), a later file's part replacing an earlier one's.
+machine), a later file's part replacing an earlier one's; `--list` prints the registry itself.
 """
 
 from __future__ import annotations
@@ -102,6 +102,21 @@ def print_registry(results: dict) -> list[dict]:
     return entries
 
 
+def describe() -> str:
+    """The registry as a reader wants it: each scenario, its programs, bounds, tests and part."""
+    out = []
+    for scenario in SCENARIOS:
+        where = (f"BENCH_SET {' and '.join(map(str, sets_of(scenario)))}" if sets_of(scenario)
+                 else f"needs {scenario.gpus} GPUs: BENCH_ONLY={','.join(scenario.parts)}")
+        out.append(f"{scenario.name} ({where})\n  programs: {scenario.programs}")
+        for bound in scenario.bounds:
+            keys = "; ".join("/".join(key) for key in bound.keys)
+            out.append(f"  bound: {bound.name} {bound.comparison} "
+                       f"{_number(bound.value, bound.unit)}  <- {bound.part}: {keys}")
+        out += [f"  fake driver: {test}" for test in scenario.fake_tests]
+    return "\n".join(out)
+
+
 def merged(paths: list[Path]) -> dict:
     results: dict = {}
     for path in paths:
@@ -120,9 +135,15 @@ def merged(paths: list[Path]) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="the registry's table of bench-gpu JSON files")
-    parser.add_argument("results", nargs="+", type=Path)
+    parser.add_argument("results", nargs="*", type=Path)
     parser.add_argument("--json", type=Path, help="write the table's rows there")
+    parser.add_argument("--list", action="store_true", help="print the registry itself")
     options = parser.parse_args(argv)
+    if options.list:
+        print(describe())
+        return 0
+    if not options.results:
+        parser.error("name the bench-gpu JSON files, or --list")
     entries = print_registry(merged(options.results))
     if options.json:
         options.json.write_text(json.dumps(entries, indent=2))

@@ -195,3 +195,13 @@ def test_the_table_of_two_runs_is_one(tmp_path, capsys):
     (tmp_path / "bad.json").write_text("[1]")
     with pytest.raises(SystemExit, match="bad.json: not a bench-gpu JSON file"):
         scenario_table.main([str(tmp_path / "bad.json")])
+
+
+def test_the_registry_lists_itself_with_each_scenarios_tests_and_keys(capsys):
+    assert scenario_table.main(["--list"]) == 0
+    out = capsys.readouterr().out
+    for scenario in scenarios.SCENARIOS:
+        assert scenario.name in out and all(test in out for test in scenario.fake_tests)
+    assert "DDP gangs (needs 2 GPUs: BENCH_ONLY=multi_gpu)" in out
+    assert "notebooks 4 x 12 GiB (BENCH_SET 1)" in out
+    assert "bound: on: cell median <= 0.45 s  <- notebooks: sets/4x12/on/every_cell_median_s" in out
