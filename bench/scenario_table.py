@@ -50,9 +50,9 @@ def row(scenario: Scenario, bound: Bound, results: dict) -> dict:
         return {**entry, "verdict": PASS if met else FAIL}
     obstacle = _obstacle(bound, results)
     if obstacle is None:  # the part ran, yet wrote no such figure: nothing shows it was kept
-        obstacle = FAIL, "no figure"
+        obstacle = FAIL, "no figure: the part ran without it"
     if obstacle[0] == NOT_RUN and scenario.gpus > 1:
-        obstacle = NOT_RUN, f"needs {scenario.gpus} GPUs ({obstacle[1]})"
+        obstacle = NOT_RUN, f"needs {scenario.gpus} GPUs; {obstacle[1]}"
     elif obstacle[0] == NOT_RUN and sets_of(scenario):
         obstacle = NOT_RUN, (f"{obstacle[1]}; BENCH_SET "
                              + " and ".join(map(str, sets_of(scenario))) + " measures it")

@@ -23,7 +23,7 @@ class Bound:
     name: str  # what is measured, as the table shows it
     comparison: str  # one of COMPARISONS
     value: float | bool
-    unit: str  # of the figure and the value: "x alone", "s", "" ...
+    unit: str  # of the figure and the value: "x" (a ratio), "s", "" ...
     part: str  # the bench/run_gpu.py part that measures it
     keys: tuple[tuple[str, ...], ...]  # paths into results[part]
 

@@ -67,6 +67,10 @@ def test_every_part_named_is_one_of_bench_gpus_and_every_set_names_known_parts()
     assert set(RUNS) == {bound.part for _, bound in BOUNDS}  # each part is run below
 
 
+def test_a_bound_made_from_a_parts_setting_agrees_with_it():
+    assert scenarios.OVERSUB_TQ_S == run_gpu.oversub.TQ
+
+
 def test_bench_gpu_in_two_commands_measures_every_scenario_one_gpu_can_each_in_its_time():
     for scenario in scenarios.SCENARIOS:
         assert bool(scenarios.sets_of(scenario)) == (scenario.gpus == 1), scenario.name
@@ -165,7 +169,7 @@ def test_what_was_not_measured_says_why_and_a_part_that_ran_without_the_figure_f
     absent = verdicts(entries, "burst beside a trainer")["burst median / alone"]
     assert absent[1] == "not run" and "BENCH_SET 1 measures it" in absent[2]
     compute = verdicts(entries, "oversubscribed pair, compute-bound")["on: longest pass"]
-    assert compute[1] == "FAIL" and compute[2] == "no figure"  # oversub ran, this scenario not
+    assert compute == (None, "FAIL", "no figure: the part ran without it")  # oversub ran
 
 
 def test_the_table_has_a_line_per_bound_with_figure_bound_and_verdict(capsys):
