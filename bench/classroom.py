@@ -153,12 +153,24 @@ def run(python: str, env: dict, directory: Path, chosen: dict, moments: list[flo
             except subprocess.TimeoutExpired:  # its bursts so far count, the rest are missing
                 break
         outlived = with_trainer and processes[0].poll() is None
+        check_exits(processes, directory, with_trainer)
     finally:
         stop(processes, STOP_GRACE_S)
     outputs = [(directory / f"notebook{index}.out").read_text() for index in range(len(moments))]
     trainer = (directory / "trainer.out").read_text() if with_trainer else None
     result = figures(outputs, trainer, chosen["bursts"])
     return {**result, "trainer_outlived_bursts": outlived} if with_trainer else result
+
+
+def check_exits(processes: list, directory: Path, with_trainer: bool) -> None:
+    """Raises, with its last words, for a program that failed on its own: a notebook that
+    crashed did not merely run out of time."""
+    names = (["trainer"] if with_trainer else []) + [
+        f"notebook{index}" for index in range(len(processes) - with_trainer)]
+    for process, name in zip(processes, names):
+        if process.poll() not in (None, 0):
+            raise RuntimeError(f"{' '.join(process.args)} exited {process.returncode}:\n"
+                               f"{(directory / f'{name}.err').read_text()[-4000:]}")
 
 
 def figures(outputs: list[str], trainer: str | None, wanted: int) -> dict:

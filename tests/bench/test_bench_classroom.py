@@ -6,6 +6,7 @@ the period, and `auto --mps` gives the trainer its low priority by a config rule
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -16,7 +17,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "bench"))
 import classroom  # noqa: E402
-from part_runs import LIBRARY, run_part  # noqa: E402
+from part_runs import LIBRARY, STANDINS, run_part  # noqa: E402
 
 
 def bursts(*seconds: float, start: float = 100.0, period: float = 4.0) -> str:
@@ -62,6 +63,14 @@ def test_a_busy_card_is_refused(monkeypatch, tmp_path):
     monkeypatch.setattr(classroom, "free_mib", lambda: [12000])
     result = classroom.measure(sys.executable, LIBRARY, tmp_path, classroom.settings({}))
     assert "12000 MiB free" in result["skipped"] and not any(tmp_path.iterdir())
+
+
+def test_a_notebook_that_fails_is_an_error_with_its_last_words(monkeypatch, tmp_path):
+    monkeypatch.setattr(classroom, "HERE", STANDINS)
+    monkeypatch.setenv("BESIDE_STANDIN", "fail")  # the stand-in's: exit after its first burst
+    chosen = classroom.settings({"CLASSROOM_BURSTS": "2", "CLASSROOM_PERIOD_S": "0.2"})
+    with pytest.raises(RuntimeError, match="out of memory"):
+        classroom.run(sys.executable, dict(os.environ), tmp_path, chosen, [0.0, 0.1], False)
 
 
 @pytest.fixture(scope="module")
