@@ -87,10 +87,9 @@ def run_set(python: str, env: dict, directory: Path, programs: int, gib: int,
     results = [printed(directory / f"program-{index}") for index in range(programs)]
     return {**cell_figures(results),
             "intact": all(result["intact"] for result in results),
-            "programs": [{key: result[key] for key in ("first_cell_s", "cell_median_s",
-                                                        "cell_p95_s", "cell_max_s", "cells_s",
-                                                        "intact")}
-                         for result in results]}
+            "programs": [{key: result.get(key) for key in (
+                "allocation_s", "first_cell_s", "cell_median_s", "cell_p95_s", "cell_max_s",
+                "cells_s", "intact")} for result in results]}
 
 
 def cell_figures(results: list[dict]) -> dict:
@@ -158,7 +157,6 @@ def one_set(python: str, library: Path, directory: Path, programs: int, gib: int
     result = {"programs": programs, "gib": gib, "no_layer": attempt(
         f"notebooks {name}, no layer", run_line, run_set, python, inherited(),
         directory / "plain", programs, gib, chosen)}
-    ideal = result["no_layer"].get("seconds")
     for mode in ("on", "auto"):
         run = attempt(f"notebooks {name}, {mode}", run_line, shared_set, python, library,
                       directory / mode, mode, programs, gib, chosen)
