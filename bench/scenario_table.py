@@ -54,8 +54,8 @@ def row(scenario: Scenario, bound: Bound, results: dict) -> dict:
     if obstacle[0] == NOT_RUN and scenario.gpus > 1:
         obstacle = NOT_RUN, f"needs {scenario.gpus} GPUs; {obstacle[1]}"
     elif obstacle[0] == NOT_RUN and sets_of(scenario):
-        obstacle = NOT_RUN, (f"{obstacle[1]}; BENCH_SET "
-                             + " and ".join(map(str, sets_of(scenario))) + " measures it")
+        obstacle = NOT_RUN, (f"{obstacle[1]}; measured by BENCH_SET "
+                             + " and ".join(map(str, sets_of(scenario))))
     return {**entry, "verdict": obstacle[0], "note": obstacle[1]}
 
 

@@ -6,6 +6,7 @@ table judges a figure by its bound."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -122,6 +123,43 @@ def test_a_bad_bench_set_stops_the_bench_before_anything_runs():
     assert done.returncode != 0 and "BENCH_SET is 'everything'" in done.stderr
 
 
+CHILD = """
+import sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+import classroom, run_gpu
+classroom.HERE = Path(sys.argv[2])
+classroom.TRAINER_ALONE_S = 0.3
+sys.exit(run_gpu.main())
+"""
+
+
+def test_bench_gpu_ends_with_the_registrys_table_and_writes_it_in_its_json(tmp_path):
+    """The whole of bench/run_gpu.py for one part (the classroom with stand-ins, a stand-in
+    nvidia-smi and MPS control daemon): its line, the table, the JSON's rows and timings."""
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text("#!/bin/sh\necho 143000\n")  # an H200's free MiB, whatever is asked
+    smi.chmod(0o755)
+    env = {**os.environ, "PATH": f"{smi.parent}:{REPO / 'tests' / 'fake_mps'}:"
+           f"{os.environ['PATH']}", "BENCH_ONLY": "classroom", "CLASSROOM_PROGRAMS": "2",
+           "CLASSROOM_BURSTS": "2", "CLASSROOM_PERIOD_S": "0.3",
+           "BENCH_JSON": str(tmp_path / "out.json")}
+    done = subprocess.run([sys.executable, "-c", CHILD, str(REPO / "bench"),
+                           str(REPO / "tests" / "bench" / "standins")], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "classroom in_step, on: bursts median" in done.stdout
+    assert "scenario registry (bench/scenarios.py)" in done.stdout
+    results = json.loads((tmp_path / "out.json").read_text())
+    assert results["part_seconds"].keys() == {"classroom"}
+    rows = {(row["scenario"], row["bound"]): row for row in results["registry"]}
+    assert len(rows) == len(BOUNDS)
+    ran = rows[("classroom out of step, on", "every burst ended")]
+    assert ran["figure"] is True and ran["verdict"] == "pass"
+    assert rows[("overhead", "launches/s, libnvs / plain")]["verdict"] == "not run"
+
+
 # ----- the table -----------------------------------------------------------------------------
 
 SAMPLE = {
@@ -167,7 +205,7 @@ def test_what_was_not_measured_says_why_and_a_part_that_ran_without_the_figure_f
     two = verdicts(entries, "DDP gangs")["revocations"]
     assert two[1] == "not run" and "needs 2 GPUs" in two[2]
     absent = verdicts(entries, "burst beside a trainer")["burst median / alone"]
-    assert absent[1] == "not run" and "BENCH_SET 1 measures it" in absent[2]
+    assert absent[1] == "not run" and "measured by BENCH_SET 1" in absent[2]
     compute = verdicts(entries, "oversubscribed pair, compute-bound")["on: longest pass"]
     assert compute == (None, "FAIL", "no figure: the part ran without it")  # oversub ran
 
