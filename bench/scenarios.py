@@ -213,7 +213,7 @@ SCENARIOS: tuple[Scenario, ...] = (
 
 # What each `make bench-gpu BENCH_SET=N` runs on one GPU, and the part settings the registry's
 # figures are measured with (the caller's environment wins). Each set is sized to end within
-# nine minutes on an H200; SET_SECONDS are the estimates, from the parts' documented runs.
+# nine minutes on an H200 (PART_SECONDS below).
 SETS: dict[int, dict] = {
     1: {"parts": ("notebooks", "beside_trainer", "mps"),
         "env": {"NOTEBOOKS_SETS": "4x12,8x6", "NOTEBOOKS_CELLS": "16", "NOTEBOOKS_PERIOD_S": "3",
@@ -223,7 +223,9 @@ SETS: dict[int, dict] = {
         "env": {"BENCH_ROUNDS": "3", "OVERSUB_GAPS": "0,0.2,1", "OVERSUB_PASSES": "12",
                 "CLASSROOM_SETUPS": "on,auto_mps_low"}},
 }
-# Estimated seconds of each part with the settings above, on one H200.
+# Estimated seconds of each part with the settings above, on one H200, from the parts' earlier
+# runs (docs/benchmarks.md) and their programs' lengths; a run's JSON has the real ones
+# (`part_seconds`).
 PART_SECONDS = {"notebooks": 370, "beside_trainer": 105, "mps": 45, "launch_rate": 65,
                 "train_steps": 40, "oversub": 195, "classroom": 190}
 SET_LIMIT_S = 540  # under nine minutes, a lent machine's command each
