@@ -21,6 +21,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "libnvs"))
+import libnvs_fakelog as fakelog  # noqa: E402
 from libnvs_programs import FakeGpu, scheduler_status, wait_for, wait_for_client  # noqa: E402
 from notebooks_fake import cell_seconds  # noqa: E402
 from scheduler_process import SchedulerProcess  # noqa: E402
@@ -116,5 +117,8 @@ def shared(directory: Path, setup: Classroom, mode: str) -> dict:
     finally:
         gpu.stop_all()
         scheduler.stop()
-    return {**summary(cells), "busy_outlived_cells": still_busy,
+    # How each program's driver started: through which MPS pipe, at which priority.
+    started = [(event.pid == busy.pid, event["mps_pipe"], event["mps_priority"])
+               for event in fakelog.named(gpu.events(), "init")]
+    return {**summary(cells), "busy_outlived_cells": still_busy, "drivers": started,
             "log": scheduler.log_path.read_text()}

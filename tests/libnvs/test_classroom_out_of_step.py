@@ -32,6 +32,13 @@ def test_classroom_out_of_step(cells_alone, short_tmp_dirs, mode):
     log = run.pop("log")
     assert run["cells"] == SETUP.notebooks * SETUP.cells == cells_alone["cells"]
     assert run["busy_outlived_cells"], "the busy program ended before the cells: they ran alone"
+    drivers = run.pop("drivers")
+    assert len(drivers) == SETUP.notebooks + 1
+    if mode == "auto":  # all through the scheduler's MPS, only the busy one at low priority
+        assert {(busy, pipe != "-", priority) for busy, pipe, priority in drivers} == {
+            (True, True, "1"), (False, True, "-")}, drivers
+    else:
+        assert {pipe for _, pipe, _ in drivers} == {"-"}, drivers
     alone_s = cells_alone["cell_median_s"]
     assert run["cell_median_s"] <= alone_s + MEDIAN_OVER_ALONE_S, (run, cells_alone, log[-6000:])
     assert run["cell_max_s"] <= alone_s + SLOWEST_OVER_ALONE_S, (run, cells_alone, log[-6000:])
