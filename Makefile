@@ -237,8 +237,9 @@ test-lowest: lib fakecuda
 # make bench-abuse what one unprivileged local user (uid 65534 when run as root) can take from
 #                  the others: control connections, the log, metrics, reloads, start-up
 # make bench-gpu   the scenario registry (bench/scenarios.py) on a real GPU, then its table:
-#                  BENCH_SET=1 and BENCH_SET=2 are its two halves, each under nine minutes on one
-#                  H200 (default: both, one after the other; with BENCH_ONLY, those parts alone);
+#                  BENCH_SET=1 and BENCH_SET=2 are its two halves, each sized for under nine
+#                  minutes on one H200 (default: both, one after the other; with BENCH_ONLY, those
+#                  parts alone);
 #                  BENCH_PYTHON is the Python with PyTorch
 BENCH_PYTHON ?= python3
 BENCH_SET ?= $(if $(BENCH_ONLY),,all)

@@ -172,6 +172,11 @@ def main() -> int:
     parts = chosen_parts()
     beside = beside_trainer.settings() if "beside_trainer" in parts else None
     lesson = classroom.settings() if "classroom" in parts else None
+    if "mps" in parts:
+        try:
+            mps.loop_setups()
+        except ValueError as exc:  # before anything runs, as for the other parts' settings
+            raise SystemExit(str(exc)) from None
     signal.signal(signal.SIGTERM, leave)
     library = BUILD / "libnvs.so"
     if not library.exists():

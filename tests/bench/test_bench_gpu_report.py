@@ -82,6 +82,15 @@ def test_an_unknown_part_stops_before_anything_runs():
     assert "warp_speed" in done.stderr and "launch_rate" in done.stderr
 
 
+@pytest.mark.parametrize("part, variable", [("mps", "MPS_SETUPS"),
+                                             ("classroom", "CLASSROOM_SETUPS")])
+def test_a_parts_bad_setups_stop_the_bench_before_anything_runs(part, variable):
+    env = {**os.environ, "BENCH_ONLY": part, variable: "auto_mps,warp"}
+    done = subprocess.run([sys.executable, str(REPO / "bench" / "run_gpu.py")], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0 and variable in done.stderr, done.stderr
+
+
 def test_oversub_prints_every_scenario_and_mode(capsys):
     plain = {"seconds": 28.0, "intact": True, "programs": [PROGRAM, PROGRAM]}
     # The status may lack `moves`, and a run may fail: neither stops the table.
