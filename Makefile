@@ -236,8 +236,13 @@ test-lowest: lib fakecuda
 #                  scheduler's memory, descriptors and handoff latency before and after
 # make bench-abuse what one unprivileged local user (uid 65534 when run as root) can take from
 #                  the others: control connections, the log, metrics, reloads, start-up
-# make bench-gpu   the same layer on a real GPU; BENCH_PYTHON is the Python with PyTorch
+# make bench-gpu   the scenario registry (bench/scenarios.py) on a real GPU, then its table:
+#                  BENCH_SET=1 and BENCH_SET=2 are its two halves, each sized for under nine
+#                  minutes on one H200 (default: both, one after the other; with BENCH_ONLY, those
+#                  parts alone);
+#                  BENCH_PYTHON is the Python with PyTorch
 BENCH_PYTHON ?= python3
+BENCH_SET ?= $(if $(BENCH_ONLY),,all)
 .PHONY: bench-cpu bench-soak bench-abuse bench-gpu
 bench-cpu: lib fakecuda venv
 	GEMSHARE_BUILD_DIR=$(abspath $(BUILD)) $(VENV)/bin/python bench/run_cpu.py
@@ -249,7 +254,7 @@ bench-abuse: lib fakecuda hold-signals venv
 	GEMSHARE_BUILD_DIR=$(abspath $(BUILD)) $(VENV)/bin/python bench/abuse.py
 
 bench-gpu: lib venv
-	GEMSHARE_BUILD_DIR=$(abspath $(BUILD)) BENCH_PYTHON=$(BENCH_PYTHON) \
+	GEMSHARE_BUILD_DIR=$(abspath $(BUILD)) BENCH_PYTHON=$(BENCH_PYTHON) BENCH_SET=$(BENCH_SET) \
 		$(VENV)/bin/python bench/run_gpu.py
 
 # make device-python  for a GPU machine that reaches no package index (bench/README.md, "On a

@@ -18,6 +18,7 @@ Side by side in one run, on one GPU (bench/gpu/infer_loop.py, each request synch
 
 Environment: MPS_SECONDS (each loop's window, default 10), MPS_ROUNDS (default 1),
 MPS_ONLY (a comma-separated subset of loops, large, alone, mixed, classroom; default all),
+MPS_SETUPS (the setups of loops and large, of none, mps, auto, auto_mps; default all),
 MPS_LOGS=DIR (keep every scheduler log there).
 """
 
@@ -148,15 +149,32 @@ def line(name: str, run: dict) -> str:
             f"through MPS {run['through_mps']}")
 
 
+def loop_setups(environ=os.environ) -> list[str]:
+    chosen = [name.strip() for name in environ.get("MPS_SETUPS", ",".join(SETUPS)).split(",")
+              if name.strip()]
+    if not chosen or set(chosen) - set(SETUPS):
+        raise ValueError(f"MPS_SETUPS must be a comma-separated list of {', '.join(SETUPS)}")
+    return chosen
+
+
+def median_rate(runs: list[dict]) -> float | None:
+    rates = [run["rate"] for run in runs if "rate" in run]
+    return statistics.median(rates) if rates else None
+
+
 def loop_scenario(python: str, library: Path, directory: Path, model: list[str]) -> dict:
-    runs: dict[str, list] = {name: [] for name in SETUPS}
+    """Each setup's rounds, and `auto_mps_over_mps`: the median requests/s of all four loops
+    under gemshare `auto --mps` over that through MPS alone."""
+    names = loop_setups()
+    runs: dict[str, list] = {name: [] for name in names}
     for round_ in range(ROUNDS):
-        for name in SETUPS:
+        for name in names:
             where = directory / f"{name}-{round_}"
             with setup(name, library, where) as (env, sched):
                 runs[name].append(attempt(name, line, loops, python, env, where / "run", 4,
                                           model, sched))
-    return runs
+    ours, theirs = median_rate(runs.get("auto_mps", [])), median_rate(runs.get("mps", []))
+    return {**runs, "auto_mps_over_mps": round(ours / theirs, 3) if ours and theirs else None}
 
 
 def alone_scenario(python: str, library: Path, directory: Path) -> dict:

@@ -31,11 +31,6 @@ WORKLOAD = Path(__file__).resolve().parent / "gpu" / "notebook_cells.py"
 TQ = 10
 READY_TIMEOUT_S = 300  # CUDA's start and filling the memory, for all the programs
 RUN_TIMEOUT_S = 600
-# The targets of docs/benchmarks.md: a cell's median and the slowest cell, and the whole run
-# against the same programs with no layer.
-TARGET_MEDIAN_S = 0.45
-TARGET_MAX_S = 1.2
-TARGET_RATIO = 1.1
 
 
 def settings() -> dict:
@@ -90,16 +85,26 @@ def run_set(python: str, env: dict, directory: Path, programs: int, gib: int,
     finally:
         stop(processes)
     results = [printed(directory / f"program-{index}") for index in range(programs)]
+    return {**cell_figures(results),
+            "intact": all(result["intact"] for result in results),
+            "programs": [{key: result.get(key) for key in (
+                "allocation_s", "first_cell_s", "cell_median_s", "cell_p95_s", "cell_max_s",
+                "cells_s", "intact")} for result in results]}
+
+
+def cell_figures(results: list[dict]) -> dict:
+    """The cells of every program: those timed from the common start (`cell_*`), and every cell
+    a user waits for, each program's first included (`every_cell_*`, what the targets read);
+    the slowest allocation, where waiting for room shows."""
     cells = [cell for result in results for cell in result["cells_s"]]
+    every = cells + [result["first_cell_s"] for result in results]
+    allocations = [result["allocation_s"] for result in results if "allocation_s" in result]
     return {"first_cell_max_s": max(result["first_cell_s"] for result in results),
             "cell_median_s": statistics.median(cells), "cell_p95_s": percentile(cells, 0.95),
-            "cell_max_s": max(cells), "seconds": max(result["seconds_from_go"]
-                                                    for result in results),
-            "intact": all(result["intact"] for result in results),
-            "programs": [{key: result[key] for key in ("first_cell_s", "cell_median_s",
-                                                        "cell_p95_s", "cell_max_s", "cells_s",
-                                                        "intact")}
-                         for result in results]}
+            "cell_max_s": max(cells), "every_cell_median_s": statistics.median(every),
+            "every_cell_max_s": max(every),
+            "allocation_max_s": max(allocations) if allocations else None,
+            "seconds": max(result["seconds_from_go"] for result in results)}
 
 
 def stderr_tail(directory: Path) -> str:
@@ -152,14 +157,22 @@ def one_set(python: str, library: Path, directory: Path, programs: int, gib: int
     result = {"programs": programs, "gib": gib, "no_layer": attempt(
         f"notebooks {name}, no layer", run_line, run_set, python, inherited(),
         directory / "plain", programs, gib, chosen)}
-    ideal = result["no_layer"].get("seconds")
     for mode in ("on", "auto"):
         run = attempt(f"notebooks {name}, {mode}", run_line, shared_set, python, library,
                       directory / mode, mode, programs, gib, chosen)
-        if ideal and "seconds" in run:
-            run["ratio_to_no_layer"] = run["seconds"] / ideal
-        result[mode] = run
+        result[mode] = against_no_layer(run, result["no_layer"])
     return result
+
+
+def against_no_layer(run: dict, plain: dict) -> dict:
+    """A shared run's figures over the same programs with no layer: the whole run's time, and
+    how much longer its slowest allocation took (what it waited for the others)."""
+    if "error" in run or "error" in plain:
+        return run
+    run = {**run, "ratio_to_no_layer": run["seconds"] / plain["seconds"]}
+    if run.get("allocation_max_s") is not None and plain.get("allocation_max_s") is not None:
+        run["allocation_wait_max_s"] = run["allocation_max_s"] - plain["allocation_max_s"]
+    return run
 
 
 def measure(python: str, library: Path, directory: Path) -> dict:
@@ -178,23 +191,24 @@ def measure(python: str, library: Path, directory: Path) -> dict:
     return {**chosen, "sets": sets}
 
 
-def verdict(run: dict) -> str:
-    met = run["cell_median_s"] <= TARGET_MEDIAN_S and run["cell_max_s"] <= TARGET_MAX_S and \
-        run.get("ratio_to_no_layer", 0.0) <= TARGET_RATIO
-    return "met" if met else "MISSED"
-
-
 def run_line(name: str, run: dict) -> str:
     if "error" in run:
         lines = run["error"].strip().splitlines()
         return f"{name}: FAILED ({' ... '.join(dict.fromkeys([lines[0], lines[-1]]))})"
     line = (f"{name}: cell median {run['cell_median_s']:.3f} s, p95 {run['cell_p95_s']:.3f} s, "
-            f"slowest {run['cell_max_s']:.3f} s (each program's first, untimed, at most "
-            f"{run['first_cell_max_s']:.3f} s), all done in {run['seconds']:.1f} s")
+            f"slowest {run['cell_max_s']:.3f} s (each program's first, before the start, at "
+            f"most {run['first_cell_max_s']:.3f} s; every cell: median "
+            f"{run.get('every_cell_median_s', float('nan')):.3f} s, slowest "
+            f"{run.get('every_cell_max_s', float('nan')):.3f} s), all done in "
+            f"{run['seconds']:.1f} s")
+    if run.get("allocation_max_s") is not None:
+        line += f"; slowest allocation {run['allocation_max_s']:.2f} s"
+        if run.get("allocation_wait_max_s") is not None:
+            line += f" ({run['allocation_wait_max_s']:+.2f} s against no layer)"
     if "ratio_to_no_layer" in run:
-        line += (f" ({run['ratio_to_no_layer']:.2f} of no layer; targets median <= "
-                 f"{TARGET_MEDIAN_S} s, slowest <= {TARGET_MAX_S} s, <= {TARGET_RATIO}: "
-                 f"{verdict(run)})")
+        # The bounds it is held to are the scenario registry's (bench/scenarios.py), whose
+        # table follows the parts' lines.
+        line += f" ({run['ratio_to_no_layer']:.2f} of no layer)"
     if "grants" in run:
         moved = run["moved"]
         line += (f"; {run['grants']} grants, {run['early_releases']} early releases, "

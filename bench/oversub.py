@@ -116,7 +116,9 @@ def run_pair(command: list[str], env: dict, directory: Path, together: bool) -> 
     finally:
         stop(processes)  # stragglers, after a timeout or an error
     programs = [printed(process, stem) for process, stem in zip(processes, stems)]
+    # Every pass of both, the first ones included: the longest is what a program waited most.
     return {"seconds": seconds, "intact": all(program["intact"] for program in programs),
+            "pass_max_s": max(program["pass_max_s"] for program in programs),
             "programs": programs}
 
 

@@ -4,10 +4,15 @@ Environment: BENCH_JSON=path (write the results there), BENCH_PYTHON (the Python
 for the workloads; default: this one), BENCH_ROUNDS (A/B rounds, default 7), SWAP_GIB (default 4;
 keep it well under 8 and under the card's free memory), BENCH_ONLY (a comma-separated subset of
 launch_rate, train_steps, swapin, interactive, two_jobs_s, oversub, notebooks, beside_trainer,
-multi_gpu, mps; default all); OVERSUB_GIB, OVERSUB_PASSES, OVERSUB_CAPACITY_MIB and OVERSUB_GAPS
-for the part oversub (bench/oversub.py); NOTEBOOKS_* for the part notebooks (bench/notebooks.py); BESIDE_* for the part beside_trainer (bench/beside_trainer.py);
-MULTI_GPU_* for the part multi_gpu (bench/multi_gpu.py, which needs two GPUs); MPS_* for the part
-mps (bench/mps.py, which needs nvidia-cuda-mps-control on PATH).
+multi_gpu, mps, classroom; default all), BENCH_SET (1, 2 or all: the parts and settings of the
+scenario registry's commands, bench/scenarios.py; what the environment sets besides wins);
+OVERSUB_GIB, OVERSUB_PASSES, OVERSUB_CAPACITY_MIB and OVERSUB_GAPS for the part oversub
+(bench/oversub.py); NOTEBOOKS_* for the part notebooks (bench/notebooks.py); BESIDE_* for the
+part beside_trainer (bench/beside_trainer.py); MULTI_GPU_* for the part multi_gpu
+(bench/multi_gpu.py, which needs two GPUs); MPS_* for the part mps (bench/mps.py, which needs
+nvidia-cuda-mps-control on PATH); CLASSROOM_* for the part classroom (bench/classroom.py, whose
+`auto --mps` runs need it too). After the parts' lines, the
+registry's table: scenario by bound, figure, bound and verdict (bench/scenario_table.py).
 """
 
 from __future__ import annotations
@@ -25,13 +30,34 @@ from datetime import date
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from scenarios import set_settings  # noqa: E402
+
+
+def apply_set(environ=os.environ) -> None:
+    """BENCH_SET's parts and settings, before the parts read theirs; the caller's own win."""
+    which = environ.get("BENCH_SET", "").strip()
+    if not which:
+        return
+    try:
+        chosen = set_settings(which)
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from None
+    for name, value in chosen.items():
+        environ.setdefault(name, value)
+
+
+if __name__ == "__main__":
+    apply_set()
+
 import beside_trainer  # noqa: E402
+import classroom  # noqa: E402
 import mps  # noqa: E402
 import multi_gpu  # noqa: E402
 import notebooks  # noqa: E402
 import oversub  # noqa: E402
 from ab import interleave, run_json  # noqa: E402
 from beside_report import print_beside  # noqa: E402
+from scenario_table import print_registry  # noqa: E402
 from scheduler_process import SchedulerProcess  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -124,7 +150,7 @@ def sharing(library: Path, directory: Path, tq: int, anti_thrash: str = "on"):
 
 # What BENCH_ONLY may name (comma-separated); all of them by default.
 PARTS = ("launch_rate", "train_steps", "swapin", "interactive", "two_jobs_s", "oversub",
-         "notebooks", "beside_trainer", "multi_gpu", "mps")
+         "notebooks", "beside_trainer", "multi_gpu", "mps", "classroom")
 
 
 def chosen_parts() -> set[str]:
@@ -145,6 +171,12 @@ def leave(signum: int, _frame) -> None:
 def main() -> int:
     parts = chosen_parts()
     beside = beside_trainer.settings() if "beside_trainer" in parts else None
+    lesson = classroom.settings() if "classroom" in parts else None
+    if "mps" in parts:
+        try:
+            mps.loop_setups()
+        except ValueError as exc:  # before anything runs, as for the other parts' settings
+            raise SystemExit(str(exc)) from None
     signal.signal(signal.SIGTERM, leave)
     library = BUILD / "libnvs.so"
     if not library.exists():
@@ -153,6 +185,8 @@ def main() -> int:
         print("bench-gpu needs an NVIDIA GPU and nvidia-smi", file=sys.stderr)
         return 2
     results = {"environment": environment()}
+    took = results["part_seconds"] = {}  # how long each part ran: what sizes BENCH_SET's sets
+    began = time.monotonic()
     plain: dict = {}
     with tempfile.TemporaryDirectory(prefix="gs-bench-", dir="/tmp") as directory:
         directory = Path(directory)
@@ -162,9 +196,11 @@ def main() -> int:
                 results["launch_rate"] = interleave(on_one_cpu([str(build_launch_rate())]),
                                                     "launches_per_s",
                                                     4 * ROUNDS + 1, plain, shared)
+                began = lap(took, "launch_rate", began)
             if "train_steps" in parts:
                 results["train_steps"] = interleave([PYTHON, str(HERE / "train_steps.py")],
                                                     "steps_per_s", ROUNDS, plain, shared)
+                began = lap(took, "train_steps", began)
             if "swapin" in parts:
                 swap = [PYTHON, str(HERE / "swapin.py")]
                 on_grant = [PYTHON, str(HERE / "swap_on_grant.py"), SWAP_GIB]
@@ -192,21 +228,40 @@ def main() -> int:
                         "together_libnvs_tq5": two_jobs(on_tq5, together=True),
                         "together_libnvs_auto_tq5": two_jobs(auto_tq5, together=True),
                         "together_no_layer": two_jobs(plain, together=True)}
+        began = time.monotonic()
         if "oversub" in parts:
             results["oversub"] = oversub.measure(PYTHON, library, directory / "oversub")
+            began = lap(took, "oversub", began)
         if "notebooks" in parts:
             results["notebooks"] = notebooks.measure(PYTHON, library, directory / "notebooks")
+            began = lap(took, "notebooks", began)
         if beside is not None:
             results["beside_trainer"] = beside_trainer.measure(
                 PYTHON, library, directory / "beside_trainer", beside)
+            began = lap(took, "beside_trainer", began)
         if "multi_gpu" in parts:
             results["multi_gpu"] = multi_gpu.measure(PYTHON, library, directory / "multi_gpu")
+            began = lap(took, "multi_gpu", began)
         if "mps" in parts:
             results["mps"] = mps.measure(PYTHON, library, directory / "mps")
+            began = lap(took, "mps", began)
+        if lesson is not None:
+            results["classroom"] = classroom.measure(PYTHON, library, directory / "classroom",
+                                                     lesson)
+            began = lap(took, "classroom", began)
+    print_table(results)
+    results["registry"] = print_registry(results)
     if os.environ.get("BENCH_JSON"):
         Path(os.environ["BENCH_JSON"]).write_text(json.dumps(results, indent=2))
-    print_table(results)
     return 0
+
+
+def lap(took: dict, part: str, began: float) -> float:
+    """Records how long the part took; the start of the next."""
+    now = time.monotonic()
+    took[part] = round(now - began, 1)
+    print(f"{part}: {took[part]:.0f} s", file=sys.stderr, flush=True)
+    return now
 
 
 def print_table(results: dict) -> None:
@@ -243,6 +298,8 @@ def print_table(results: dict) -> None:
         multi_gpu.print_multi_gpu(results["multi_gpu"])
     if "mps" in results:
         print(json.dumps(results["mps"], indent=1))
+    if "classroom" in results:
+        classroom.print_classroom(results["classroom"])
 
 
 def print_swap(swap: dict) -> None:

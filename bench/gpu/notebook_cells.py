@@ -14,7 +14,9 @@ once: cells are never skipped. The end checks every element against what the ari
 predicts; with --finished, only once N programs have put a file there (their cells done), so
 that no program's check touches the GPU while another still times its cells.
 
-Prints one JSON line: first_cell_s (the untimed one), cells_s (each cell from the moment it was
+Prints one JSON line: allocation_s (from before its tensors are allocated to their fill
+synchronized, CUDA's context made before: under gemshare, what it waited for room and for the
+GPU), first_cell_s (the one before the common start), cells_s (each cell from the moment it was
 due to its synchronize, so that waiting for the GPU and for memory brought back land in it),
 cell_median_s, cell_p95_s, cell_max_s, seconds_from_go (from the common start to the last
 cell's end), mismatched_elements, intact. Exits 1 if not intact.
@@ -55,8 +57,11 @@ def main() -> int:
     options = parser.parse_args()
     if options.gib < 1 or options.cells < 1 or options.period_s <= 0 or options.ops < 1:
         parser.error("GIB, CELLS and --ops must be at least 1, PERIOD_S more than 0")
+    torch.empty(1, device="cuda")  # CUDA's context, before the allocation is timed; no kernel
+    allocation = time.perf_counter()
     tensors = filled(options.gib)
     torch.cuda.synchronize()
+    allocation = time.perf_counter() - allocation
     first = time.perf_counter()
     touch_all(tensors, options.ops)
     first = time.perf_counter() - first
@@ -85,7 +90,8 @@ def main() -> int:
     # An odd number of ops leaves every value one higher after each cell (the first included).
     wrong = mismatches(tensors, (options.cells + 1) * (options.ops % 2))
     print(json.dumps({"gib": options.gib, "cells": options.cells, "period_s": options.period_s,
-                      "ops": options.ops, "first_cell_s": first, "cells_s": cells,
+                      "ops": options.ops, "allocation_s": allocation,
+                      "first_cell_s": first, "cells_s": cells,
                       "cell_median_s": statistics.median(cells),
                       "cell_p95_s": percentile(cells, 0.95), "cell_max_s": max(cells),
                       "seconds_from_go": seconds, "mismatched_elements": wrong,

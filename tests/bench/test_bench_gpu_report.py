@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "bench"))
 import run_gpu  # noqa: E402
@@ -78,6 +80,15 @@ def test_an_unknown_part_stops_before_anything_runs():
                           capture_output=True, text=True, timeout=60)
     assert done.returncode != 0
     assert "warp_speed" in done.stderr and "launch_rate" in done.stderr
+
+
+@pytest.mark.parametrize("part, variable", [("mps", "MPS_SETUPS"),
+                                             ("classroom", "CLASSROOM_SETUPS")])
+def test_a_parts_bad_setups_stop_the_bench_before_anything_runs(part, variable):
+    env = {**os.environ, "BENCH_ONLY": part, variable: "auto_mps,warp"}
+    done = subprocess.run([sys.executable, str(REPO / "bench" / "run_gpu.py")], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0 and variable in done.stderr, done.stderr
 
 
 def test_oversub_prints_every_scenario_and_mode(capsys):
@@ -214,3 +225,22 @@ def test_multi_gpu_prints_both_scenarios_and_errors(capsys):
     assert ("two 2-rank DDP jobs on two GPUs: one after the other 60.0 s, together 66.0 s "
             "(throughput 0.91x), 7 gang grants, 0 revocations") in out
     assert "skipped (needs two GPUs" in table({"multi_gpu": {"skipped": "needs two GPUs"}}, capsys)
+
+
+def test_notebooks_count_every_cell_and_how_long_allocations_waited_beside_no_layer():
+    """A program's first cell is one its user waits for: the `every_cell_*` figures count it, and
+    a slow first cell shows there even where the timetabled cells are all quick."""
+    programs = [{"allocation_s": 0.4, "first_cell_s": 2.5, "cells_s": [0.3, 0.3, 0.35],
+                 "seconds_from_go": 9.0},
+                {"allocation_s": 4.9, "first_cell_s": 0.2, "cells_s": [0.3, 0.31, 0.3],
+                 "seconds_from_go": 9.3}]
+    figures = run_gpu.notebooks.cell_figures(programs)
+    assert figures["cell_max_s"] == 0.35 and figures["every_cell_max_s"] == 2.5
+    assert figures["every_cell_median_s"] == 0.3 and figures["allocation_max_s"] == 4.9
+    plain = run_gpu.notebooks.cell_figures([{**program, "allocation_s": 0.5,
+                                              "seconds_from_go": 9.0} for program in programs])
+    shared_run = run_gpu.notebooks.against_no_layer({**figures, "intact": True}, plain)
+    assert shared_run["allocation_wait_max_s"] == pytest.approx(4.4)
+    assert shared_run["ratio_to_no_layer"] == pytest.approx(9.3 / 9.0)
+    failed = {"error": "RuntimeError: a program did not get ready"}
+    assert run_gpu.notebooks.against_no_layer(figures, failed) == figures

@@ -12,8 +12,8 @@ parser.add_argument("--size", type=int, default=8192)
 parser.add_argument("--ready", type=Path)
 parser.add_argument("--max-seconds", type=float, default=300.0)
 options = parser.parse_args()
-print("pid", os.getpid(), "GEMSHARE_SOCKET", os.environ.get("GEMSHARE_SOCKET"), file=sys.stderr,
-      flush=True)
+print("pid", os.getpid(), "GEMSHARE_SOCKET", os.environ.get("GEMSHARE_SOCKET"),
+      "GEMSHARE_LABEL", os.environ.get("GEMSHARE_LABEL"), file=sys.stderr, flush=True)
 if os.environ.get("BESIDE_STANDIN") == "crash":
     sys.exit("the trainer fell over")
 options.ready.touch()
