@@ -8,7 +8,7 @@ synchronization: waiting for the lock lands in it, and every cell counts, the fi
 The busy program holds the device first: kernels of BUSY_KERNEL_US back to back. The same cells
 with no libnvs.so (on the fake driver programs never compete) are the reference.
 
-Used by tests/libnvs/test_classroom_out_of_step.py; bench/classroom.py is the GPU's classroom.
+Used by tests/libnvs/test_classroom.py; bench/classroom.py is the GPU's classroom.
 """
 
 from __future__ import annotations

@@ -54,7 +54,7 @@ def bound(name: str, comparison: str, value, unit: str, part: str, *keys: tuple)
 
 
 LIBNVS = "tests/libnvs/"
-CLASSROOM_TESTS = "tests/libnvs/test_classroom.py"  # the in-step pair, the policy core's own
+CLASSROOM_TESTS = "tests/libnvs/test_classroom.py"
 OVERSUB_TQ_S = 10  # bench/oversub.py's TQ: no pass may wait longer than a quantum and 2 s
 NOTEBOOKS_ALLOCATION_WAIT_S = 1.0
 
@@ -133,12 +133,12 @@ SCENARIOS: tuple[Scenario, ...] = (
         "six notebooks, a burst each every 4 s, their moments spread over the 4 s, beside a "
         "trainer; `on`, TQ 5",
         classroom("out_of_step", "on", 1.5, 0.5),
-        (LIBNVS + "test_classroom_out_of_step.py::test_classroom_out_of_step[on]",)),
+        (CLASSROOM_TESTS + "::test_classroom_out_of_step[on]",)),
     Scenario(
         "classroom out of step, auto --mps",
         "the same under `auto --mps`, a config rule giving the trainer mps_priority = \"low\"",
         classroom("out_of_step", "auto_mps_low", 1.5, 0.6),
-        (LIBNVS + "test_classroom_out_of_step.py::test_classroom_out_of_step[auto]",)),
+        (CLASSROOM_TESTS + "::test_classroom_out_of_step[auto]",)),
     Scenario(
         "inference loops through MPS",
         "four small inference loops (12 conv layers, batch 4, fp16) at once, `auto --mps` "

@@ -23,9 +23,6 @@ import scenario_table  # noqa: E402
 import scenarios  # noqa: E402
 from part_runs import RUNS, run_part  # noqa: E402
 
-# Written by the policy core's work beside this one: until it is merged the two are not here.
-NOT_YET = {scenarios.CLASSROOM_TESTS + "::test_classroom_in_step_on",
-           scenarios.CLASSROOM_TESTS + "::test_classroom_in_step_auto"}
 NODE_IDS = sorted({test for scenario in scenarios.SCENARIOS for test in scenario.fake_tests})
 BOUNDS = [(scenario.name, bound) for scenario in scenarios.SCENARIOS for bound in scenario.bounds]
 
@@ -54,9 +51,6 @@ def collected() -> set[str]:
 
 @pytest.mark.parametrize("node", NODE_IDS)
 def test_every_fake_driver_test_named_exists(collected, node):
-    if node in NOT_YET and not (REPO / node.split("::")[0]).exists():
-        pytest.skip(f"{node.split('::')[0]} comes with the policy core's pipeline, not merged "
-                    "yet")
     assert node in collected, f"{node} is not a test pytest collects"
 
 
