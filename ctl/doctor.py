@@ -411,8 +411,9 @@ def program_checks(pid: int, status: dict | None, socket: Path) -> list[Check]:
             fix = (f"it talks to {theirs or DEFAULT_SOCKET} (its GEMSHARE_SOCKET): check that "
                    f"one with --socket, or restart it with GEMSHARE_SOCKET={socket}")
         else:
-            fix = ("it registers at its first CUDA call (cuInit); in a container its pid here "
-                   "may differ from the scheduler's view ('gemsharectl status' lists the pids)")
+            fix = ("it registers when it first reaches for the CUDA driver, so a program that "
+                   "has not used the GPU yet is not listed; in a container its pid here may "
+                   "differ from the scheduler's view ('gemsharectl status' lists the pids)")
         checks.append(Check("client", FAIL, f"{who} is not registered with the scheduler on "
                             f"{socket}", fix))
     return checks

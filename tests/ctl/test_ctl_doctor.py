@@ -15,7 +15,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "libnvs"))
 import libnvs_programs  # noqa: E402
 from libnvs_programs import (BUILD, LIBNVS, NO_EARLY_RELEASE, FakeGpu,  # noqa: E402
-                             wait_file, wait_for_client)
+                             wait_file, wait_for, wait_for_client)
 
 OTHER_ARCHITECTURE = {"x86_64": "aarch64", "aarch64": "x86_64"}
 
@@ -151,3 +151,15 @@ def test_a_preload_naming_a_missing_file_fails(ctl, fake_gpu, tmp_path):
     assert done.returncode == 1
     (status, what), = lines["preload"]
     assert status == "fail" and f"names {missing}, which does not exist" in what
+
+
+def test_a_program_that_has_not_used_the_gpu_is_loaded_but_not_registered(ctl, fake_gpu):
+    program = fake_gpu.start([], command=["/bin/sleep", "60"])  # the library, and no CUDA
+    wait_for(lambda: "libnvs" in Path(f"/proc/{program.pid}/maps").read_text(),
+             "the library in the program")
+    done, lines = doctor(ctl, fake_gpu, "--pid", str(program.pid))
+    assert done.returncode == 1
+    assert lines["program"][0][0] == "ok"
+    (status, what), = lines["client"]
+    assert status == "fail" and "is not registered with the scheduler" in what
+    assert "first reaches for the CUDA driver" in what
