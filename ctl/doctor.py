@@ -182,10 +182,13 @@ def _loader_refuses(path: Path) -> str | None:
                               stdin=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired) as error:
         return f"a test program could not run ({error})"
-    words = done.stderr.strip()
-    if done.returncode != 0 or "ld.so" in words or str(path) in words:
-        return words.splitlines()[0] if words else f"exit status {done.returncode}"
-    return None
+    lines = done.stderr.strip().splitlines()
+    # Only its words about this library: a broken entry of /etc/ld.so.preload speaks in every
+    # program, and is the preload check's to report.
+    about = [line for line in lines if str(path) in line]
+    if done.returncode != 0:
+        return (about or lines or [f"exit status {done.returncode}"])[0]
+    return about[0] if about else None
 
 
 # ----- the driver and the GPUs --------------------------------------------------------------
@@ -193,6 +196,9 @@ def _loader_refuses(path: Path) -> str | None:
 def gpu_probe() -> dict:
     """gpu_probe.py's findings, from a child process without LD_PRELOAD."""
     env = {key: value for key, value in os.environ.items() if key != "LD_PRELOAD"}
+    # This interpreter's import path: make install's launchers set theirs in the script, not
+    # in the environment, and the child needs the package and pynvml from there.
+    env["PYTHONPATH"] = os.pathsep.join(entry for entry in sys.path if entry)
     try:
         done = subprocess.run([sys.executable, "-m", "gemshare_ctl.gpu_probe"], env=env,
                               capture_output=True, text=True, timeout=PROBE_TIMEOUT_S,
