@@ -61,8 +61,8 @@ def as_json(checks: list[Check]) -> str:
 def run_checks(socket: Path, timeout: float, pid: int | None = None,
                library: Path | None = None) -> list[Check]:
     checks, status = scheduler_checks(socket, timeout)
-    found, library_checks_ = library_checks(library)
-    checks += library_checks_
+    found, loads = library_checks(library)
+    checks += loads
     checks += gpu_checks(gpu_probe())
     if status is not None:
         checks += mps_checks(status)
@@ -166,7 +166,7 @@ def loadable(path: Path, name: str) -> Check:
     refused = _loader_refuses(path)
     if refused:
         return Check(name, FAIL, f"the dynamic loader refuses {path}: {refused}",
-                     f"install gemshare again, or rebuild the library (make)")
+                     "install gemshare again, or rebuild the library (make)")
     return Check(name, OK, f"{path} loads here ({machine}, needs {needed}, this machine has "
                  f"glibc {version_text(have)})")
 
@@ -306,7 +306,7 @@ def preload_checks(library: Path | None) -> list[Check]:
         if not os.path.exists(path):
             checks.append(Check("preload", FAIL, f"{where} names {path}, which does not exist: "
                                 f"{who} start without it (and the loader complains)",
-                                f"name the library's path there (gemsharectl library-path)"))
+                                "name the library's path there (gemsharectl library-path)"))
             continue
         found = loadable(Path(path), "preload")
         if found.status != OK:
