@@ -12,14 +12,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import ipykernel  # noqa: F401  the kernel's, from the test extra: missing, no kernel could start
+import jupyter_client
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "libnvs"))
 import libnvs_programs  # noqa: E402
 from libnvs_programs import FAKECUDA, LIBNVS, wait_for_client  # noqa: E402
 
-jupyter_client = pytest.importorskip("jupyter_client")
-pytest.importorskip("ipykernel")
 
 REPO = Path(__file__).resolve().parents[2]
 PAGE = (REPO / "docs" / "jupyter.md").read_text()
