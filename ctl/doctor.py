@@ -272,10 +272,12 @@ def mps_checks(status: dict) -> list[Check]:
     if mps.get("running"):
         return [Check("mps", OK, f"the MPS control daemon answers (pipe directory "
                       f"{mps.get('pipe_directory')})")]
+    logs = mps.get("log_directory")
     return [Check("mps", FAIL, f"asked for, but the MPS control daemon does not run: "
                   f"{mps.get('problem') or 'no reason given'}",
-                  "see docs/mps.md: nvidia-cuda-mps-control must be on the scheduler's PATH "
-                  "and the GPUs in compute mode DEFAULT or EXCLUSIVE_PROCESS")]
+                  "the scheduler starts nvidia-cuda-mps-control from its PATH (the NVIDIA "
+                  "driver's utilities) and again if it dies; its log says why it stopped"
+                  + (f" ({logs})" if logs else "") + "; meanwhile programs run as plain contexts")]
 
 
 def _preload_entries() -> list[tuple[str, str]]:

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from gemshare_nvs.service.mps import STARTING
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "libnvs"))
 import libnvs_programs  # noqa: E402
 from libnvs_programs import (BUILD, LIBNVS, NO_EARLY_RELEASE, FakeGpu,  # noqa: E402
@@ -163,3 +165,30 @@ def test_a_program_that_has_not_used_the_gpu_is_loaded_but_not_registered(ctl, f
     (status, what), = lines["client"]
     assert status == "fail" and "is not registered with the scheduler" in what
     assert "first reaches for the CUDA driver" in what
+
+
+FAKE_MPS = Path(__file__).resolve().parents[1] / "fake_mps"
+
+
+@pytest.mark.parametrize("daemon", [True, False], ids=["mps-running", "mps-missing"])
+def test_mps_is_checked_where_the_scheduler_runs_it(ctl, built, tmp_path, scheduler_factory,
+                                                    short_tmp_dirs, daemon):
+    # Without the control program on its PATH the scheduler serves on and says why MPS is down.
+    path = f"{FAKE_MPS}:/usr/bin:/bin" if daemon else "/usr/bin:/bin"
+    scheduler = scheduler_factory(directory=short_tmp_dirs(), mps=True,
+                                  env={"PATH": path, "FAKE_MPS_RECORD": str(tmp_path / "mps")})
+    gpu = FakeGpu(tmp_path, scheduler.socket)
+
+    def settled():
+        mps = libnvs_programs.scheduler_status(scheduler.socket)["mps"]
+        return mps["running"] if daemon else mps["problem"] not in (None, STARTING)
+
+    wait_for(settled, "the scheduler to find MPS running" if daemon else "MPS to have failed")
+    done, lines = doctor(ctl, gpu)
+    (status, what), = lines["mps"]
+    if daemon:
+        assert status == "ok" and "the MPS control daemon answers" in what, done.stdout
+    else:
+        assert status == "fail" and "asked for, but the MPS control daemon does not run" in what
+        assert "nvidia-cuda-mps-control" in what, what
+        assert done.returncode == 1
