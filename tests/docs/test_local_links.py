@@ -20,10 +20,14 @@ def problem(link: Link) -> str | None:
     path, _, anchor = link.target.partition("#")
     target = (link.source.parent / urllib.parse.unquote(path)).resolve() if path else link.source
     if not target.exists():
-        return f"no file {target.relative_to(REPO) if target.is_relative_to(REPO) else target}"
+        return f"no file {shown(target)}"
     if anchor and target.suffix == ".md" and anchor not in anchors(target):
-        return f"no heading in {target.relative_to(REPO)} makes the anchor #{anchor}"
+        return f"no heading in {shown(target)} makes the anchor #{anchor}"
     return None
+
+
+def shown(path: Path) -> Path:
+    return path.relative_to(REPO) if path.is_relative_to(REPO) else path
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(REPO)))
@@ -55,3 +59,17 @@ def test_the_slugs_are_githubs():
     assert slug("`gemsharectl top`") == "gemsharectl-top"
     assert slug("Gangs (multi-GPU jobs)") == "gangs-multi-gpu-jobs"
     assert slug("snake_case and C++") == "snake_case-and-c"
+
+
+def test_dead_links_and_anchors_are_found_and_code_is_not_a_link(tmp_path):
+    (tmp_path / "other.md").write_text("# Other page\n\n## A `code` heading\n\n## A code heading\n")
+    page = tmp_path / "page.md"
+    page.write_text("# Page\n\n"
+                    "[fine](other.md#a-code-heading-1) [here](#page) [web](https://example.org/x)\n"
+                    "[gone](missing.md) [no anchor](other.md#nowhere) `[in code](missing.md)`\n"
+                    "```\n[in a block](missing.md)\n```\n")
+    found = {link.target: problem(link) for link in local_links(page)}
+    assert found == {"other.md#a-code-heading-1": None, "#page": None,
+                     "missing.md": f"no file {tmp_path / 'missing.md'}",
+                     "other.md#nowhere":
+                         f"no heading in {tmp_path / 'other.md'} makes the anchor #nowhere"}
