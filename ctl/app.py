@@ -72,7 +72,7 @@ EPILOG = f"""\
   gemsharectl client 4242 --weight 2 --memory-limit 8GiB
   gemsharectl config check {DEFAULT_CONFIG}
   gemsharectl config reload
-  gemsharectl doctor --pid 4242               (why is this program not shared?)
+  gemsharectl doctor --pid 4242               (why is it not shared?)
   LD_PRELOAD=$(gemsharectl library-path) python train.py
 
 [bold]Environment[/bold]
