@@ -90,6 +90,8 @@ def scheduler_checks(socket: Path, timeout: float) -> tuple[list[Check], dict | 
     except CtlError as error:
         if error.exit_code == ExitCode.PERMISSION:
             fix = "ask an administrator for access to the socket and its directory, or run as root"
+        elif error.exit_code == ExitCode.INVALID:  # a socket path no socket can have
+            fix = "give --socket or GEMSHARE_SOCKET the scheduler's socket"
         elif not os.path.lexists(socket):
             return [Check("scheduler", FAIL, f"no gemshare-scheduler: {socket} does not exist",
                           START_HINT)], None

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from gemshare_nvs.service.mps import STARTING
+from gemshare_nvs.version import version
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "libnvs"))
 import libnvs_programs  # noqa: E402
@@ -70,6 +71,8 @@ def test_a_preloaded_program_is_found_loaded_and_registered(ctl, fake_gpu):
                  "client"):
         assert found.get(name) == {"ok"}, done.stdout
     assert "GPU 0: gemshare fake GPU" in lines["gpus"][0][1]
+    assert f"gemshare-scheduler {version()} answers on {fake_gpu.socket}" in lines["scheduler"][0][1]
+    assert "version" not in lines  # the scheduler is gemsharectl's own release
     assert f"has {LIBNVS} loaded" in lines["program"][0][1]
     assert f"is client {client['id']} of the scheduler" in lines["client"][0][1]
     assert "8 MiB allocated" in lines["client"][0][1]
