@@ -71,7 +71,8 @@ def test_a_preloaded_program_is_found_loaded_and_registered(ctl, fake_gpu):
                  "client"):
         assert found.get(name) == {"ok"}, done.stdout
     assert "GPU 0: gemshare fake GPU" in lines["gpus"][0][1]
-    assert f"gemshare-scheduler {version()} answers on {fake_gpu.socket}" in lines["scheduler"][0][1]
+    scheduler_line = lines["scheduler"][0][1]
+    assert f"gemshare-scheduler {version()} answers on {fake_gpu.socket}" in scheduler_line
     assert "version" not in lines  # the scheduler is gemsharectl's own release
     assert f"has {LIBNVS} loaded" in lines["program"][0][1]
     assert f"is client {client['id']} of the scheduler" in lines["client"][0][1]
