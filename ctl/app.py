@@ -43,7 +43,7 @@ from gemshare_nvs.library import LibraryMissing, library_path
 from gemshare_nvs.version import version
 from gemshare_nvs.wire.connection import DEFAULT_SOCKET, socket_path
 
-from . import client, options, render, top_loop, usage_errors
+from . import client, doctor, options, render, top_loop, usage_errors
 from .config_view import config_view, errors_view
 from .errors import CtlError, ExitCode
 from .shares_window import ShareWindow
@@ -55,6 +55,7 @@ TIMEOUT_MIN_S, TIMEOUT_MAX_S = 0.1, 3600.0
 DEFAULT_INTERVAL_S, INTERVAL_MIN_S, INTERVAL_MAX_S = 1.0, 0.1, 60.0
 CHECK_FAILED = 1  # config check's status for a file with problems, as test(1) or grep would
 LIBRARY_MISSING = 1  # library-path's status when there is none, as which(1) would
+DOCTOR_FAILED = 1  # doctor's status when a check fails: `gemsharectl doctor || alert`
 PID = WholeNumber("pid", 1, 1 << 22)  # Linux's largest pid_max
 SOCKET_HELP = f"Scheduler socket. Default: $GEMSHARE_SOCKET, else {DEFAULT_SOCKET}."
 TIMEOUT_HELP = (f"How long to wait for the scheduler's answer, {TIMEOUT_MIN_S:g} to "
@@ -71,6 +72,7 @@ EPILOG = f"""\
   gemsharectl client 4242 --weight 2 --memory-limit 8GiB
   gemsharectl config check {DEFAULT_CONFIG}
   gemsharectl config reload
+  gemsharectl doctor --pid 4242               (why is it not shared?)
   LD_PRELOAD=$(gemsharectl library-path) python train.py
 
 [bold]Environment[/bold]
@@ -85,7 +87,9 @@ EPILOG = f"""\
      change settings (root and members of the scheduler's control group, default
      '{DEFAULT_CONTROL_GROUP}', may; anyone may read the status)
   'config check' exits {ExitCode.OK:d} for a valid file, {CHECK_FAILED} for a missing one or one with
-  problems; 'library-path' exits {LIBRARY_MISSING} when this installation has no library.
+  problems; 'library-path' exits {LIBRARY_MISSING} when this installation has no library;
+  'doctor' exits {DOCTOR_FAILED} when any check fails, {ExitCode.OK:d} when none does (warnings
+  included).
 """
 
 app = typer.Typer(
@@ -415,6 +419,36 @@ def library_path_command() -> None:
         typer.echo(library_path())
     except LibraryMissing as missing:
         _fail(CtlError(str(missing), LIBRARY_MISSING))
+
+
+@app.command("doctor")
+def doctor_command(
+    ctx: typer.Context,
+    pid: Optional[str] = typer.Option(
+        None, "--pid", metavar="PID", callback=options.whole(PID, "doctor --pid 4242"),
+        help="Also check this program: whether it has libnvs.so loaded (/proc/PID/maps) and is "
+             "registered with the scheduler."),
+    library: Optional[Path] = typer.Option(
+        None, "--library", metavar="PATH", dir_okay=False,
+        help="Check this libnvs.so instead of the one 'gemsharectl library-path' finds."),
+    as_json: bool = typer.Option(
+        False, "--json", help='Print {"ok": ..., "checks": [{"name", "status", "what", "fix"}]} '
+                              "as one JSON object instead of lines."),
+    socket: SocketAfter = None,
+    timeout: TimeoutAfter = None,
+) -> None:
+    """Say what would stop programs of this user on this machine from being shared, and how to fix it: the scheduler (and its version), the library (found, and loadable here: architecture, glibc), the NVIDIA driver (managed memory), the GPUs, MPS where the scheduler runs it, /etc/ld.so.preload and LD_PRELOAD, and whether this user may change settings.
+
+    One line per check: ok, warn or fail, what was found, and for the others the fix. Exit status 1 when any check fails, 0 otherwise (warnings do not count)."""
+    target = _target(ctx, socket, timeout)
+    checks = doctor.run_checks(target.socket, target.timeout, pid, library)
+    if as_json:
+        typer.echo(doctor.as_json(checks))
+    else:
+        for check in checks:
+            typer.echo(check.line())
+    if doctor.failed(checks):
+        raise typer.Exit(DOCTOR_FAILED)
 
 
 def main() -> None:

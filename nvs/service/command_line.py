@@ -75,8 +75,13 @@ def _group(text: str) -> str:
 app = typer_command.plain_app(PROG)
 
 
-@app.command(help="Hand out an exclusive per-GPU lock to CUDA programs running under "
-                  "libnvs.so, one time quantum at a time, first come first served.")
+@app.command(help="Share NVIDIA GPUs between the CUDA programs running under libnvs.so. With "
+                  "--anti-thrash on each GPU's lock goes to one program at a time for a time "
+                  "quantum, a program under its share of GPU time (by its weight) first, the "
+                  "rest first come first served; with auto the programs whose memory fits on "
+                  "the GPU together hold it together; with off every program submits freely; "
+                  "and with --mps programs that hold a GPU together run at once through NVIDIA "
+                  "MPS.")
 def scheduler(
     ctx: typer.Context,
     socket: Optional[str] = typer.Option(

@@ -36,6 +36,7 @@ from ..core.model.container import NodeIdentity
 from ..core.policy import Policy
 from ..kubernetes.lookups import NodeLookups, node_lookups
 from ..observe.status import build_status, encoded_size, fit_status
+from ..version import version
 from ..wire.conversation import CLIENT, CONTROL, next_kind
 from ..wire.peer import Credentials, peer_credentials, peer_ids
 from . import fair_slots
@@ -178,6 +179,7 @@ class Server:
         self._ids = itertools.count(1)
         self._timer_scope = trio.CancelScope()
         self._started = time.time()
+        self._version = version()  # for the status: read once, the metadata does not change
         self.max_connections = settings.max_clients + settings.max_control
         self._refusing = 0
 
@@ -558,7 +560,7 @@ class Server:
         gpus = None
         if self.gpus is not None and self.gpus.available:
             gpus = await trio.to_thread.run_sync(self.gpus.describe)
-        extra = {"pid": os.getpid(), "uptime_s": round(time.time() - self._started, 3),
+        extra = {"version": self._version, "pid": os.getpid(), "uptime_s": round(time.time() - self._started, 3),
                  "control_group": self.settings.control_group,
                  "connections": len(self.conns), **self.configuration.status(),
                  "mps": self.mps_status(), "kubernetes": self.kubernetes_status()}

@@ -75,6 +75,14 @@ def test_help_documents_every_option(run_scheduler, flag):
         assert option in result.stdout
 
 
+def test_help_opens_with_every_way_it_shares(run_scheduler):
+    opening = run_scheduler("--help").stdout.split("Options:", 1)[0]
+    words = " ".join(opening.split())
+    for mode in p.Mode:
+        assert f"{'--anti-thrash ' if mode is p.Mode.ON else ''}{mode.label} " in words, words
+    assert "--mps" in words and "weight" in words and "exclusive" not in words
+
+
 def test_parse_gives_the_settings_and_refuses_what_run_would(monkeypatch):
     monkeypatch.delenv("GEMSHARE_SOCKET", raising=False)
     settings = command_line.parse(["--tq=45", "--anti-thrash", "auto", "--metrics", "[::1]:0",
