@@ -25,11 +25,11 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 from . import api
+from .container_paths import CONTAINER_LIBRARY, CONTAINER_SOCKET_DIR, SHARED_MEMORY_DIR
 from .resources import Resource
 
-CONTAINER_LIBRARY = "/usr/local/lib/gemshare/libnvs.so"
-CONTAINER_SOCKET_DIR = "/var/run/gemshare"
-SHARED_MEMORY_DIR = "/dev/shm"
+__all__ = ["CONTAINER_LIBRARY", "CONTAINER_SOCKET_DIR", "SHARED_MEMORY_DIR", "Paths",
+           "UnknownDevices", "container_response", "units_by_gpu"]
 
 
 class UnknownDevices(ValueError):
