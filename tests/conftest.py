@@ -8,10 +8,11 @@ socket's backlog before the scheduler serves). Options become command-line flags
 --debug`. Keyword-only extras: `env={...}` adds environment variables, `directory=` uses a
 directory you made (the socket is `directory/scheduler.sock`), `wrapper=[...]` puts a command in
 front (it must exec the rest), `program=[...]` runs another scheduler than this Python's
-`-m gemshare_nvs.daemon` (an installed one), `pass_fds=` keeps descriptors open in the child, `wait=False`
-returns at once (call `.wait_until_accepting()` when it should be listening). Everything
-started is stopped at teardown. A test scheduler reads `gemshare.toml` and keeps its settings in
-`state/` of its own directory, never the machine's, unless `config=` or `state_dir=` say where.
+`-m gemshare_nvs.daemon` (an installed one), `pass_fds=` keeps descriptors open in the child,
+`wait=False` returns at once (call `.wait_until_accepting()` when it should be listening).
+Everything started is stopped at teardown. A test scheduler reads `gemshare.toml` and keeps its
+settings in `state/` of its own directory, never the machine's, unless `config=` or `state_dir=`
+say where.
 
 `inprocess_scheduler(**settings)` runs the Trio server inside the test's own nursery instead
 (tests/inprocess.py).

@@ -1,6 +1,7 @@
 """`make dist`: a wheel per architecture, tagged manylinux_2_17 and marked platform-specific,
 each carrying its libnvs.so without debug information (its debug file beside it, one build ID
-for both); an sdist from which a wheel with a library is built; auditwheel agrees with the tags,
+for both); an sdist from which pip builds a wheel with a library for glibc 2.17, Zig coming
+from a build requirement; auditwheel agrees with the tags,
 and pip installs a wheel with the three commands and a `gemsharectl library-path` that gives the
 library it carries, which a CUDA program then runs with."""
 
@@ -172,7 +173,9 @@ def test_library_path_is_the_wheels_library_and_a_program_runs_with_it(installed
 def test_the_sdist_holds_what_builds_everything(wheels):
     with tarfile.open(sdist(wheels)) as archive:
         names = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
-    for needed in ("setup.py", "pyproject.toml", "Makefile", "ship.mk", "libnvs/build.mk",
+    for needed in ("setup.py", "pyproject.toml", "build_backend/gemshare_backend.py",
+                   "Makefile", "ship.mk", "libnvs/build.mk", "launcher/build.mk",
+                   "launcher/hold_signals.c",
                    "libnvs/entry/hooks.c", "libnvs/wire/gemshare_protocol.h",
                    "systemd/gemshare-scheduler.service", "docs/protocol.md", "LICENSE",
                    "CHANGELOG.md", "nvs/daemon.py", "ctl/app.py", "plugin/cli.py"):
@@ -180,14 +183,15 @@ def test_the_sdist_holds_what_builds_everything(wheels):
     assert not [name for name in names if name.endswith(".so")]  # sources only
 
 
-def test_a_wheel_built_from_the_sdist_carries_a_library_it_built(wheels, tmp_path):
-    """As pip does for `pip install gemshare-VERSION.tar.gz`; PORTABLE=0 builds it with cc (the
-    portable build's Zig comes from PyPI, as make's does)."""
+def test_a_wheel_built_from_the_sdist_carries_a_library_it_built_for_glibc_2_17(wheels, tmp_path):
+    """As pip does for `pip install gemshare-VERSION.tar.gz`: in its isolated build environment,
+    which gets Zig (ziglang) as a build requirement; the unpacked sdist has no .tools/."""
     out = tmp_path / "from-sdist"
+    env = {k: v for k, v in os.environ.items() if k != "PORTABLE"}
     built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
                             "--disable-pip-version-check", "-w", str(out), str(sdist(wheels))],
-                           capture_output=True, text=True, timeout=TIMEOUT,
-                           env={**os.environ, "PORTABLE": "0"}, stdin=subprocess.DEVNULL)
+                           capture_output=True, text=True, timeout=TIMEOUT, env=env,
+                           stdin=subprocess.DEVNULL)
     skip_if_pypi_unreachable(built, "pip wheel of the sdist")
     assert built.returncode == 0, built.stdout + built.stderr
     (wheel,) = out.glob("*.whl")
@@ -195,3 +199,4 @@ def test_a_wheel_built_from_the_sdist_carries_a_library_it_built(wheels, tmp_pat
     with zipfile.ZipFile(wheel) as archive:
         library = Path(archive.extract(PACKAGED_LIBRARY, tmp_path / "lib"))
     assert machine(library) == platform.machine() and debug_sections(library) == []
+    assert newer_than(library, "2.17") == {}
