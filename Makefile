@@ -78,6 +78,12 @@ include launcher/build.mk
 -include tests/fakecuda/build.mk
 include ship.mk
 
+# The tests and the benchmarks are a clone's: in an sdist, their targets say so and stop.
+.PHONY: tests-here
+tests-here:
+	@$(if $(wildcard tests/fakecuda/build.mk),:,echo "make $(MAKECMDGOALS): the tests and" \
+	  "benchmarks are not in this tree (an sdist carries neither); run it in a clone" >&2; exit 1)
+
 # The package alone (make scheduler), then with its test tools (make test and the rest).
 $(VENV)/.package: pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -97,7 +103,7 @@ $(VENV)/.installed: $(VENV)/.package
 # overlap.
 CPUS := $(shell nproc 2>/dev/null || echo 1)
 TEST_WORKERS ?= $(shell echo $$((2 * $(CPUS))))
-test:
+test: tests-here
 	@$(MAKE) --no-print-directory -j$(CPUS) libs fakecuda fakecuda-cross hold-signals venv
 	GEMSHARE_BUILD_DIR=$(abspath $(BUILD)) $(VENV)/bin/python -m pytest -n $(TEST_WORKERS) \
 		--dist loadfile
@@ -247,7 +253,7 @@ LOWEST_VENV ?= $(BUILD)/venv-lowest
 LOWEST_TESTS ?= tests/ctl/test_ctl_help.py tests/ctl/test_ctl_errors.py tests/ctl/test_ctl_config.py \
 	tests/ctl/test_ctl_status.py tests/service/test_scheduler_command_line.py tests/plugin tests/observe \
 	tests/config
-test-lowest: lib fakecuda
+test-lowest: tests-here lib fakecuda
 	$(PYTHON) -m venv $(LOWEST_VENV)
 	$(LOWEST_VENV)/bin/python -m pip install -q -c tests/lowest-versions.txt -e '.[test]'
 	GEMSHARE_BUILD_DIR=$(abspath $(BUILD)) $(LOWEST_VENV)/bin/python -m pytest -q \
@@ -263,16 +269,16 @@ test-lowest: lib fakecuda
 # make bench-gpu   the same layer on a real GPU; BENCH_PYTHON is the Python with PyTorch
 BENCH_PYTHON ?= python3
 .PHONY: bench-cpu bench-soak bench-abuse bench-gpu
-bench-cpu: lib fakecuda venv
+bench-cpu: tests-here lib fakecuda venv
 	GEMSHARE_BUILD_DIR=$(abspath $(BUILD)) $(VENV)/bin/python bench/run_cpu.py
 
-bench-soak: lib fakecuda venv
+bench-soak: tests-here lib fakecuda venv
 	GEMSHARE_BUILD_DIR=$(abspath $(BUILD)) $(VENV)/bin/python bench/soak.py
 
-bench-abuse: lib fakecuda hold-signals venv
+bench-abuse: tests-here lib fakecuda hold-signals venv
 	GEMSHARE_BUILD_DIR=$(abspath $(BUILD)) $(VENV)/bin/python bench/abuse.py
 
-bench-gpu: lib venv
+bench-gpu: tests-here lib venv
 	GEMSHARE_BUILD_DIR=$(abspath $(BUILD)) BENCH_PYTHON=$(BENCH_PYTHON) \
 		$(VENV)/bin/python bench/run_gpu.py
 

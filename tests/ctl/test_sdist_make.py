@@ -1,8 +1,9 @@
 """The sdist of `make sdist`, unpacked, is a source tree of its own: `make lib` there gets Zig
 itself (no .tools/ comes with it) and builds the library for glibc 2.17, `make dist` makes the
 wheels and an sdist, `make install` stages everything, and `make distclean` leaves the tree as
-it was unpacked. Run in this order, each make reuses what the one before it built, as a user's
-would. `make help` lists every target a user asks for, with one line each."""
+it was unpacked; `make test` says that the tests are a clone's. Run in this order, each make
+reuses what the one before it built, as a user's would. `make help` lists every target a user
+asks for, with one line each."""
 
 from __future__ import annotations
 
@@ -71,6 +72,14 @@ def test_it_carries_no_tests_and_nothing_built(as_unpacked):
     assert "launcher/hold_signals.c" in as_unpacked and "tests" not in as_unpacked
 
 
+def test_make_test_there_says_the_tests_are_a_clones(unpacked):
+    done = subprocess.run(["make", "-C", str(unpacked), "test"], capture_output=True, text=True,
+                          timeout=60, stdin=subprocess.DEVNULL)
+    assert done.returncode != 0
+    assert ("make test: the tests and benchmarks are not in this tree (an sdist carries "
+            "neither); run it in a clone") in done.stderr, done.stderr
+
+
 def test_make_lib_gets_zig_itself_and_builds_for_glibc_2_17(unpacked, as_unpacked):
     make(unpacked, "lib")
     library = unpacked / "build" / "libnvs.so"
@@ -136,6 +145,7 @@ def test_make_help_lists_every_target_of_the_makefile_with_one_line_each():
     assert "" in listed  # plain `make`
     assert set(listed) - {""} <= known_targets()
     phony = re.findall(r"^\.PHONY:((?:.*\\\n)*.*)$", (REPO / "Makefile").read_text(), re.M)
-    declared = set(" ".join(phony).replace("\\", " ").split()) - {"all"}
+    # `all` is plain `make`; tests-here is a step of other targets, no target of its own.
+    declared = set(" ".join(phony).replace("\\", " ").split()) - {"all", "tests-here"}
     assert declared <= set(listed), declared - set(listed)
     assert {"help", "distclean", "clean", "install", "dist", "lib"} <= set(listed)
