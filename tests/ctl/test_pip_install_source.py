@@ -7,6 +7,7 @@ survives SIGHUP, SIGUSR1 and SIGUSR2 sent while it starts."""
 
 from __future__ import annotations
 
+import os
 import platform
 import shutil
 import signal
@@ -53,6 +54,14 @@ def venv(clone, tmp_path_factory) -> Path:
     skip_if_pypi_unreachable(done, "pip install .")
     assert done.returncode == 0, done.stdout + done.stderr
     return venv
+
+
+def pip_wheel(clone: Path, out: Path, **env: str) -> subprocess.CompletedProcess:
+    """`pip wheel .` in the copy, verbose (a build's own lines show only so), with `env` added."""
+    return subprocess.run([sys.executable, "-m", "pip", "wheel", "-v", "--no-deps",
+                           "--disable-pip-version-check", "-w", str(out), "."],
+                          cwd=clone, capture_output=True, text=True, timeout=TIMEOUT,
+                          env={**os.environ, **env}, stdin=subprocess.DEVNULL)
 
 
 def run(venv: Path, *command: str) -> subprocess.CompletedProcess:
@@ -117,3 +126,25 @@ def test_the_installed_scheduler_survives_signals_sent_as_it_starts(
     with running.connect() as control:
         assert control.request({"op": "status"})["ok"] is True
     assert running.stop() == 0
+
+
+def test_pip_wheel_with_portable_0_builds_with_cc_and_says_for_which_glibc(clone, tmp_path):
+    built = pip_wheel(clone, tmp_path, PORTABLE="0")
+    skip_if_pypi_unreachable(built, "pip wheel .")
+    assert built.returncode == 0, built.stdout + built.stderr
+    said = " ".join((built.stdout + built.stderr).split())
+    assert (f"gemshare: libnvs.so was built with cc (PORTABLE=0) for this machine's "
+            f"{os.confstr('CS_GNU_LIBC_VERSION')} and may need a glibc as new to load") in said
+    (wheel,) = tmp_path.glob("gemshare-*.whl")
+    assert wheel.stat().st_size > 0
+
+
+def test_without_make_the_build_says_what_it_needs_in_one_line(clone, tmp_path):
+    (tmp_path / "bin").mkdir()  # a PATH without make
+    built = pip_wheel(clone, tmp_path, PORTABLE="0", PATH=str(tmp_path / "bin"))
+    skip_if_pypi_unreachable(built, "pip wheel .")
+    assert built.returncode != 0
+    assert ("gemshare: building libnvs.so needs make, which is not on PATH: install make (GNU "
+            "make), or install a wheel of `make dist`, which carries the library") in built.stderr \
+        + built.stdout, built.stdout + built.stderr
+    assert "Traceback" not in built.stdout + built.stderr
