@@ -85,7 +85,7 @@ tests-here:
 	  "benchmarks are not in this tree (an sdist carries neither); run it in a clone" >&2; exit 1)
 
 # The package alone (make scheduler), then with its test tools (make test and the rest).
-$(VENV)/.package: pyproject.toml setup.py
+$(VENV)/.package: pyproject.toml setup.py build_backend/gemshare_backend.py
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install -q --upgrade pip
 	$(VENV)/bin/python -m pip install -q -e .

@@ -28,7 +28,7 @@ TIMEOUT = 600
 # What a fresh clone lacks: what make and pip made here, and what tests and editors leave.
 NOT_IN_A_CLONE = shutil.ignore_patterns(".git", ".tools", ".venv", "build", "dist", "*.egg-info",
                                         "__pycache__", ".hypothesis", ".pytest_cache", ".device",
-                                        "*.so")
+                                        ".whl", ".gl", "*.so")
 # Sent this soon after the start, while the scheduler still imports its libraries.
 SIGNAL_AFTER_S = 0.1
 
