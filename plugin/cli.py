@@ -28,7 +28,7 @@ from gemshare_nvs.service.mps import directories_beside
 from gemshare_nvs.wire.connection import DEFAULT_SOCKET, socket_path
 
 from . import resource_names
-from .container_paths import CONTAINER_LIBRARY, SHARED_MEMORY_DIR
+from .allocation import CONTAINER_LIBRARY, SHARED_MEMORY_DIR, Paths
 from .resources import COMPUTE_SUFFIX, MEMORY_SUFFIX, family, family_names, size_words
 
 PROG = "gemshare-device-plugin"
@@ -213,7 +213,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except GrpcMissing as missing:
         print(f"{PROG}: {missing}", file=sys.stderr)
         return 1
-    from .allocation import Paths
     from .health import HealthServer
     from .lifecycle import Plugin
 
