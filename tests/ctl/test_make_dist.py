@@ -129,18 +129,25 @@ def purelib(venv: Path) -> Path:
                                timeout=60).stdout.strip())
 
 
-@pytest.fixture(scope="module")
-def installed(wheels, tmp_path_factory) -> Path:
-    """A new virtualenv with this machine's wheel installed by pip, and the dependencies of
+def pip_install_into_a_new_venv(venv: Path, package: Path, *options: str,
+                                env: dict | None = None) -> subprocess.CompletedProcess:
+    """pip installs `package` into a new virtualenv at `venv`, which gets the dependencies of
     this one (a path in a .pth file) instead of a download of them."""
-    venv = tmp_path_factory.mktemp("wheel-venv")
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
                    timeout=TIMEOUT)
     (purelib(venv) / "dependencies.pth").write_text(sysconfig.get_path("purelib") + "\n")
-    done = subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"),
-                           "install", "-q", "--no-deps", "--no-index",
-                           "--disable-pip-version-check", str(wheels[platform.machine()])],
-                          capture_output=True, text=True, timeout=TIMEOUT)
+    return subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"),
+                           "install", "-q", "--no-deps", "--disable-pip-version-check",
+                           *options, str(package)],
+                          capture_output=True, text=True, timeout=TIMEOUT, env=env,
+                          stdin=subprocess.DEVNULL)
+
+
+@pytest.fixture(scope="module")
+def installed(wheels, tmp_path_factory) -> Path:
+    """A new virtualenv with this machine's wheel installed by pip."""
+    venv = tmp_path_factory.mktemp("wheel-venv")
+    done = pip_install_into_a_new_venv(venv, wheels[platform.machine()], "--no-index")
     assert done.returncode == 0, done.stdout + done.stderr
     return venv
 
@@ -183,20 +190,19 @@ def test_the_sdist_holds_what_builds_everything(wheels):
     assert not [name for name in names if name.endswith(".so")]  # sources only
 
 
-def test_a_wheel_built_from_the_sdist_carries_a_library_it_built_for_glibc_2_17(wheels, tmp_path):
-    """As pip does for `pip install gemshare-VERSION.tar.gz`: in its isolated build environment,
-    which gets Zig (ziglang) as a build requirement; the unpacked sdist has no .tools/."""
-    out = tmp_path / "from-sdist"
+def test_pip_install_of_the_sdist_builds_a_library_for_glibc_2_17(wheels, tmp_path):
+    """`pip install gemshare-VERSION.tar.gz` into a new virtualenv: pip's isolated build
+    environment gets Zig (ziglang) as a build requirement, the unpacked sdist having no
+    .tools/, and the wheel it builds carries the library, marked platform-specific."""
     env = {k: v for k, v in os.environ.items() if k != "PORTABLE"}
-    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
-                            "--disable-pip-version-check", "-w", str(out), str(sdist(wheels))],
-                           capture_output=True, text=True, timeout=TIMEOUT, env=env,
-                           stdin=subprocess.DEVNULL)
-    skip_if_pypi_unreachable(built, "pip wheel of the sdist")
-    assert built.returncode == 0, built.stdout + built.stderr
-    (wheel,) = out.glob("*.whl")
-    assert "Root-Is-Purelib: false" in wheel_text(wheel, "WHEEL")
-    with zipfile.ZipFile(wheel) as archive:
-        library = Path(archive.extract(PACKAGED_LIBRARY, tmp_path / "lib"))
+    done = pip_install_into_a_new_venv(tmp_path / "venv", sdist(wheels), env=env)
+    skip_if_pypi_unreachable(done, "pip install of the sdist")
+    assert done.returncode == 0, done.stdout + done.stderr
+    shown = subprocess.run([str(tmp_path / "venv" / "bin" / "gemsharectl"), "library-path"],
+                           capture_output=True, text=True, timeout=60)
+    library = Path(shown.stdout.strip())
+    assert library == purelib(tmp_path / "venv") / PACKAGED_LIBRARY, shown
     assert machine(library) == platform.machine() and debug_sections(library) == []
     assert newer_than(library, "2.17") == {}
+    (wheel_file,) = purelib(tmp_path / "venv").glob("gemshare-*.dist-info/WHEEL")
+    assert "Root-Is-Purelib: false" in wheel_file.read_text()
