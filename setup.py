@@ -40,9 +40,12 @@ class BuildWithLibrary(build_py):
                      "make (GNU make), or install a wheel of `make dist`, which carries the "
                      "library")
         with tempfile.TemporaryDirectory(prefix="gemshare-lib-") as build:
-            subprocess.run(["make", "-f", "libnvs/build.mk", "-f", "ship.mk", f"BUILD={build}",
-                            f"PYTHON={sys.executable}", *zig_of_ziglang(), "ship-lib"],
-                           check=True)
+            made = subprocess.run(["make", "-f", "libnvs/build.mk", "-f", "ship.mk",
+                                   f"BUILD={build}", f"PYTHON={sys.executable}",
+                                   *zig_of_ziglang(), "ship-lib"])
+            if made.returncode != 0:
+                sys.exit(f"gemshare: building libnvs.so failed (make exited with "
+                         f"{made.returncode}; its lines above say why)")
             if os.environ.get("PORTABLE", "1") != "1":
                 print(f"gemshare: libnvs.so was built with cc (PORTABLE=0) for this machine's "
                       f"{glibc()} and may need a glibc as new to load, unlike the wheels' "
@@ -57,7 +60,8 @@ def zig_of_ziglang() -> list[str]:
     """ZIG=the compiler of an importable `ziglang` (the build requirement), for make; none
     when there is no such module, and make then finds or installs its own (libnvs/build.mk)."""
     spec = importlib.util.find_spec("ziglang")
-    for folder in (spec.submodule_search_locations or []) if spec is not None else []:
+    folders = spec.submodule_search_locations if spec is not None else None
+    for folder in folders or []:
         zig = Path(folder) / "zig"
         if os.access(zig, os.X_OK):
             return [f"ZIG={zig}"]
