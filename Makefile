@@ -1,14 +1,24 @@
-# make              build libnvs.so for x86_64 and aarch64, for glibc 2.17 and newer
-#                   (libnvs/build.mk; no CUDA toolkit needed)
+# The targets, one line each (make help prints this list; each rule's comment says more):
+# make              libnvs.so for x86_64 and aarch64, for glibc 2.17 and newer (libnvs/build.mk)
+# make lib          libnvs.so for this machine alone (PORTABLE=0: with cc, for its glibc only)
 # make test         every test, in a virtualenv this Makefile creates (.venv)
-# make dist         an sdist and a wheel per architecture in dist/, each wheel carrying its
-#                   libnvs.so without debug information, whose debug file goes beside it
-# make scheduler    build, install into .venv (no test tools) and run the scheduler in the
-#                   foreground
+# make dist         an sdist and a wheel per architecture in dist/, debug files beside them
+# make sdist        the sdist alone, in dist/: sources, build rules, units and docs
+# make install      library, Python package and systemd units under PREFIX (DESTDIR to stage)
+# make uninstall    remove what make install put under PREFIX
+# make scheduler    build, install into .venv (no test tools), run the scheduler in front
+# make fakecuda     the fake CUDA driver and programs the tests run (tests/fakecuda)
+# make venv         .venv: the package, editable, with its test tools
 # make test-lowest  the tests of what users see, on the lowest dependency releases allowed
 # make constraints  pin the image's dependencies again (deploy/constraints.txt)
-# make install      library, Python package and systemd units under PREFIX (DESTDIR for staging)
-# make uninstall    remove what make install put under PREFIX
+# make bench-cpu    benchmarks on the fake driver, no GPU needed (bench/README.md)
+# make bench-soak   a long run compressed into minutes: memory, descriptors, handoff latency
+# make bench-abuse  what one unprivileged local user can take from the others
+# make bench-gpu    the scenario registry on a real GPU and its table (BENCH_SET=1|2: one half)
+# make device-python  the packages for a GPU machine that reaches no package index
+# make clean        remove build/ and dist/
+# make distclean    also remove what make downloads: Zig (.tools) and the virtualenv (.venv)
+# make help         this list
 PREFIX ?= /usr/local
 BINDIR ?= $(PREFIX)/bin
 LIBDIR ?= $(PREFIX)/lib
@@ -50,23 +60,32 @@ DROP_IN_EXAMPLES := metrics.conf.example mps.conf.example
 # The README and every page it links, at the same relative paths, so the links work installed.
 DOCS := README.md LICENSE CHANGELOG.md $(wildcard docs/*.md) libnvs/README.md bench/README.md
 # What pip builds the package from: make install and make dist build from a copy of these.
-PYTHON_SOURCES := pyproject.toml setup.py README.md LICENSE nvs ctl plugin
-# The sdist's: the package's and what builds the library, with the units, deploy files and docs
-# (MANIFEST.in says which of them go in).
-SDIST_SOURCES := $(PYTHON_SOURCES) MANIFEST.in Makefile ship.mk CHANGELOG.md libnvs systemd deploy \
-                 docs bench/README.md
+PYTHON_SOURCES := pyproject.toml setup.py build_backend README.md LICENSE nvs ctl plugin
+# The sdist's: the package's and what builds the library and hold-signals, with the units,
+# deploy files and docs: what make lib, make install and make dist need (MANIFEST.in says which
+# of them go in). The fake driver's build rules are the tests', which it leaves out.
+SDIST_SOURCES := $(PYTHON_SOURCES) MANIFEST.in Makefile ship.mk CHANGELOG.md libnvs launcher \
+                 systemd deploy docs bench/README.md
 VERSION := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' pyproject.toml)
 
-.PHONY: all lib fakecuda venv test test-lowest dist scheduler install uninstall clean constraints
+.PHONY: all lib fakecuda venv test test-lowest dist sdist scheduler install uninstall clean \
+        distclean constraints help
 all: libs
 
 include libnvs/build.mk
 include launcher/build.mk
-include tests/fakecuda/build.mk
+# The tests' own (the fake driver), which the sdist does not carry.
+-include tests/fakecuda/build.mk
 include ship.mk
 
+# The tests and the benchmarks are a clone's: in an sdist, their targets say so and stop.
+.PHONY: tests-here
+tests-here:
+	@$(if $(wildcard tests/fakecuda/build.mk),:,echo "make $(MAKECMDGOALS): the tests and" \
+	  "benchmarks are not in this tree (an sdist carries neither); run it in a clone" >&2; exit 1)
+
 # The package alone (make scheduler), then with its test tools (make test and the rest).
-$(VENV)/.package: pyproject.toml setup.py
+$(VENV)/.package: pyproject.toml setup.py build_backend/gemshare_backend.py
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install -q --upgrade pip
 	$(VENV)/bin/python -m pip install -q -e .
@@ -84,7 +103,7 @@ $(VENV)/.installed: $(VENV)/.package
 # overlap.
 CPUS := $(shell nproc 2>/dev/null || echo 1)
 TEST_WORKERS ?= $(shell echo $$((2 * $(CPUS))))
-test:
+test: tests-here
 	@$(MAKE) --no-print-directory -j$(CPUS) libs fakecuda fakecuda-cross hold-signals venv
 	GEMSHARE_BUILD_DIR=$(abspath $(BUILD)) $(VENV)/bin/python -m pytest -n $(TEST_WORKERS) \
 		--dist loadfile
@@ -113,7 +132,7 @@ scheduler: lib $(VENV)/.package $(HOLD_SIGNALS)
 # through hold-signals first, so that no signal kills it while Python starts. pip builds a local
 # project in place, so it gets a copy under $(BUILD) to keep build files out of the source tree
 # (one of its own, so that two makes at once do not meet).
-install: ship-lib venv $(HOLD_SIGNALS)
+install: ship-lib $(VENV)/.package $(HOLD_SIGNALS)
 	@built=$$($(VENV)/bin/python -c '$(PYTHON_VERSION)'); \
 	if [ -z "$(INSTALL_BY_ENV)" ]; then \
 	  pinned=$$($(INSTALL_PYTHON) -c '$(PYTHON_VERSION)') || exit 1; \
@@ -188,13 +207,21 @@ uninstall:
 clean:
 	rm -rf $(BUILD) $(DIST)
 
+# Also what make downloads: Zig (.tools, about 400 MB) and the virtualenv.
+distclean: clean
+	rm -rf $(TOOLS) $(VENV)
+
+# The list at the top of this file.
+help:
+	@sed -n -e '/^[^#]/q' -e 's/^# make/  make/p' $(firstword $(MAKEFILE_LIST))
+
 # Each wheel is the package built by pip from a copy of the sources, as for make install, with
 # that architecture's library inside it (stripped: its debug file goes beside the wheel, as
 # libnvs-VERSION-ARCH.so.debug), tagged for the glibc the library needs (manylinux_2_17_ARCH):
 # nothing else in it depends on the machine. The sdist holds the sources a wheel is built from,
 # the library's included (setup.py builds it).
 MANYLINUX := manylinux_$(subst .,_,$(GLIBC_FLOOR))
-dist: venv ship-libs
+dist: venv ship-libs sdist
 	@for arch in $(LIBNVS_ARCHES); do \
 	  source=$$(mktemp -d $(BUILD)/dist-src.XXXXXX) && cp -R $(PYTHON_SOURCES) $$source/ && \
 	  cp $(BUILD)/$$arch/ship/libnvs.so $$source/nvs/libnvs.so && \
@@ -203,11 +230,14 @@ dist: venv ship-libs
 	  cp $(BUILD)/$$arch/ship/libnvs.so.debug $(DIST)/libnvs-$(VERSION)-$$arch.so.debug && \
 	  rm -rf $$source || exit 1; \
 	done
+	@ls $(DIST)/*-$(MANYLINUX)_*.whl $(DIST)/*.so.debug $(DIST)/gemshare-$(VERSION).tar.gz
+
+sdist: venv
+	@mkdir -p $(BUILD)
 	@source=$$(mktemp -d $(BUILD)/sdist-src.XXXXXX) && \
 	  cp -R --parents $(SDIST_SOURCES) $$source/ && \
 	  $(VENV)/bin/python -m build -q --sdist --outdir $(DIST) $$source >/dev/null && \
 	  rm -rf $$source
-	@ls $(DIST)/*-$(MANYLINUX)_*.whl $(DIST)/*.so.debug $(DIST)/gemshare-$(VERSION).tar.gz
 
 # The image's pins: what pip picks today for gemshare[kubernetes], in a fresh virtualenv.
 constraints:
@@ -223,7 +253,7 @@ LOWEST_VENV ?= $(BUILD)/venv-lowest
 LOWEST_TESTS ?= tests/ctl/test_ctl_help.py tests/ctl/test_ctl_errors.py tests/ctl/test_ctl_config.py \
 	tests/ctl/test_ctl_status.py tests/service/test_scheduler_command_line.py tests/plugin tests/observe \
 	tests/config
-test-lowest: lib fakecuda
+test-lowest: tests-here lib fakecuda
 	$(PYTHON) -m venv $(LOWEST_VENV)
 	$(LOWEST_VENV)/bin/python -m pip install -q -c tests/lowest-versions.txt -e '.[test]'
 	GEMSHARE_BUILD_DIR=$(abspath $(BUILD)) $(LOWEST_VENV)/bin/python -m pytest -q \
@@ -244,16 +274,16 @@ test-lowest: lib fakecuda
 BENCH_PYTHON ?= python3
 BENCH_SET ?= $(if $(BENCH_ONLY),,all)
 .PHONY: bench-cpu bench-soak bench-abuse bench-gpu
-bench-cpu: lib fakecuda venv
+bench-cpu: tests-here lib fakecuda venv
 	GEMSHARE_BUILD_DIR=$(abspath $(BUILD)) $(VENV)/bin/python bench/run_cpu.py
 
-bench-soak: lib fakecuda venv
+bench-soak: tests-here lib fakecuda venv
 	GEMSHARE_BUILD_DIR=$(abspath $(BUILD)) $(VENV)/bin/python bench/soak.py
 
-bench-abuse: lib fakecuda hold-signals venv
+bench-abuse: tests-here lib fakecuda hold-signals venv
 	GEMSHARE_BUILD_DIR=$(abspath $(BUILD)) $(VENV)/bin/python bench/abuse.py
 
-bench-gpu: lib venv
+bench-gpu: tests-here lib venv
 	GEMSHARE_BUILD_DIR=$(abspath $(BUILD)) BENCH_PYTHON=$(BENCH_PYTHON) BENCH_SET=$(BENCH_SET) \
 		$(VENV)/bin/python bench/run_gpu.py
 

@@ -2,14 +2,17 @@
 wheel built from the sdist builds that library first.
 
 `make dist` puts the library in nvs/ before it builds each wheel (--plat-name gives the
-platform); a wheel built from the sdist (pip install gemshare-VERSION.tar.gz) has none there, and
-runs `make -f libnvs/build.mk -f ship.mk ship-lib`, which needs make and, for the portable build,
-Zig from PyPI (PORTABLE=0 in the environment builds with cc for this machine's glibc instead).
+platform); a wheel built from a checkout or the sdist (pip install ., pip install
+gemshare-VERSION.tar.gz) has none there, and runs `make -f libnvs/build.mk -f ship.mk ship-lib`,
+which needs make. It builds for glibc 2.17 with the Zig of the `ziglang` module that pip's build
+environment got as a build requirement (build_backend/gemshare_backend.py); PORTABLE=0 in the
+environment builds with cc for this machine's glibc instead, and says so.
 An editable install (pip install -e .) builds nothing: a source tree's library is build/'s.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -32,13 +35,45 @@ class BuildWithLibrary(build_py):
         super().run()
         if self.editable_mode or LIBRARY.exists():
             return  # package data carries the one make dist placed
+        if shutil.which("make") is None:
+            sys.exit("gemshare: building libnvs.so needs make, which is not on PATH: install "
+                     "make (GNU make), or install a wheel of `make dist`, which carries the "
+                     "library")
         with tempfile.TemporaryDirectory(prefix="gemshare-lib-") as build:
-            subprocess.run(["make", "-f", "libnvs/build.mk", "-f", "ship.mk", f"BUILD={build}",
-                            f"PYTHON={sys.executable}", "ship-lib"], check=True)
+            made = subprocess.run(["make", "-f", "libnvs/build.mk", "-f", "ship.mk",
+                                   f"BUILD={build}", f"PYTHON={sys.executable}",
+                                   *zig_of_ziglang(), "ship-lib"])
+            if made.returncode != 0:
+                sys.exit(f"gemshare: building libnvs.so failed (make exited with "
+                         f"{made.returncode}; its lines above say why)")
+            if os.environ.get("PORTABLE", "1") != "1":
+                print(f"gemshare: libnvs.so was built with cc (PORTABLE=0) for this machine's "
+                      f"{glibc()} and may need a glibc as new to load, unlike the wheels' "
+                      f"(glibc 2.17 and newer)", file=sys.stderr)
             target = Path(self.build_lib) / PACKAGED
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(Path(build) / "ship" / "libnvs.so", target)
             os.chmod(target, 0o755)
+
+
+def zig_of_ziglang() -> list[str]:
+    """ZIG=the compiler of an importable `ziglang` (the build requirement), for make; none
+    when there is no such module, and make then finds or installs its own (libnvs/build.mk)."""
+    spec = importlib.util.find_spec("ziglang")
+    folders = spec.submodule_search_locations if spec is not None else None
+    for folder in folders or []:
+        zig = Path(folder) / "zig"
+        if os.access(zig, os.X_OK):
+            return [f"ZIG={zig}"]
+    return []
+
+
+def glibc() -> str:
+    """This machine's C library, as in "glibc 2.39"."""
+    try:
+        return os.confstr("CS_GNU_LIBC_VERSION") or "C library"
+    except (ValueError, OSError):
+        return "C library"
 
 
 class WithLibrary(Distribution):

@@ -12,7 +12,8 @@
 # The library is preloaded into programs of any image, so it is built against glibc 2.17
 # (CentOS 7, the oldest any CUDA release still supports) with Zig's C compiler, which carries
 # every glibc's symbol versions and builds for either architecture from one machine. Zig comes
-# from PyPI (ziglang, pinned) into $(TOOLS), which `make clean` keeps. build/libnvs.so is a copy
+# from PyPI (ziglang, pinned) into $(TOOLS), which `make clean` keeps (`make distclean` not);
+# ZIG= names another (setup.py gives the one pip's build environment holds). build/libnvs.so is a copy
 # of the build for this machine, renewed whenever the chosen one (PORTABLE) differs.
 BUILD ?= build
 CC ?= cc
@@ -80,8 +81,9 @@ $(BUILD)/tsan/libnvs.so: $(LIBNVS_DEPS)
 $(ZIG):
 	$(PYTHON) -m pip install -q --disable-pip-version-check --no-warn-script-location \
 		--root-user-action=ignore --target $(ZIG_DIR) ziglang==$(ZIGLANG_VERSION) || { \
-	    echo "cannot install Zig (ziglang $(ZIGLANG_VERSION)) from PyPI into $(ZIG_DIR);" \
-	         "make PORTABLE=0 builds with $(CC) for this machine's glibc only" >&2; exit 1; }
+	    echo "cannot install Zig (ziglang $(ZIGLANG_VERSION)) from PyPI into $(ZIG_DIR) with" \
+	         "$(PYTHON) -m pip (PYTHON= names another Python); make PORTABLE=0 builds with" \
+	         "$(CC) for this machine's glibc only" >&2; exit 1; }
 
 check-cuda-api:
 	@if [ -f "$(CUDA_INCLUDE)/cuda.h" ] && [ -f "$(CUDA_INCLUDE)/cudaTypedefs.h" ]; then \

@@ -24,7 +24,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-from . import api
 from .resources import Resource
 
 CONTAINER_LIBRARY = "/usr/local/lib/gemshare/libnvs.so"
@@ -92,6 +91,9 @@ def container_response(uuids, paths: Paths):
     The same for every resource: when a container has several of ours, the kubelet merges their
     answers, keeping the first of each variable and of each mount's container path, and logs an
     error where a later one differs. Theirs differ only where their GPUs do."""
+    # Imported here: the paths above are the command's help too, which needs no protobuf.
+    from . import api
+
     mounts = [api.Mount(container_path=CONTAINER_LIBRARY, host_path=paths.library,
                         read_only=True),
               api.Mount(container_path=CONTAINER_SOCKET_DIR, host_path=paths.socket_dir,

@@ -1,7 +1,10 @@
 """`gemshare-device-plugin`: the command line, logging and signals around lifecycle.Plugin.
 
 On Typer, as the scheduler's (typer_command.py): the same plain help and errors, exit status 2
-for a bad command line, and completion.
+for a bad command line, and completion. What runs the plugin needs the kubelet's gRPC and
+protobuf (the extra `gemshare[kubernetes]`), imported only once the command line is read: help,
+--version and a bad command line work without them, and a run without them says in one line
+what to install.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Optional, Sequence
 import typer
 
 from gemshare_nvs.config.settings import Size, debug_from_environment
+from gemshare_nvs.kubernetes.grpc_calls import GrpcMissing, require_grpc
 from gemshare_nvs.observe.tcp_address import AddressError, bind
 from gemshare_nvs.service import journal, typer_command
 from gemshare_nvs.service.mps import directories_beside
@@ -25,8 +29,6 @@ from gemshare_nvs.wire.connection import DEFAULT_SOCKET, socket_path
 
 from . import resource_names
 from .allocation import CONTAINER_LIBRARY, SHARED_MEMORY_DIR, Paths
-from .health import HealthServer
-from .lifecycle import Plugin
 from .resources import COMPUTE_SUFFIX, MEMORY_SUFFIX, family, family_names, size_words
 
 PROG = "gemshare-device-plugin"
@@ -206,6 +208,14 @@ def read(argv: Optional[Sequence[str]] = None) -> Options:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     options = read(argv)
+    try:
+        require_grpc("the device plugin")
+    except GrpcMissing as missing:
+        print(f"{PROG}: {missing}", file=sys.stderr)
+        return 1
+    from .health import HealthServer
+    from .lifecycle import Plugin
+
     # The scheduler's format, journal priorities included (journal.py).
     logging.basicConfig(level=logging.DEBUG if options.debug else logging.INFO,
                         handlers=[journal.stderr_handler()])

@@ -7,10 +7,12 @@ socket's backlog before the scheduler serves). Options become command-line flags
 `tq=1, grace_ms=500, anti_thrash="off", debug=True` -> `--tq 1 --grace-ms 500 --anti-thrash off
 --debug`. Keyword-only extras: `env={...}` adds environment variables, `directory=` uses a
 directory you made (the socket is `directory/scheduler.sock`), `wrapper=[...]` puts a command in
-front (it must exec the rest), `pass_fds=` keeps descriptors open in the child, `wait=False`
-returns at once (call `.wait_until_accepting()` when it should be listening). Everything
-started is stopped at teardown. A test scheduler reads `gemshare.toml` and keeps its settings in
-`state/` of its own directory, never the machine's, unless `config=` or `state_dir=` say where.
+front (it must exec the rest), `program=[...]` runs another scheduler than this Python's
+`-m gemshare_nvs.daemon` (an installed one), `pass_fds=` keeps descriptors open in the child,
+`wait=False` returns at once (call `.wait_until_accepting()` when it should be listening).
+Everything started is stopped at teardown. A test scheduler reads `gemshare.toml` and keeps its
+settings in `state/` of its own directory, never the machine's, unless `config=` or `state_dir=`
+say where.
 
 `inprocess_scheduler(**settings)` runs the Trio server inside the test's own nursery instead
 (tests/inprocess.py).
@@ -63,10 +65,13 @@ def short_tmp_dir() -> Path:
     return path
 
 
-def scheduler_command(socket_path: Path, **options) -> list[str]:
+THIS_SCHEDULER = (sys.executable, "-m", "gemshare_nvs.daemon")
+
+
+def scheduler_command(socket_path: Path, program=THIS_SCHEDULER, **options) -> list[str]:
     options = {"config": socket_path.parent / "gemshare.toml",
                "state_dir": socket_path.parent / "state", **options}
-    command = [sys.executable, "-m", "gemshare_nvs.daemon", "--socket", str(socket_path)]
+    command = [*program, "--socket", str(socket_path)]
     for name, value in options.items():
         flag = "--" + name.replace("_", "-")
         if value is True:
@@ -86,13 +91,14 @@ class RunningScheduler:
     """A gemshare-scheduler process of a test."""
 
     def __init__(self, directory: Path, env: dict | None = None, wrapper: list[str] = (),
-                 pass_fds=(), wait: bool = True, **options):
+                 program=THIS_SCHEDULER, pass_fds=(), wait: bool = True, **options):
         self.directory = directory
         self.socket = directory / "scheduler.sock"
         self._log_path = directory / "scheduler.log"
         self._log_file = open(self._log_path, "wb")
         self.process = subprocess.Popen(
-            [*wrapper, *scheduler_command(self.socket, **options)], stdin=subprocess.DEVNULL,
+            [*wrapper, *scheduler_command(self.socket, program, **options)],
+            stdin=subprocess.DEVNULL,
             stdout=self._log_file, stderr=subprocess.STDOUT, cwd=REPO,
             env=scheduler_environment(env), pass_fds=pass_fds)
         if wait:

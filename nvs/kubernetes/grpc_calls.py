@@ -27,14 +27,15 @@ class NodeApiError(Exception):
         self.details = details
 
 
-def require_grpc():
-    """The grpc module, with protobuf beside it; GrpcMissing saying what to install."""
+def require_grpc(needed_by: str = "reading the node's Kubernetes sockets"):
+    """The grpc module, with protobuf beside it; GrpcMissing saying what `needed_by` needs and
+    what to install."""
     try:
         import google.protobuf  # noqa: F401
         import grpc
     except ImportError as exc:
-        raise GrpcMissing(f"reading the node's Kubernetes sockets needs gRPC and protobuf, which "
-                          f"are not installed ({exc}); {INSTALL}") from None
+        raise GrpcMissing(f"{needed_by} needs gRPC and protobuf, which are not installed "
+                          f"({exc}); {INSTALL}") from None
     return grpc
 
 

@@ -1,6 +1,7 @@
 """`make dist`: a wheel per architecture, tagged manylinux_2_17 and marked platform-specific,
 each carrying its libnvs.so without debug information (its debug file beside it, one build ID
-for both); an sdist from which a wheel with a library is built; auditwheel agrees with the tags,
+for both); an sdist from which pip builds a wheel with a library for glibc 2.17, Zig coming
+from a build requirement; auditwheel agrees with the tags,
 and pip installs a wheel with the three commands and a `gemsharectl library-path` that gives the
 library it carries, which a CUDA program then runs with."""
 
@@ -128,18 +129,25 @@ def purelib(venv: Path) -> Path:
                                timeout=60).stdout.strip())
 
 
-@pytest.fixture(scope="module")
-def installed(wheels, tmp_path_factory) -> Path:
-    """A new virtualenv with this machine's wheel installed by pip, and the dependencies of
+def pip_install_into_a_new_venv(venv: Path, package: Path, *options: str,
+                                env: dict | None = None) -> subprocess.CompletedProcess:
+    """pip installs `package` into a new virtualenv at `venv`, which gets the dependencies of
     this one (a path in a .pth file) instead of a download of them."""
-    venv = tmp_path_factory.mktemp("wheel-venv")
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
                    timeout=TIMEOUT)
     (purelib(venv) / "dependencies.pth").write_text(sysconfig.get_path("purelib") + "\n")
-    done = subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"),
-                           "install", "-q", "--no-deps", "--no-index",
-                           "--disable-pip-version-check", str(wheels[platform.machine()])],
-                          capture_output=True, text=True, timeout=TIMEOUT)
+    return subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"),
+                           "install", "-q", "--no-deps", "--disable-pip-version-check",
+                           *options, str(package)],
+                          capture_output=True, text=True, timeout=TIMEOUT, env=env,
+                          stdin=subprocess.DEVNULL)
+
+
+@pytest.fixture(scope="module")
+def installed(wheels, tmp_path_factory) -> Path:
+    """A new virtualenv with this machine's wheel installed by pip."""
+    venv = tmp_path_factory.mktemp("wheel-venv")
+    done = pip_install_into_a_new_venv(venv, wheels[platform.machine()], "--no-index")
     assert done.returncode == 0, done.stdout + done.stderr
     return venv
 
@@ -172,7 +180,9 @@ def test_library_path_is_the_wheels_library_and_a_program_runs_with_it(installed
 def test_the_sdist_holds_what_builds_everything(wheels):
     with tarfile.open(sdist(wheels)) as archive:
         names = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
-    for needed in ("setup.py", "pyproject.toml", "Makefile", "ship.mk", "libnvs/build.mk",
+    for needed in ("setup.py", "pyproject.toml", "build_backend/gemshare_backend.py",
+                   "Makefile", "ship.mk", "libnvs/build.mk", "launcher/build.mk",
+                   "launcher/hold_signals.c",
                    "libnvs/entry/hooks.c", "libnvs/wire/gemshare_protocol.h",
                    "systemd/gemshare-scheduler.service", "docs/protocol.md", "LICENSE",
                    "CHANGELOG.md", "nvs/daemon.py", "ctl/app.py", "plugin/cli.py"):
@@ -180,18 +190,19 @@ def test_the_sdist_holds_what_builds_everything(wheels):
     assert not [name for name in names if name.endswith(".so")]  # sources only
 
 
-def test_a_wheel_built_from_the_sdist_carries_a_library_it_built(wheels, tmp_path):
-    """As pip does for `pip install gemshare-VERSION.tar.gz`; PORTABLE=0 builds it with cc (the
-    portable build's Zig comes from PyPI, as make's does)."""
-    out = tmp_path / "from-sdist"
-    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
-                            "--disable-pip-version-check", "-w", str(out), str(sdist(wheels))],
-                           capture_output=True, text=True, timeout=TIMEOUT,
-                           env={**os.environ, "PORTABLE": "0"}, stdin=subprocess.DEVNULL)
-    skip_if_pypi_unreachable(built, "pip wheel of the sdist")
-    assert built.returncode == 0, built.stdout + built.stderr
-    (wheel,) = out.glob("*.whl")
-    assert "Root-Is-Purelib: false" in wheel_text(wheel, "WHEEL")
-    with zipfile.ZipFile(wheel) as archive:
-        library = Path(archive.extract(PACKAGED_LIBRARY, tmp_path / "lib"))
+def test_pip_install_of_the_sdist_builds_a_library_for_glibc_2_17(wheels, tmp_path):
+    """`pip install gemshare-VERSION.tar.gz` into a new virtualenv: pip's isolated build
+    environment gets Zig (ziglang) as a build requirement, the unpacked sdist having no
+    .tools/, and the wheel it builds carries the library, marked platform-specific."""
+    env = {k: v for k, v in os.environ.items() if k != "PORTABLE"}
+    done = pip_install_into_a_new_venv(tmp_path / "venv", sdist(wheels), env=env)
+    skip_if_pypi_unreachable(done, "pip install of the sdist")
+    assert done.returncode == 0, done.stdout + done.stderr
+    shown = subprocess.run([str(tmp_path / "venv" / "bin" / "gemsharectl"), "library-path"],
+                           capture_output=True, text=True, timeout=60)
+    library = Path(shown.stdout.strip())
+    assert library == purelib(tmp_path / "venv") / PACKAGED_LIBRARY, shown
     assert machine(library) == platform.machine() and debug_sections(library) == []
+    assert newer_than(library, "2.17") == {}
+    (wheel_file,) = purelib(tmp_path / "venv").glob("gemshare-*.dist-info/WHEEL")
+    assert "Root-Is-Purelib: false" in wheel_file.read_text()

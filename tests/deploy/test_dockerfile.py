@@ -61,6 +61,15 @@ def test_every_copy_source_from_the_context_exists():
     assert [s for s in from_context if not (REPO / s).exists()] == []
 
 
+def test_the_package_is_built_with_its_build_backend_copied_in():
+    """pip builds the package with the backend pyproject.toml names from the sources' folder."""
+    system = tomllib.loads((REPO / "pyproject.toml").read_text())["build-system"]
+    from_context = [source.strip("/") for sources, _, staged in copies() if not staged
+                    for source in sources]
+    assert system["backend-path"] and all(folder in from_context
+                                          for folder in system["backend-path"])
+
+
 def test_nothing_copied_from_the_context_is_ignored():
     ignored = [line.strip() for line in (DEPLOY / "Dockerfile.dockerignore").read_text()
                .splitlines() if line.strip() and not line.startswith("#")]
