@@ -460,6 +460,10 @@ def terms_view(client: dict) -> Text:
         text.append(f", pod {pod_of(client)}")
         if client.get("identity_from") == "node":
             text.append(" (from the node)", style="dim")
+    elif client.get("identity_from") == "node: not named yet":
+        text.append(", pod not named by the node yet (the defaults until it is)", style="dim")
+    elif client.get("identity_from") == "node: in no pod":
+        text.append(", in no pod (the node says)", style="dim")
     gpu, memory = client.get("gpu_limit"), client.get("memory_limit")
     for name, shown in (("weight", _number(client.get("weight"))),
                         ("gpu_limit", f"{gpu:.0%} of the GPU's time"

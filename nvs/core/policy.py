@@ -89,7 +89,7 @@ from collections.abc import Callable, Iterable
 
 from .. import protocol as p
 from .model.actions import Close, Log, Send
-from .model.container import CAP_OFF, NodeIdentity
+from .model.container import CAP_OFF, NAMED_BY_NODE, NAMED_BY_PROGRAM, NodeIdentity
 from .model.device_identity import (
     MAX_DEVICES,
     GpuIndices,
@@ -114,7 +114,7 @@ from .model.text import (
     printable,
 )
 from .rules.admission import Budget, Waiting, admitted, kept
-from .rules.budgets import KUBELET_SOURCE, BudgetRules, Budgets, said_otherwise
+from .rules.budgets import KUBELET_SOURCE, BudgetRules, Budgets, node_names, said_otherwise
 from .rules.capacity import Capacity, renumbered
 from .rules.cost import GB, LINK_CEILING_BPS, Link
 from .rules.credit import MoveCredit
@@ -202,9 +202,10 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
 
     def register(self, cid: int, pid: int, uid: int, gid: int, message: p.Register,
                  now: float, wall: float, user: str = "", group: str = "",
-                 node: NodeIdentity | None = None) -> list:
-        """`node`: the program's container as the node knows it; its pod and namespace win
-        over those the program gives."""
+                 node: NodeIdentity | None = None, named_by: str = NAMED_BY_PROGRAM) -> list:
+        """`node`: the program's container as the node knows it; `named_by` says, without it,
+        whether the program's own pod, namespace and label may select rules (model/container.py:
+        only NAMED_BY_PROGRAM's may)."""
         if cid in self.clients or cid in self.viewers:
             return [Close(cid, f"client {cid} is already registered", p.ErrorCode.PROTOCOL)]
         if len(self.clients) + len(self.viewers) >= self.max_clients:
@@ -215,12 +216,16 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
         if message.device >= MAX_DEVICES:
             return [out_of_range(cid, message.device)]
         said = (printable(message.pod_namespace, 64), printable(message.pod_name))
-        namespace, pod = (printable(node.namespace, 64), printable(node.pod)) if node else said
+        named_by = NAMED_BY_NODE if node else named_by
+        trusted = named_by == NAMED_BY_PROGRAM
+        namespace, pod = node_names(node) if node else said if trusted else ("", "")
         who = Registration(cid, pid, uid, gid, printable(message.process_name, 64), namespace, pod,
                            message.flags, wall, printable(node.container, 64) if node else "")
-        client = Client(who, Numbering.registered(message.device), node=node)
+        client = Client(who, Numbering.registered(message.device), node=node,
+                        identity_from=named_by)
         client.identity = Identity(uid, user, gid, group, who.name, who.pod, who.namespace,
-                                   printable(message.label, 64), who.container)
+                                   printable(message.label, 64) if trusted else "",
+                                   who.container)
         if message.flags & p.REG_VIEW_ONLY:
             return self._register_viewer(client, now)
         self.clients[cid] = client
@@ -237,7 +242,7 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
                                    f"{client.numbering.device}{pod}{container}{label}"
                                    f"{_terms_words(client.terms)}"
                                    f"{mps_words(client)}")] + \
-            said_otherwise(client, said) + shared
+            said_otherwise(client, said, message.label) + shared
 
     def set_rules(self, rules: Callable[[Identity], Terms], now: float) -> list:
         """New configuration rules: every client's terms are worked out again, with its
@@ -674,6 +679,7 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
             holding=sorted(index for index, dev in self.devices.items() if cid in dev.holders),
             waiting=sorted(index for index, dev in self.devices.items() if cid in dev.waiters),
             mps=client.mps, mps_why=client.mps_why, node=client.node,
+            identity_from=client.identity_from,
             units=self._units_of(client), others_allocated=self._others_allocated(client),
             sharing=self._sharing_ids(client))
 

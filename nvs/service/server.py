@@ -32,9 +32,9 @@ from ..config.parsing import ConfigError
 from ..config.runtime_state import as_json
 from ..config.settings import Settings
 from ..core.model.actions import Close, Log, Send
-from ..core.model.container import NodeIdentity
+from ..core.model.container import NAMED_BY_NODE, NAMED_BY_PROGRAM, NOT_NAMED_YET, NodeIdentity
 from ..core.policy import Policy
-from ..kubernetes.lookups import NodeLookups, node_lookups
+from ..kubernetes.lookups import NodeLookups, node_lookups, who_is
 from ..observe.status import build_status, encoded_size, fit_status
 from ..wire.conversation import CLIENT, CONTROL, next_kind
 from ..wire.peer import Credentials, peer_credentials, peer_ids
@@ -84,6 +84,9 @@ class Conn:
     privileged: bool = False
     unprivileged_why: str = ""
     node: NodeIdentity | None = None  # its program's container, as the node said at REGISTER
+    named_by: str = NAMED_BY_PROGRAM  # and who named it (model/container.py)
+    nursery: trio.Nursery | None = None  # its writer's, and its lookup's while not named
+    naming: trio.CancelScope = field(default_factory=trio.CancelScope)  # that lookup
 
     @property
     def pid(self) -> int:
@@ -125,7 +128,7 @@ def caused_by(key: str | None) -> dict:
 POLICY_EVENTS = {
     p.Register: lambda policy, conn, message, now: policy.register(
         conn.id, conn.pid, conn.uid, conn.gid, message, now, time.time(), user=conn.user,
-        group=conn.group, node=conn.node),
+        group=conn.group, node=conn.node, named_by=conn.named_by),
     p.RequestLock: lambda policy, conn, message, now: policy.request_lock(
         conn.id, message.device, now, keeping=bool(message.flags & p.REQUEST_KEEPING)),
     p.LockReleased: lambda policy, conn, message, now: policy.lock_released(
@@ -313,10 +316,12 @@ class Server:
         try:
             with conn.scope:
                 async with trio.open_nursery() as nursery:
+                    conn.nursery = nursery
                     nursery.start_soon(self._write_loop, conn)
                     conn.reader.deadline = trio.current_time() + self.settings.first_frame_seconds
                     with conn.reader:
                         await self._read_loop(conn)
+                    conn.naming.cancel()
                     if conn.ending is None:
                         self._ran_out_of_time(conn)
                     self._apply(self._forget(conn), conn.peer_key)
@@ -333,6 +338,15 @@ class Server:
             del self.conns[cid]
             log.debug("%s closed: %s", conn, conn.ending or "closed",
                       extra=caused_by(conn.peer_key))
+
+    async def _name_later(self, conn: Conn) -> None:
+        """Look the program's pod up until the node names it, then give it its terms."""
+        with conn.naming:
+            node = await self.node.named_later(conn.pid)
+            if node is not None and not conn.ending:
+                conn.node, conn.named_by = node, NAMED_BY_NODE
+                self._apply(self.policy.node_named(conn.id, node, trio.current_time()),
+                            conn.peer_key)
 
     def _ran_out_of_time(self, conn: Conn) -> None:
         """The reader's deadline passed: the first frame's, or a control connection's idle
@@ -393,9 +407,8 @@ class Server:
         if type(message) is p.Register:
             (conn.user, conn.group), (conn.privileged, conn.unprivileged_why) = \
                 await trio.to_thread.run_sync(_who_registers, conn, self.settings.control_group)
-            if self.node is not None:  # within its bound, however the node's daemons fare
-                found = await self.node.identify(conn.pid)
-                conn.node = found.identity if found is not None else None
+            # Within its bound, however the node's daemons fare.
+            conn.node, conn.named_by = await who_is(self.node, conn.pid, self.settings.proc)
             # Checked and counted with no wait between, so that registrations of one user at
             # once cannot pass the cap together.
             why = fair_slots.refusal(self.conns.values(), conn.uid, conn.user, CLIENT,
@@ -410,6 +423,9 @@ class Server:
         event = POLICY_EVENTS.get(type(message))
         if event is not None:
             actions = event(self.policy, conn, message, trio.current_time())
+            if type(message) is p.Register and conn.named_by == NOT_NAMED_YET and \
+                    self.node is not None:
+                conn.nursery.start_soon(self._name_later, conn)
         else:
             reply = await self._control(conn, message.body)
             actions = [Send(conn.id, _Reply(reply, seq))]
