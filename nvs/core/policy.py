@@ -215,6 +215,8 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
                           p.ErrorCode.TOO_MANY_CLIENTS)]
         if message.device >= MAX_DEVICES:
             return [out_of_range(cid, message.device)]
+        if (unknown := message.unknown_flags()) is not None:
+            return [Close(cid, unknown, p.ErrorCode.PROTOCOL)]
         said = (printable(message.pod_namespace, 64), printable(message.pod_name))
         named_by = NAMED_BY_NODE if node else named_by
         trusted = named_by == NAMED_BY_PROGRAM
@@ -359,6 +361,8 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
         """`idle_us`: with an early release, how long the client says the device had been idle
         (0: not said; the hint it was given stands in)."""
         client = self.clients.get(cid)
+        if device >= MAX_DEVICES and (client is not None or cid in self.viewers):
+            return [out_of_range(cid, device)]
         if client is None:
             return []
         device = client.numbering.scheduler_device(device)
@@ -388,9 +392,10 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
         if device is None:
             return [Log(f"memory {client} on its device {ordinal} not counted: which GPU that "
                         "is, only its registered device says", debug=True)]
+        refused = self.capacity.report(cid, device, total)
+        allocated = min(allocated, self.capacity.device_total(device))  # never past a GPU's
         self.allocated[device] += allocated - client.allocated.get(device, 0)
         client.allocated[device] = allocated
-        self.capacity.report(cid, device, total)
         dev = self.devices.get(device)
         if self.mode is p.Mode.OFF or (dev is not None and cid in dev.holders):
             self.residency.set(device, cid, allocated)  # it runs: its memory is on the device
@@ -398,6 +403,8 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
             self.residency.shrink_to(device, cid, allocated)
         actions = [Log(f"memory {client}: device {device} {allocated} bytes allocated",
                        debug=True)]
+        if refused:
+            actions.append(Log(f"memory {client}: it {refused}", warning=True))
         actions += self._budget_moved(client, device, now)
         if dev is not None and cid in dev.holders and self.mode is not p.Mode.OFF:
             actions += self._room_beside_holders(dev, client, now)
