@@ -99,6 +99,11 @@ def _summary(status: dict, socket: str) -> Text:
     if isinstance(grace_ms, (int, float)):
         _setting(line, "grace", f"{grace_ms / 1000:g} s", sources.get("grace_ms"))
     line.append(f"{len(clients)} client{'' if len(clients) == 1 else 's'}")
+    viewers = status.get("view_only")
+    if isinstance(viewers, dict) and isinstance(viewers.get("registered"), int):
+        # Never in the clients table, yet they hold slots: said, with their own cap.
+        line.append(f", view-only {viewers['registered']}/{viewers.get('max', MISSING)}",
+                    style="dim" if not viewers["registered"] else "")
     return line
 
 

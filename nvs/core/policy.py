@@ -208,7 +208,8 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
         only NAMED_BY_PROGRAM's may)."""
         if cid in self.clients or cid in self.viewers:
             return [Close(cid, f"client {cid} is already registered", p.ErrorCode.PROTOCOL)]
-        if len(self.clients) + len(self.viewers) >= self.max_clients:
+        # View-only registrations have slots of their own (the shell caps them).
+        if not message.flags & p.REG_VIEW_ONLY and len(self.clients) >= self.max_clients:
             return [Log(f"refused pid {pid}: already {self.max_clients} clients (--max-clients)"),
                     Close(cid, f"the scheduler already serves its limit of {self.max_clients} "
                                "clients; try again later or raise --max-clients",

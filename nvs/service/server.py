@@ -85,6 +85,7 @@ class Conn:
     unprivileged_why: str = ""
     node: NodeIdentity | None = None  # its program's container, as the node said at REGISTER
     named_by: str = NAMED_BY_PROGRAM  # and who named it (model/container.py)
+    view_only: bool = False  # a REG_VIEW_ONLY registration: slots of its own (fair_slots.py)
     nursery: trio.Nursery | None = None  # its writer's, and its lookup's while not named
     naming: trio.CancelScope = field(default_factory=trio.CancelScope)  # that lookup
 
@@ -181,7 +182,8 @@ class Server:
         self._ids = itertools.count(1)
         self._timer_scope = trio.CancelScope()
         self._started = time.time()
-        self.max_connections = settings.max_clients + settings.max_control
+        self.max_connections = settings.max_clients + settings.max_control + \
+            settings.max_view_only
         self._refusing = 0
 
     async def serve(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -411,10 +413,16 @@ class Server:
             conn.node, conn.named_by = await who_is(self.node, conn.pid, self.settings.proc)
             # Checked and counted with no wait between, so that registrations of one user at
             # once cannot pass the cap together.
-            why = fair_slots.refusal(self.conns.values(), conn.uid, conn.user, CLIENT,
-                                     self.settings.clients_per_user())
+            if message.flags & p.REG_VIEW_ONLY:
+                why = fair_slots.view_only_refusal(self.conns.values(), conn.uid, conn.user,
+                                                   self.settings.max_view_only,
+                                                   self.settings.view_only_per_user())
+            else:
+                why = fair_slots.refusal(self.conns.values(), conn.uid, conn.user, CLIENT,
+                                         self.settings.clients_per_user())
             if why is not None:
                 raise p.ProtocolError(why, p.ErrorCode.TOO_MANY_CLIENTS)
+            conn.view_only = bool(message.flags & p.REG_VIEW_ONLY)
         conn.kind = kind
         conn.reader.deadline = math.inf  # it has said what it is: no first-frame deadline
         if type(message) is p.Ping:  # liveness: answered here, at once; the policy never hears
@@ -576,7 +584,11 @@ class Server:
             gpus = await trio.to_thread.run_sync(self.gpus.describe)
         extra = {"pid": os.getpid(), "uptime_s": round(time.time() - self._started, 3),
                  "control_group": self.settings.control_group,
-                 "connections": len(self.conns), **self.configuration.status(),
+                 "connections": len(self.conns),
+                 "view_only": {"registered": len(self.policy.viewers),
+                               "max": self.settings.max_view_only,
+                               "per_user": self.settings.view_only_per_user()},
+                 **self.configuration.status(),
                  "mps": self.mps_status(), "kubernetes": self.kubernetes_status()}
         return fit_status(build_status(self.policy, trio.current_time(), time.time(),
                                        grace_ms=self.configuration.started["grace_ms"], gpus=gpus,
