@@ -99,6 +99,11 @@ def _summary(status: dict, socket: str) -> Text:
     if isinstance(grace_ms, (int, float)):
         _setting(line, "grace", f"{grace_ms / 1000:g} s", sources.get("grace_ms"))
     line.append(f"{len(clients)} client{'' if len(clients) == 1 else 's'}")
+    viewers = status.get("view_only")
+    if isinstance(viewers, dict) and isinstance(viewers.get("registered"), int):
+        # Never in the clients table, yet they hold slots: said, with their own cap.
+        line.append(f", view-only {viewers['registered']}/{viewers.get('max', MISSING)}",
+                    style="dim" if not viewers["registered"] else "")
     return line
 
 
@@ -460,6 +465,10 @@ def terms_view(client: dict) -> Text:
         text.append(f", pod {pod_of(client)}")
         if client.get("identity_from") == "node":
             text.append(" (from the node)", style="dim")
+    elif client.get("identity_from") == "node: not named yet":
+        text.append(", pod not named by the node yet (the defaults until it is)", style="dim")
+    elif client.get("identity_from") == "node: in no pod":
+        text.append(", in no pod (the node says)", style="dim")
     gpu, memory = client.get("gpu_limit"), client.get("memory_limit")
     for name, shown in (("weight", _number(client.get("weight"))),
                         ("gpu_limit", f"{gpu:.0%} of the GPU's time"

@@ -59,13 +59,15 @@ def setup_logging(debug: bool) -> PeerRateLimit:
 def fit_connections(settings: Settings) -> None:
     """Raise the descriptor limit as far as allowed, and bring the connection caps within it."""
     caps = fd_limits.fit(fd_limits.raise_soft_limit(), settings.max_clients,
-                         settings.max_control)
+                         settings.max_control, settings.max_view_only)
     if caps.clamped:
-        log.warning("the file descriptor limit (%d) allows %d clients and %d control "
-                    "connections, not the %d and %d asked for: serving that many; raise "
-                    "LimitNOFILE= (or ulimit -n) for more", caps.limit, caps.clients,
-                    caps.control, settings.max_clients, settings.max_control)
-    settings.max_clients, settings.max_control = caps.clients, caps.control
+        log.warning("the file descriptor limit (%d) allows %d clients, %d control connections "
+                    "and %d view-only registrations, not the %d, %d and %d asked for: serving "
+                    "that many; raise LimitNOFILE= (or ulimit -n) for more", caps.limit,
+                    caps.clients, caps.control, caps.view_only, settings.max_clients,
+                    settings.max_control, settings.max_view_only)
+    settings.max_clients, settings.max_control, settings.max_view_only = \
+        caps.clients, caps.control, caps.view_only
 
 
 async def run(settings: Settings, configuration: Configuration,
@@ -116,11 +118,12 @@ def _announce(settings: Settings, start: dict, listening: Listening) -> None:
                 else f"at most {start['capacity_mib']} MiB")
     log.info(LISTENING + "%s%s: tq %d s, anti-thrash %s, min slice %d ms, grace %d ms, "
              "context reserve %d MiB, capacity %s, max %d clients (%d per user), %d control "
-             "connections, control group %s, MPS %s",
+             "connections, %d view-only registrations, control group %s, MPS %s",
              listening.path, " (socket from systemd)" if listening.inherited else "",
              start["tq"], start["anti_thrash"].label, start["min_slice_ms"], start["grace_ms"],
              start["context_reserve_mib"], capacity, settings.max_clients,
-             settings.clients_per_user(), settings.max_control, settings.control_group,
+             settings.clients_per_user(), settings.max_control, settings.max_view_only,
+             settings.control_group,
              "on" if start["mps"] else "off")
     _notify("READY=1\nSTATUS=" + LISTENING + str(listening.path))
 

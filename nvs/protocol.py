@@ -96,6 +96,7 @@ REG_NO_MPS = 1 << 1
 # The program only looks at the device (NVML: nvidia-smi, pynvml): it wants its LIMITS, never a
 # lock, and is not shown among the scheduler's clients.
 REG_VIEW_ONLY = 1 << 2
+REG_KNOWN = REG_UNIFIED_MEMORY | REG_NO_MPS | REG_VIEW_ONLY  # any other bit is refused
 # REQUEST_LOCK's flags: the work waiting for this device keeps the client's devices of lower
 # index (their gates entered) until it is granted; the scheduler keeps those locks meanwhile.
 REQUEST_KEEPING = 1 << 0
@@ -179,6 +180,14 @@ class Register(Fixed):
     pod_namespace: str = ""
     pod_name: str = ""
     label: str = ""  # the program's GEMSHARE_LABEL
+
+    def unknown_flags(self) -> str | None:
+        """Why its flags are refused: bits this side does not know; None when it knows all."""
+        unknown = self.flags & ~REG_KNOWN
+        if not unknown:
+            return None
+        return (f"REGISTER flags 0x{self.flags:x} have bits this scheduler does not know "
+                f"(0x{unknown:x}; it knows 0x{REG_KNOWN:x}): a library newer than the scheduler?")
 
 
 @dataclass(frozen=True)

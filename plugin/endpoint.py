@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+from typing import Callable
 
 import grpc
 
@@ -61,10 +62,13 @@ def endpoint_name(resource_name: str) -> str:
 class Endpoint:
     """Serves one resource on its socket and keeps it registered with the kubelet there now."""
 
-    def __init__(self, socket_dir: str, service: DevicePluginService, register_timeout: float,
+    def __init__(self, socket_dir: str, resource_name: str,
+                 make_service: Callable[[], DevicePluginService], register_timeout: float,
                  max_backoff: float):
-        self.service = service
-        self.resource_name = service.resource.name
+        # Each serve gets a service of its own: one stopped with its server ends its streams
+        # for good, and a stream of the next serve must not see that.
+        self.make_service = make_service
+        self.resource_name = resource_name
         self.endpoint = endpoint_name(self.resource_name)
         self.socket_path = os.path.join(socket_dir, self.endpoint)
         self.kubelet_socket = os.path.join(socket_dir, api.KUBELET_SOCKET)
@@ -120,7 +124,7 @@ class Endpoint:
         self._registered_through = None
 
     def _serve(self) -> bool:
-        server = PluginServer(self.socket_path, self.service)
+        server = PluginServer(self.socket_path, self.make_service())
         try:
             server.start()
         except ServeError as exc:

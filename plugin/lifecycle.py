@@ -23,6 +23,7 @@ reaches the kubelet through each open ListAndWatch stream. Nothing here ends the
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
@@ -56,10 +57,11 @@ class Plugin:
         self.kubelet_socket = os.path.join(socket_dir, api.KUBELET_SOCKET)
         self.lists = {resource.name: DeviceList(resource) for resource in resources}
         self.placement = Placement(self.lists)
-        self.endpoints = [Endpoint(socket_dir, DevicePluginService(devices, paths,
-                                                                   self.placement),
+        self.endpoints = [Endpoint(socket_dir, name,
+                                   functools.partial(DevicePluginService, devices, paths,
+                                                     self.placement),
                                    register_timeout, max_backoff)
-                          for devices in self.lists.values()]
+                          for name, devices in self.lists.items()]
         self.health = health or GpuHealth()
         self.poll_interval = poll_interval
         self.health_interval = health_interval

@@ -47,7 +47,8 @@ class DevicePluginService:
         return grpc.method_handlers_generic_handler(api.DEVICE_PLUGIN_SERVICE, handlers)
 
     def stop(self) -> None:
-        """End every ListAndWatch stream; the server is going away."""
+        """End every ListAndWatch stream, for good: the server is going away, and a later serve
+        makes a service of its own."""
         self.stopping.set()
         self.devices.wake()
 

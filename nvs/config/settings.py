@@ -44,6 +44,10 @@ MEMORY_LIMIT_MAX = 1 << 50  # 1 PiB
 # Control connections open at once, beyond --max-clients: an operator can still ask for status
 # when the clients are at their limit, and no more replies than this are ever being built.
 DEFAULT_MAX_CONTROL = 64
+# View-only registrations (REG_VIEW_ONLY: nvidia-smi, pynvml) at once, beyond --max-clients and
+# kept apart from it, so that however many a user opens, programs still find their slots; one
+# user (root aside) may hold a quarter of them (CLIENTS_PER_USER_SHARE).
+DEFAULT_MAX_VIEW_ONLY = 256
 # What a client or gemsharectl ever sends is a few hundred bytes; nothing bigger is buffered.
 DEFAULT_MAX_REQUEST_BYTES = 64 << 10
 # Unsent bytes queued for one connection: room for two full-size status replies.
@@ -293,12 +297,17 @@ class Settings:
     # The largest payload the scheduler accepts in one incoming frame.
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
     max_control: int = DEFAULT_MAX_CONTROL  # control connections open at once
+    max_view_only: int = DEFAULT_MAX_VIEW_ONLY  # view-only registrations open at once
     # A connection must say what it is (REGISTER or CONTROL) within this time, so that silent
     # connections cannot hold the connection slots.
     first_frame_seconds: float = 10.0
     # A control connection that sends no request for this long is closed, so that connections
     # left open hold no control slot for good (gemsharectl opens one per request).
     control_idle_seconds: float = 60.0
+
+    def view_only_per_user(self) -> int:
+        """View-only registrations one user (root aside) may hold at once."""
+        return max(1, self.max_view_only // CLIENTS_PER_USER_SHARE)
 
     def clients_per_user(self) -> int:
         """The per-user cap in force: as given, else a share of max_clients; never above it."""

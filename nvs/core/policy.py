@@ -89,7 +89,7 @@ from collections.abc import Callable, Iterable
 
 from .. import protocol as p
 from .model.actions import Close, Log, Send
-from .model.container import CAP_OFF, NodeIdentity
+from .model.container import CAP_OFF, NAMED_BY_NODE, NAMED_BY_PROGRAM, NodeIdentity
 from .model.device_identity import (
     MAX_DEVICES,
     GpuIndices,
@@ -114,7 +114,7 @@ from .model.text import (
     printable,
 )
 from .rules.admission import Budget, Waiting, admitted, kept
-from .rules.budgets import KUBELET_SOURCE, BudgetRules, Budgets, said_otherwise
+from .rules.budgets import KUBELET_SOURCE, BudgetRules, Budgets, node_names, said_otherwise
 from .rules.capacity import Capacity, renumbered
 from .rules.cost import GB, LINK_CEILING_BPS, Link
 from .rules.credit import MoveCredit
@@ -202,25 +202,33 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
 
     def register(self, cid: int, pid: int, uid: int, gid: int, message: p.Register,
                  now: float, wall: float, user: str = "", group: str = "",
-                 node: NodeIdentity | None = None) -> list:
-        """`node`: the program's container as the node knows it; its pod and namespace win
-        over those the program gives."""
+                 node: NodeIdentity | None = None, named_by: str = NAMED_BY_PROGRAM) -> list:
+        """`node`: the program's container as the node knows it; `named_by` says, without it,
+        whether the program's own pod, namespace and label may select rules (model/container.py:
+        only NAMED_BY_PROGRAM's may)."""
         if cid in self.clients or cid in self.viewers:
             return [Close(cid, f"client {cid} is already registered", p.ErrorCode.PROTOCOL)]
-        if len(self.clients) + len(self.viewers) >= self.max_clients:
+        # View-only registrations have slots of their own (the shell caps them).
+        if not message.flags & p.REG_VIEW_ONLY and len(self.clients) >= self.max_clients:
             return [Log(f"refused pid {pid}: already {self.max_clients} clients (--max-clients)"),
                     Close(cid, f"the scheduler already serves its limit of {self.max_clients} "
                                "clients; try again later or raise --max-clients",
                           p.ErrorCode.TOO_MANY_CLIENTS)]
         if message.device >= MAX_DEVICES:
             return [out_of_range(cid, message.device)]
+        if (unknown := message.unknown_flags()) is not None:
+            return [Close(cid, unknown, p.ErrorCode.PROTOCOL)]
         said = (printable(message.pod_namespace, 64), printable(message.pod_name))
-        namespace, pod = (printable(node.namespace, 64), printable(node.pod)) if node else said
+        named_by = NAMED_BY_NODE if node else named_by
+        trusted = named_by == NAMED_BY_PROGRAM
+        namespace, pod = node_names(node) if node else said if trusted else ("", "")
         who = Registration(cid, pid, uid, gid, printable(message.process_name, 64), namespace, pod,
                            message.flags, wall, printable(node.container, 64) if node else "")
-        client = Client(who, Numbering.registered(message.device), node=node)
+        client = Client(who, Numbering.registered(message.device), node=node,
+                        identity_from=named_by)
         client.identity = Identity(uid, user, gid, group, who.name, who.pod, who.namespace,
-                                   printable(message.label, 64), who.container)
+                                   printable(message.label, 64) if trusted else "",
+                                   who.container)
         if message.flags & p.REG_VIEW_ONLY:
             return self._register_viewer(client, now)
         self.clients[cid] = client
@@ -237,7 +245,7 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
                                    f"{client.numbering.device}{pod}{container}{label}"
                                    f"{_terms_words(client.terms)}"
                                    f"{mps_words(client)}")] + \
-            said_otherwise(client, said) + shared
+            said_otherwise(client, said, message.label) + shared
 
     def set_rules(self, rules: Callable[[Identity], Terms], now: float) -> list:
         """New configuration rules: every client's terms are worked out again, with its
@@ -355,6 +363,8 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
         """`idle_us`: with an early release, how long the client says the device had been idle
         (0: not said; the hint it was given stands in)."""
         client = self.clients.get(cid)
+        if device >= MAX_DEVICES and (client is not None or cid in self.viewers):
+            return [out_of_range(cid, device)]
         if client is None:
             return []
         device = client.numbering.scheduler_device(device)
@@ -384,9 +394,10 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
         if device is None:
             return [Log(f"memory {client} on its device {ordinal} not counted: which GPU that "
                         "is, only its registered device says", debug=True)]
+        refused = self.capacity.report(cid, device, total)
+        allocated = min(allocated, self.capacity.device_total(device))  # never past a GPU's
         self.allocated[device] += allocated - client.allocated.get(device, 0)
         client.allocated[device] = allocated
-        self.capacity.report(cid, device, total)
         dev = self.devices.get(device)
         if self.mode is p.Mode.OFF or (dev is not None and cid in dev.holders):
             self.residency.set(device, cid, allocated)  # it runs: its memory is on the device
@@ -394,6 +405,8 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
             self.residency.shrink_to(device, cid, allocated)
         actions = [Log(f"memory {client}: device {device} {allocated} bytes allocated",
                        debug=True)]
+        if refused:
+            actions.append(Log(f"memory {client}: it {refused}", warning=True))
         actions += self._budget_moved(client, device, now)
         if dev is not None and cid in dev.holders and self.mode is not p.Mode.OFF:
             actions += self._room_beside_holders(dev, client, now)
@@ -675,6 +688,7 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
             holding=sorted(index for index, dev in self.devices.items() if cid in dev.holders),
             waiting=sorted(index for index, dev in self.devices.items() if cid in dev.waiters),
             mps=client.mps, mps_why=client.mps_why, node=client.node,
+            identity_from=client.identity_from,
             units=self._units_of(client), others_allocated=self._others_allocated(client),
             sharing=self._sharing_ids(client))
 

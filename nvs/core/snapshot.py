@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..protocol import Mode
-from .model.container import GpuUnits, NodeIdentity
+from .model.container import NAMED_BY_PROGRAM, GpuUnits, NodeIdentity
 from .model.state import Registration
 from .model.terms import Terms
 from .rules.cost import Link
@@ -70,6 +70,7 @@ class ClientSnapshot:
     units: GpuUnits | None  # its container's units on its GPU, the budget it shares
     others_allocated: int  # bytes the others sharing that budget have allocated
     sharing: list[int]  # the clients sharing that budget, itself included; [] for none
+    identity_from: str = NAMED_BY_PROGRAM  # who named it (model/container.py)
 
 
 @dataclass(frozen=True)

@@ -93,6 +93,11 @@ class Tallies:
         for device in self._devices_of.pop(series, ()):
             del self.held[series, device]
 
+    def renamed(self, before: Registration, after: Registration, label: str) -> None:
+        """A connected client is known by another name (the node named its pod late)."""
+        self.left(series_of(before, label))
+        self.joined(series_of(after, label))
+
     def hold_ended(self, device: int, series: Series, seconds: float, why: str) -> None:
         self.ended[device, why] += 1
         self.held[series, device] += seconds

@@ -11,7 +11,9 @@ driver, not on the cgroup version, so one pattern reads both v1 (a line per hier
   `cri-containerd-<id>.scope` (or `crio-<id>.scope`), the UID's dashes written as underscores.
 
 Anything may come before `kubepods` (a --cgroup-root, a node inside a container), and a process
-may sit in a cgroup of its own below its container's. CRI-O's monitor (`crio-conmon-<id>`) is no
+may sit in a cgroup of its own below its container's. A scheduler in a cgroup namespace of its
+own (cgroup v2) sees the others' paths from its own cgroup, `kubepods` hidden above it:
+`/../../pod<uid>/<id>` from a container of another pod of its QoS level. CRI-O's monitor (`crio-conmon-<id>`) is no
 container. The scheduler sees the node's pids only with hostPID.
 """
 
@@ -42,7 +44,7 @@ class ContainerRef:
 def container_in(cgroup_path: str) -> ContainerRef | None:
     """The container a cgroup path is in (a container's own, or one below it), else None."""
     parts = cgroup_path.split("/")
-    if not any("kubepods" in part for part in parts):
+    if not any("kubepods" in part or part == ".." for part in parts):
         return None
     for at, part in enumerate(parts):
         pod = _POD.match(part)

@@ -39,11 +39,11 @@ CLIENT_LABELS = (*DEVICE_LABELS, "namespace", "pod", "process", "label", "contai
 BUDGET_LABELS = (*DEVICE_LABELS, "namespace", "pod", "container")
 DIRECTIONS = (TO_HOST, TO_DEVICE)
 GANG_STATES = (FORMING, COMPLETE, BROKEN)
-# What the cardinality bound above adds up: the node's own series (clients connected, gangs by
-# state, build info); each GPU's (grants, drops by reason, revocations, the wait histogram's
+# What the cardinality bound above adds up: the node's own series (clients connected, view-only
+# registrations, gangs by state, build info); each GPU's (grants, drops by reason, revocations, the wait histogram's
 # buckets, sum and count, queue, holders, evictions, moves by direction); and per client
 # identity and GPU, its lock time and its memory.
-FIXED_SERIES = 1 + len(GANG_STATES) + 1
+FIXED_SERIES = 1 + 1 + len(GANG_STATES) + 1
 PER_DEVICE_SERIES = (1 + len(END_REASONS) + 1 + len(WAIT_BUCKETS) + 1 + 2 + 1 + 1 + 1 +
                      len(DIRECTIONS))
 PER_CLIENT_FAMILIES = 2
@@ -147,11 +147,14 @@ class SchedulerCollector(Collector):
             gangs.add_metric([state], sum(1 for gang in snapshot.gangs if gang.state == state))
         connected = GaugeMetricFamily("gemshare_clients_connected", "Registered clients.",
                                       value=len(snapshot.clients))
+        viewers = GaugeMetricFamily("gemshare_view_only_connected",
+                                    "View-only registrations (REG_VIEW_ONLY: nvidia-smi, NVML), "
+                                    "which hold slots of their own.", value=len(policy.viewers))
         build = GaugeMetricFamily("gemshare_build_info", "The scheduler's version.",
                                   labels=["version"])
         build.add_metric([version()], 1)
         yield from (held, grants, drops, revocations, waits, queue, holders, allocated,
-                    budgets, evictions, moved, connected, gangs, build)
+                    budgets, evictions, moved, connected, viewers, gangs, build)
 
 
 def _client_labels(policy: Policy, who: Series, device: int) -> list[str]:

@@ -97,7 +97,7 @@ def _client_entry(client: ClientSnapshot) -> dict:
         "namespace": who.namespace,
         # Its Kubernetes container, and whether the node or the program itself named its pod.
         "container": who.container or None,
-        "identity_from": "node" if client.node is not None else "program",
+        "identity_from": client.identity_from,
         "node": _node_entry(client.node),
         # Its container's units on its GPU, shared with the clients in `clients`.
         "budget": _budget_entry(client.units, client.sharing, client.others_allocated),

@@ -3,6 +3,9 @@
 --max-clients bounds everyone together; a user (root aside) may also hold at most
 `Settings.clients_per_user()` registered clients, and as many connections again that have not
 yet said what they are, so that another user, and root, always find room to register.
+View-only registrations (REG_VIEW_ONLY) count against neither: they have a cap of their own
+(`Settings.max_view_only`), shared the same way, so that no number of them keeps a program
+from registering.
 
 Control connections have their own cap (--max-clients plus it bounds every connection), shared
 the same way: a user outside the control group may hold an eighth of it, and such users together
@@ -23,10 +26,12 @@ CONTROL_KEPT_SHARE = 4  # a quarter kept for root and the control group
 
 def refusal(conns: Iterable, uid: int, user: str, kind: str | None, cap: int) -> str | None:
     """Why a connection of `uid` may not become (or, for None, stay unnamed as) `kind`, given
-    the open `conns` (each with .uid and .kind) besides it; None when there is room."""
+    the open `conns` (each with .uid, .kind and .view_only) besides it; None when there is
+    room. View-only registrations are not counted: they have slots of their own."""
     if uid == ROOT:
         return None
-    held = sum(1 for conn in conns if conn.uid == uid and conn.kind == kind)
+    held = sum(1 for conn in conns if conn.uid == uid and conn.kind == kind
+               and not conn.view_only)
     if held < cap:
         return None
     who = f"user {user} (uid {uid})" if user else f"uid {uid}"
@@ -36,6 +41,23 @@ def refusal(conns: Iterable, uid: int, user: str, kind: str | None, cap: int) ->
     return (f"{who} already has {held} clients, the most one user may have "
             f"(--max-clients-per-user {cap}); end some of them or ask the administrator to "
             "raise the cap")
+
+
+def view_only_refusal(conns: Iterable, uid: int, user: str, cap: int,
+                      per_user: int) -> str | None:
+    """Why a connection of `uid` may not become a view-only registration beside the open
+    `conns` (each with .uid and .view_only): `cap` of them together, `per_user` of one user
+    (root aside); None when there is room."""
+    viewers = [conn for conn in conns if conn.view_only]
+    if len(viewers) >= cap:
+        return (f"the scheduler already has {len(viewers)} view-only registrations (nvidia-smi, "
+                "NVML), its limit; try again later")
+    mine = sum(1 for conn in viewers if conn.uid == uid)
+    if uid != ROOT and mine >= per_user:
+        who = f"user {user} (uid {uid})" if user else f"uid {uid}"
+        return (f"{who} already has {mine} view-only registrations (nvidia-smi, NVML), the most "
+                "one user may have; end some of them")
+    return None
 
 
 def control_room(cap: int) -> tuple[int, int]:

@@ -16,8 +16,10 @@ from dataclasses import dataclass
 # databases, the config and state files), plus the connections being refused.
 RESERVED = 64
 # Of what remains once the caps must shrink, the part kept for control connections, so that
-# gemsharectl still gets in when the clients fill theirs.
+# gemsharectl still gets in when the clients fill theirs, and the part for view-only
+# registrations, kept apart from the programs'.
 CONTROL_SHARE = 16
+VIEW_ONLY_SHARE = 16
 
 
 @dataclass(frozen=True)
@@ -25,6 +27,7 @@ class Caps:
     limit: int  # the soft RLIMIT_NOFILE in force
     clients: int
     control: int
+    view_only: int
     clamped: bool  # whether the limit lowered what was asked for
 
 
@@ -40,11 +43,14 @@ def raise_soft_limit() -> int:
         return soft
 
 
-def fit(limit: int, clients: int, control: int) -> Caps:
-    """The client and control caps that `limit` descriptors allow, as near the asked ones as
-    fits; each keeps at least one slot."""
-    room = max(2, limit - RESERVED) if limit != resource.RLIM_INFINITY else clients + control
-    if clients + control <= room:
-        return Caps(limit, clients, control, clamped=False)
+def fit(limit: int, clients: int, control: int, view_only: int) -> Caps:
+    """The client, control and view-only caps that `limit` descriptors allow, as near the asked
+    ones as fits; each keeps at least one slot."""
+    asked = clients + control + view_only
+    room = max(3, limit - RESERVED) if limit != resource.RLIM_INFINITY else asked
+    if asked <= room:
+        return Caps(limit, clients, control, view_only, clamped=False)
     control = max(1, min(control, room // CONTROL_SHARE))
-    return Caps(limit, max(1, min(clients, room - control)), control, clamped=True)
+    view_only = max(1, min(view_only, room // VIEW_ONLY_SHARE))
+    return Caps(limit, max(1, min(clients, room - control - view_only)), control, view_only,
+                clamped=True)

@@ -32,9 +32,9 @@ from ..config.parsing import ConfigError
 from ..config.runtime_state import as_json
 from ..config.settings import Settings
 from ..core.model.actions import Close, Log, Send
-from ..core.model.container import NodeIdentity
+from ..core.model.container import NAMED_BY_NODE, NAMED_BY_PROGRAM, NOT_NAMED_YET, NodeIdentity
 from ..core.policy import Policy
-from ..kubernetes.lookups import NodeLookups, node_lookups
+from ..kubernetes.lookups import NodeLookups, node_lookups, who_is
 from ..observe.status import build_status, encoded_size, fit_status
 from ..version import version
 from ..wire.conversation import CLIENT, CONTROL, next_kind
@@ -85,6 +85,10 @@ class Conn:
     privileged: bool = False
     unprivileged_why: str = ""
     node: NodeIdentity | None = None  # its program's container, as the node said at REGISTER
+    named_by: str = NAMED_BY_PROGRAM  # and who named it (model/container.py)
+    view_only: bool = False  # a REG_VIEW_ONLY registration: slots of its own (fair_slots.py)
+    nursery: trio.Nursery | None = None  # its writer's, and its lookup's while not named
+    naming: trio.CancelScope = field(default_factory=trio.CancelScope)  # that lookup
 
     @property
     def pid(self) -> int:
@@ -126,7 +130,7 @@ def caused_by(key: str | None) -> dict:
 POLICY_EVENTS = {
     p.Register: lambda policy, conn, message, now: policy.register(
         conn.id, conn.pid, conn.uid, conn.gid, message, now, time.time(), user=conn.user,
-        group=conn.group, node=conn.node),
+        group=conn.group, node=conn.node, named_by=conn.named_by),
     p.RequestLock: lambda policy, conn, message, now: policy.request_lock(
         conn.id, message.device, now, keeping=bool(message.flags & p.REQUEST_KEEPING)),
     p.LockReleased: lambda policy, conn, message, now: policy.lock_released(
@@ -180,7 +184,8 @@ class Server:
         self._timer_scope = trio.CancelScope()
         self._started = time.time()
         self._version = version()  # for the status: read once, the metadata does not change
-        self.max_connections = settings.max_clients + settings.max_control
+        self.max_connections = settings.max_clients + settings.max_control + \
+            settings.max_view_only
         self._refusing = 0
 
     async def serve(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -315,10 +320,12 @@ class Server:
         try:
             with conn.scope:
                 async with trio.open_nursery() as nursery:
+                    conn.nursery = nursery
                     nursery.start_soon(self._write_loop, conn)
                     conn.reader.deadline = trio.current_time() + self.settings.first_frame_seconds
                     with conn.reader:
                         await self._read_loop(conn)
+                    conn.naming.cancel()
                     if conn.ending is None:
                         self._ran_out_of_time(conn)
                     self._apply(self._forget(conn), conn.peer_key)
@@ -335,6 +342,15 @@ class Server:
             del self.conns[cid]
             log.debug("%s closed: %s", conn, conn.ending or "closed",
                       extra=caused_by(conn.peer_key))
+
+    async def _name_later(self, conn: Conn) -> None:
+        """Look the program's pod up until the node names it, then give it its terms."""
+        with conn.naming:
+            node = await self.node.named_later(conn.pid)
+            if node is not None and not conn.ending:
+                conn.node, conn.named_by = node, NAMED_BY_NODE
+                self._apply(self.policy.node_named(conn.id, node, trio.current_time()),
+                            conn.peer_key)
 
     def _ran_out_of_time(self, conn: Conn) -> None:
         """The reader's deadline passed: the first frame's, or a control connection's idle
@@ -395,15 +411,20 @@ class Server:
         if type(message) is p.Register:
             (conn.user, conn.group), (conn.privileged, conn.unprivileged_why) = \
                 await trio.to_thread.run_sync(_who_registers, conn, self.settings.control_group)
-            if self.node is not None:  # within its bound, however the node's daemons fare
-                found = await self.node.identify(conn.pid)
-                conn.node = found.identity if found is not None else None
+            # Within its bound, however the node's daemons fare.
+            conn.node, conn.named_by = await who_is(self.node, conn.pid, self.settings.proc)
             # Checked and counted with no wait between, so that registrations of one user at
             # once cannot pass the cap together.
-            why = fair_slots.refusal(self.conns.values(), conn.uid, conn.user, CLIENT,
-                                     self.settings.clients_per_user())
+            if message.flags & p.REG_VIEW_ONLY:
+                why = fair_slots.view_only_refusal(self.conns.values(), conn.uid, conn.user,
+                                                   self.settings.max_view_only,
+                                                   self.settings.view_only_per_user())
+            else:
+                why = fair_slots.refusal(self.conns.values(), conn.uid, conn.user, CLIENT,
+                                         self.settings.clients_per_user())
             if why is not None:
                 raise p.ProtocolError(why, p.ErrorCode.TOO_MANY_CLIENTS)
+            conn.view_only = bool(message.flags & p.REG_VIEW_ONLY)
         conn.kind = kind
         conn.reader.deadline = math.inf  # it has said what it is: no first-frame deadline
         if type(message) is p.Ping:  # liveness: answered here, at once; the policy never hears
@@ -412,6 +433,9 @@ class Server:
         event = POLICY_EVENTS.get(type(message))
         if event is not None:
             actions = event(self.policy, conn, message, trio.current_time())
+            if type(message) is p.Register and conn.named_by == NOT_NAMED_YET and \
+                    self.node is not None:
+                conn.nursery.start_soon(self._name_later, conn)
         else:
             reply = await self._control(conn, message.body)
             actions = [Send(conn.id, _Reply(reply, seq))]
@@ -560,9 +584,14 @@ class Server:
         gpus = None
         if self.gpus is not None and self.gpus.available:
             gpus = await trio.to_thread.run_sync(self.gpus.describe)
-        extra = {"version": self._version, "pid": os.getpid(), "uptime_s": round(time.time() - self._started, 3),
+        extra = {"version": self._version, "pid": os.getpid(),
+                 "uptime_s": round(time.time() - self._started, 3),
                  "control_group": self.settings.control_group,
-                 "connections": len(self.conns), **self.configuration.status(),
+                 "connections": len(self.conns),
+                 "view_only": {"registered": len(self.policy.viewers),
+                               "max": self.settings.max_view_only,
+                               "per_user": self.settings.view_only_per_user()},
+                 **self.configuration.status(),
                  "mps": self.mps_status(), "kubernetes": self.kubernetes_status()}
         return fit_status(build_status(self.policy, trio.current_time(), time.time(),
                                        grace_ms=self.configuration.started["grace_ms"], gpus=gpus,

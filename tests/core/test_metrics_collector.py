@@ -29,7 +29,8 @@ FAMILIES = {"gemshare_lock_held_seconds": "counter", "gemshare_grants": "counter
             "gemshare_lock_wait_seconds": "histogram", "gemshare_queue_length": "gauge",
             "gemshare_holders": "gauge", "gemshare_allocated_bytes": "gauge",
             "gemshare_evictions": "counter", "gemshare_moved_bytes": "counter",
-            "gemshare_clients_connected": "gauge", "gemshare_gangs": "gauge",
+            "gemshare_clients_connected": "gauge", "gemshare_view_only_connected": "gauge",
+            "gemshare_gangs": "gauge",
             "gemshare_build_info": "gauge", "gemshare_memory_budget_bytes": "gauge"}
 
 
@@ -283,3 +284,12 @@ def test_a_container_has_its_memory_budget_and_its_programs_series_by_container(
     memory = {dict(labels)["container"]: count
               for labels, count in samples["gemshare_allocated_bytes"].items()}
     assert memory == {"worker": 3 * M, "": 4 * M}
+
+
+def test_view_only_registrations_are_counted_apart_from_the_clients():
+    driver = two_clients()
+    for cid in (3, 4, 5):
+        driver.register(cid, name="nvidia-smi", flags=p.REG_VIEW_ONLY)
+    samples = scrape(driver)
+    assert value(samples, "gemshare_view_only_connected") == 3
+    assert value(samples, "gemshare_clients_connected") == 2

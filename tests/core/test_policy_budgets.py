@@ -318,15 +318,18 @@ def test_a_view_only_program_gets_limits_and_registered_and_is_shown_nowhere():
     assert not [log for log in driver.logs if "disconnect" in log.text and "client 2" in log.text]
 
 
-def test_a_view_only_program_counts_against_the_client_limit():
+def test_view_only_programs_leave_the_client_limit_to_programs():
+    # The shell caps view-only registrations on their own (fair_slots.py); the programs' limit
+    # counts programs alone.
     driver = Driver(max_clients=2)
-    driver.register(1, flags=p.REG_VIEW_ONLY)
+    for cid in (1, 3, 5):
+        driver.register(cid, flags=p.REG_VIEW_ONLY)
     driver.register(2)
-    driver.register(3, flags=p.REG_VIEW_ONLY)
-    assert [close.client for close in driver.closed] == [3]
-    driver.disconnect(1)
-    driver.register(4, flags=p.REG_VIEW_ONLY)
-    assert [close.client for close in driver.closed] == [3]
+    driver.register(4)
+    assert driver.closed == []
+    driver.register(6)
+    assert [close.client for close in driver.closed] == [6]
+    assert sorted(driver.policy.clients) == [2, 4] and sorted(driver.policy.viewers) == [1, 3, 5]
 
 
 def test_a_view_only_program_outside_a_container_gets_its_rule_limit():

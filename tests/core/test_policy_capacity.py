@@ -1,6 +1,9 @@
 """capacity.py on its own: which figure mode auto decides with, and the clients' reports."""
 
-from gemshare_nvs.core.rules.capacity import Capacity
+from policy_driver import Driver
+
+from gemshare_nvs import protocol as p
+from gemshare_nvs.core.rules.capacity import MAX_REPORTED_TOTAL, Capacity
 
 G = 1 << 30
 
@@ -40,3 +43,27 @@ def test_renumbering_moves_reports_to_their_new_index_and_drops_unknown_ones():
     capacity.report(1, 2, 20 * G)
     capacity.renumber(1, {0: 3, 1: None})  # device 2 stays as it was
     assert [capacity.reported(d) for d in range(4)] == [0, 0, 20 * G, 80 * G]
+
+
+def test_a_total_past_any_gpu_is_not_believed_and_warned_of_once_per_client():
+    capacity = Capacity()
+    assert capacity.report(1, 0, MAX_REPORTED_TOTAL) is None  # the bound itself is believed
+    assert capacity.report(2, 0, 2**64 - 1) is not None
+    assert capacity.report(2, 0, 2**64 - 1) is None  # said once
+    assert capacity.of(0) == (MAX_REPORTED_TOTAL, "reported")
+    capacity.forget(1)
+    assert capacity.of(0) == (None, None)
+    capacity.forget(2)
+    assert capacity.report(2, 0, 2**64 - 1) is not None  # a new client of that id is told
+
+
+def test_an_allocation_is_counted_at_most_at_what_the_gpu_holds():
+    with_nvml = Driver(mode=p.Mode.AUTO, nvml={0: 80 * G})
+    with_nvml.register(1)
+    with_nvml.mem(1, 2**64 - 1, total=2**64 - 1)
+    assert with_nvml.policy.clients[1].allocated == {0: 80 * G}
+    assert with_nvml.policy.capacity.of(0) == (80 * G, "nvml")
+    without = Driver(mode=p.Mode.AUTO)
+    without.register(1)
+    without.mem(1, 2**64 - 1, total=8 * G)
+    assert without.policy.clients[1].allocated == {0: MAX_REPORTED_TOTAL}

@@ -128,3 +128,9 @@ def test_a_clients_label_shows_in_the_clients_table():
     unlabelled = draw({"tq": 30, "anti_thrash": "on", "clients": [
         {"id": 2, "pid": 8, "name": "python3", "label": "", "state": "idle"}]})
     assert "Label" not in unlabelled  # no column of dashes
+
+
+def test_view_only_registrations_are_counted_in_the_summary_with_their_cap():
+    out = draw({"tq": 30, "anti_thrash": "on", "clients": [],
+                "view_only": {"registered": 12, "max": 256, "per_user": 64}})
+    assert "0 clients, view-only 12/256" in out

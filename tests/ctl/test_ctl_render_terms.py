@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 
+import pytest
 from rich.console import Console
 
 from gemshare_ctl import render
@@ -162,3 +163,13 @@ def test_a_container_shows_with_its_pod_its_shared_budget_and_the_kubelet_as_sou
     assert "memory_limit: 8.0 GiB (kubelet)" in text
     assert "container budget on GPU-1: 8.0 GiB of memory and 30 compute units, shared with #2 " \
            "(who have 3.0 GiB allocated)" in text
+
+
+@pytest.mark.parametrize("identity_from, said", [
+    ("node: not named yet", "pod not named by the node yet (the defaults until it is)"),
+    ("node: in no pod", "in no pod (the node says)"),
+])
+def test_a_program_the_node_has_not_named_says_so(identity_from, said):
+    text = render.terms_view({"id": 4, "pid": 44, "name": "job", "pod": "", "namespace": "",
+                              "identity_from": identity_from, "terms_from": {}}).plain
+    assert said in text

@@ -12,7 +12,12 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
-from gemshare_nvs.config.settings import DEFAULT_MAX_CLIENTS, DEFAULT_MAX_CONTROL, DEFAULT_STATE_DIR
+from gemshare_nvs.config.settings import (
+    DEFAULT_MAX_CLIENTS,
+    DEFAULT_MAX_CONTROL,
+    DEFAULT_MAX_VIEW_ONLY,
+    DEFAULT_STATE_DIR,
+)
 from gemshare_nvs.service.fd_limits import RESERVED
 from gemshare_nvs.wire.connection import DEFAULT_SOCKET
 
@@ -151,7 +156,8 @@ def test_service_has_a_watchdog_and_room_for_every_connection():
     service = read_unit(SERVICE)["Service"]
     assert service["WatchdogSec"] == "30s"  # the scheduler pings every WatchdogSec/2
     # Enough descriptors that the defaults are never clamped (RESERVED for everything else).
-    assert int(service["LimitNOFILE"]) >= DEFAULT_MAX_CLIENTS + DEFAULT_MAX_CONTROL + RESERVED
+    assert int(service["LimitNOFILE"]) >= DEFAULT_MAX_CLIENTS + DEFAULT_MAX_CONTROL + \
+        DEFAULT_MAX_VIEW_ONLY + RESERVED
 
 
 # What NVML opens: /dev/nvidiactl and /dev/nvidiaN (the nvidia-frontend driver's nodes),

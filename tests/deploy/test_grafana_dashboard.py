@@ -27,6 +27,7 @@ METRICS = {
     "gemshare_evictions_total": DEVICE,
     "gemshare_moved_bytes_total": DEVICE | {"direction"},
     "gemshare_clients_connected": set(),
+    "gemshare_view_only_connected": set(),
     "gemshare_gangs": {"state"},
 }
 HISTOGRAM_SERIES = ("_bucket", "_sum", "_count")

@@ -65,3 +65,26 @@ def test_a_process_gone_unreadable_or_unknown_is_in_no_container(tmp_path):
     assert container_of(0, tmp_path) is None  # SO_PEERCRED from another pid namespace
     put_in_container(tmp_path, 7, "garbage without colons\n\x00\xff")
     assert container_of(7, tmp_path) is None
+
+
+@pytest.mark.parametrize("path, runtime", [
+    (f"/../../pod{POD_UID}/{CONTAINER}", ""),  # a pod of the reader's QoS level (cgroupfs)
+    (f"/../../../besteffort/pod{POD_UID}/crio-{CONTAINER}", "cri-o"),  # of another level
+    (f"/../../kubepods-burstable-pod{POD_UID.replace('-', '_')}.slice/"
+     f"cri-containerd-{CONTAINER}.scope", "containerd"),  # the systemd driver's names
+])
+def test_paths_seen_from_a_cgroup_namespace_of_the_readers_own_name_the_container(
+        tmp_path, path, runtime):
+    # A scheduler in a cgroup namespace of its own (cgroup v2) reads the others' cgroups from
+    # its own: kubepods is above it.
+    put_in_container(tmp_path, 4242, cgroup_file(2, path))
+    assert container_of(4242, tmp_path) == ContainerRef(CONTAINER, POD_UID, runtime)
+
+
+@pytest.mark.parametrize("path", [
+    "/../docker-" + CONTAINER + ".scope",  # a container outside Kubernetes, seen from one
+    "/../..",
+    f"/../../pod{POD_UID}",  # a pod's own cgroup: no container
+])
+def test_paths_seen_from_a_cgroup_namespace_in_no_pods_container_are_in_none(path):
+    assert container_in(path) is None

@@ -8,89 +8,22 @@ import logging
 
 import pytest
 import trio
-from node_standins import (
-    StandInKubelet,
-    StandInRuntime,
-    cgroup_file,
-    compute_units,
-    container_path,
-    memory_units,
-    put_in_container,
+from scheduler_on_node import (
+    DEADLINE,
+    GIB,
+    GPU,
+    HOST,
+    NOTEBOOK,
+    TRAINER,
+    next_limits,
+    node,  # noqa: F401 (a fixture)
+    program,
+    status_of,
 )
-from trio_peer import Peer
 
 from gemshare_nvs import protocol as p
 from gemshare_nvs.core.rules.budgets import BUDGET_REPORT_S
 from gemshare_nvs.kubernetes.lookups import REGISTER_WAIT_S
-
-GIB = 1 << 30
-GPU = "GPU-8f3c1d2e-0a1b-4c5d-9e8f-7a6b5c4d3e2f"
-TRAINER = "a1" * 32
-NOTEBOOK = "b2" * 32
-DEADLINE = 30.0  # only catches hangs
-
-
-class Node:
-    """The stand-in daemons and /proc of one test, and its scheduler's settings for them."""
-
-    def __init__(self, directory):
-        self.proc = directory / "proc"
-        self.runtime = StandInRuntime(directory / "crio.sock")
-        self.kubelet = StandInKubelet(directory / "kubelet.sock")
-
-    def settings(self, **more) -> dict:
-        return {"cri_socket": str(self.runtime.path),
-                "pod_resources_socket": str(self.kubelet.path), "proc": self.proc, **more}
-
-    def container(self, container_id: str, namespace: str, pod: str, name: str,
-                  memory_gib: int = 0, compute: int = 0, first_unit: int = 0) -> None:
-        self.runtime.add(container_id, namespace, pod, name)
-        units = memory_units(GPU, memory_gib, first=first_unit) + \
-            compute_units(GPU, compute, first=first_unit)
-        self.kubelet.allocate(namespace, pod, name, "gemshare.io/gpu-memory", units)
-
-    def place(self, pid: int, container_id: str, version: int = 2) -> None:
-        put_in_container(self.proc, pid, cgroup_file(version, container_path(
-            "systemd", "cri-o", "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0", container_id)))
-
-    def stop(self) -> None:
-        self.runtime.stop()
-        self.kubelet.stop()
-
-
-@pytest.fixture
-def node(short_tmp_dirs):
-    made = Node(short_tmp_dirs())
-    yield made
-    made.stop()
-
-
-async def program(running, node: Node, container_id: str | None, *, says=("", ""),
-                  flags: int = 0, name: str = "python") -> tuple[Peer, list]:
-    """A program in `container_id` (None: in no container) that registers saying it is pod
-    `says` (namespace, pod); what it got up to REGISTERED."""
-    peer, pid = await Peer.connect_as_another_process(running.socket)
-    if container_id is not None:
-        node.place(pid, container_id)
-    await peer.send(p.Register(0, flags, name, says[0], says[1]))
-    got = [await peer.recv(DEADLINE)]
-    while not isinstance(got[-1], p.Registered):
-        got.append(await peer.recv(DEADLINE))
-    return peer, got
-
-
-async def status_of(running) -> dict:
-    control = await Peer.connect(running.socket)
-    reply = await control.control({"op": "status"})
-    await control.aclose()
-    return reply["status"]
-
-
-async def next_limits(peer: Peer) -> p.Limits:
-    while not isinstance(message := await peer.recv(DEADLINE), p.Limits):
-        pass
-    return message
-
 
 async def test_a_program_naming_another_pod_gets_its_own_containers_terms(
         inprocess_scheduler, node, short_tmp_dirs, caplog):
@@ -164,17 +97,21 @@ async def test_memory_alone_compute_alone_and_both(inprocess_scheduler, node, me
                                         "compute_units": compute}]
 
 
-async def test_without_the_node_sockets_programs_are_what_they_say(inprocess_scheduler, node):
+async def test_without_the_node_sockets_programs_in_no_pod_are_what_they_say(
+        inprocess_scheduler, node):
     node.container(TRAINER, "ml", "train-0", "main", memory_gib=8)
     running = await inprocess_scheduler(cri_socket="", pod_resources_socket="", proc=node.proc)
     with trio.fail_after(DEADLINE):
-        _, got = await program(running, node, TRAINER, says=("prod", "inference-7"))
+        on_host, got = await program(running, node, HOST, says=("prod", "inference-7"))
+        in_pod, _ = await program(running, node, TRAINER, says=("prod", "inference-7"))
         status = await status_of(running)
-    client, = status["clients"]
+    host, pod = status["clients"]
     assert got == [p.Registered(1, p.Mode.ON, 30)]
-    assert (client["namespace"], client["pod"], client["container"], client["identity_from"],
-            client["budget"], client["node"]) == ("prod", "inference-7", None, "program", None,
-                                                 None)
+    assert (host["namespace"], host["pod"], host["container"], host["identity_from"],
+            host["budget"], host["node"]) == ("prod", "inference-7", None, "program", None, None)
+    # Its cgroup names a pod, which nothing on this node can name: its words select nothing.
+    assert (pod["namespace"], pod["pod"], pod["identity_from"]) == \
+        ("", "", "node: not named yet")
     assert status["kubernetes"] == {"cri_socket": None, "pod_resources_socket": None,
                                     "containers_known": 0, "compute_cap": "off"}
     assert node.runtime.calls == [] and node.kubelet.calls == []
@@ -194,7 +131,7 @@ async def test_a_runtime_that_hangs_stalls_neither_the_scheduler_nor_a_registrat
         started = trio.current_time()
         peer, got = await program(running, node, TRAINER, says=("ml", "claims"))
         peers.append(peer)
-        assert got == [p.Registered(2, p.Mode.ON, 30)]  # what it says, no budget yet
+        assert got == [p.Registered(2, p.Mode.ON, 30)]  # the defaults, no budget yet
         assert trio.current_time() - started < REGISTER_WAIT_S + 5
         stalled.set()
 
@@ -209,10 +146,16 @@ async def test_a_runtime_that_hangs_stalls_neither_the_scheduler_nor_a_registrat
             assert not stalled.is_set()
             clients = (await status_of(running))["clients"]
             assert [c["name"] for c in clients] == ["outside"]
+        claimed = [c for c in (await status_of(running))["clients"] if c["id"] == 2]
+        # Not what it says: nobody's pod until the node names it.
+        assert [(c["pod"], c["identity_from"]) for c in claimed] == [("", "node: not named yet")]
         node.runtime.hold.set()
+        # Looked up again: its container's terms, LIMITS included, once the runtime answers.
+        assert await next_limits(peers[0]) == p.Limits(8 * GIB, 0)
         status = await status_of(running)
     claimed = [c for c in status["clients"] if c["id"] == 2]
-    assert [(c["pod"], c["identity_from"]) for c in claimed] == [("claims", "program")]
+    assert [(c["pod"], c["identity_from"], c["memory_limit"]) for c in claimed] == \
+        [("train-0", "node", 8 * GIB)]
     assert any("DEADLINE_EXCEEDED" in r.getMessage() for r in caplog.records)
 
 

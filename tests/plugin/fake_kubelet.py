@@ -212,6 +212,14 @@ class FakeKubelet:
         that often."""
         return self.wait_for_link(count, resource, timeout).stream
 
+    def latest_streams(self, count: int, resources) -> dict[str, Stream]:
+        """Each of `resources`' `count`-th stream, once each is open and has sent its first
+        list (read by its own thread from then on, as the kubelet keeps reading)."""
+        streams = {name: self.wait_for_stream(count, resource=name) for name in resources}
+        for name, stream in streams.items():
+            assert stream.listed.wait(WAIT_S), f"no list of {name} came on stream {count}"
+        return streams
+
     def client(self, resource: str = SLOTS) -> PluginClient:
         """A client on the endpoint of the last registration of `resource`."""
         self.wait_for_link(1, resource)

@@ -27,10 +27,12 @@ def status(running) -> dict:
 def test_caps_are_clamped_to_the_limit_and_logged(scheduler_factory):
     running = scheduler_factory(wrapper=[sys.executable, "-c", LIMITED])
     log = running.log()
-    assert (f"the file descriptor limit ({LIMIT}) allows 128 clients and 8 control connections, "
-            "not the 1024 and 64 asked for") in log
-    assert "max 128 clients (32 per user), 8 control connections" in log
-    assert status(running)["max_clients"] == 128
+    assert (f"the file descriptor limit ({LIMIT}) allows 120 clients, 8 control connections and "
+            "8 view-only registrations, not the 1024, 64 and 256 asked for") in log
+    assert "max 120 clients (30 per user), 8 control connections, 8 view-only registrations" \
+        in log
+    assert status(running)["max_clients"] == 120
+    assert status(running)["view_only"]["max"] == 8
 
 
 def test_soft_limit_is_raised_to_the_hard_one(scheduler_factory):

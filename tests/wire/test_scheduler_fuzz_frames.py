@@ -65,7 +65,8 @@ def odd_client_frame(rng: random.Random, device: int) -> bytes:
     """A client message the scheduler must accept, however odd its fields."""
     message = rng.choice([
         lambda: p.RequestLock(device, random_u32(rng)),
-        lambda: p.LockReleased(random_u32(rng), rng.choice([0, 1, 2, 3, 5, 2**32 - 1])),
+        lambda: p.LockReleased(random_u32(rng) % MAX_DEVICES,
+                               rng.choice([0, 1, 2, 3, 5, 2**32 - 1])),
         lambda: p.MemReport(rng.choice([device, rng.randrange(MAX_DEVICES), MAX_DEVICES - 1]),
                             random_u32(rng), rng.randrange(2**64), rng.randrange(2**64)),
         lambda: p.DeviceUuid(rng.choice([device, device, random_u32(rng)]), random_u32(rng),
@@ -146,7 +147,8 @@ def fuzz_connection(rng: random.Random) -> tuple[list[bytes], str | None, int]:
     device = rng.randrange(4)
     if opening < 0.55:
         kind = CLIENT
-        frames = [p.encode(p.Register(device, random_u32(rng), random_text(rng, 20)))]
+        frames = [p.encode(p.Register(device, random_u32(rng) & p.REG_KNOWN,
+                                      random_text(rng, 20)))]
         frames += [odd_client_frame(rng, device) for _ in range(rng.randrange(*ODD_FRAMES))]
     elif opening < 0.85:
         kind = CONTROL
@@ -172,9 +174,11 @@ def expected_error(frame: bytes, kind: str | None, device: int):
             kind = next_kind(kind, message)
         except p.ProtocolError as exc:
             return str(exc)
-        if isinstance(message, (p.Register, p.RequestLock, p.MemReport)) and \
+        if isinstance(message, (p.Register, p.RequestLock, p.MemReport, p.LockReleased)) and \
                 message.device >= MAX_DEVICES:
             return f"device index {message.device} is out of range"
+        if isinstance(message, p.Register) and message.unknown_flags() is not None:
+            return "have bits this scheduler does not know"
         if isinstance(message, p.Register):
             device = message.device
         if isinstance(message, p.RequestLock) and message.device != device:

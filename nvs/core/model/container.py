@@ -16,6 +16,14 @@ from dataclasses import dataclass
 CAP_OFF, CAP_GPU_LIMIT, CAP_SM_SHARE = "off", "gpu_limit", "sm_share"
 COMPUTE_CAPS = (CAP_OFF, CAP_GPU_LIMIT, CAP_SM_SHARE)
 
+# Who says who a program is (docs/security.md). Where the node can tell (a CRI socket is given,
+# or the program's cgroup names a pod), the program's own pod, namespace and label select
+# nothing: the node names its container (NAMED_BY_NODE), says it is in no pod (OUTSIDE_PODS),
+# or has not named its pod yet (NOT_NAMED_YET: the node's default terms until it does). Only
+# where the node can say nothing, off Kubernetes, is the program taken at its word.
+NAMED_BY_NODE, NOT_NAMED_YET, OUTSIDE_PODS, NAMED_BY_PROGRAM = \
+    "node", "node: not named yet", "node: in no pod", "program"
+
 
 @dataclass(frozen=True)
 class GpuUnits:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .container import NodeIdentity
+from .container import NAMED_BY_PROGRAM, NodeIdentity
 from .device_identity import Numbering
 from .terms import Identity, Terms
 
@@ -46,6 +46,7 @@ class Client:
     mps: bool = False  # it was told to go through the scheduler's MPS server
     mps_why: str = ""  # and if not, why (mps_rules.py), once the scheduler runs MPS
     node: NodeIdentity | None = None  # its container, as the node says (budgets.py)
+    identity_from: str = NAMED_BY_PROGRAM  # who named it (model/container.py)
     # device -> the move out last announced to it while it did not hold the device (IDLE_HINT)
     told_to_prepare: dict[int, int] = field(default_factory=dict)
     # device -> whether its last hold there ended by its own release, not a drop or revocation

@@ -20,21 +20,36 @@ gemsharectl terms; except that for memory_limit, gpu_limit and sm_share a rule w
 it is stricter than the kubelet's, and no term ever takes a program's memory past its
 container's budget (the pod was placed on the node by it).
 
+Who a program is (docs/security.md): its REGISTER's own POD_NAMESPACE, POD_NAME and
+GEMSHARE_LABEL select rules only where the node can say nothing of it (model/container.py's
+NAMED_BY_PROGRAM). Where the node names the container, its names are taken; where it cannot name
+it yet, the program has no pod, namespace or label (the rules that match what the node itself
+sees apply, the defaults otherwise) until `node_named` gives it the node's and its container's
+budget, and its terms change then, LIMITS included.
+
 A mixin of policy.Policy, as share_rules.py is: it reads the policy's clients (and `viewers`,
-the REG_VIEW_ONLY registrations that only want their LIMITS), `rules`, `compute_cap` and
-`gpu_indices`, and calls its `_retake_terms`.
+the REG_VIEW_ONLY registrations that only want their LIMITS), `rules`, `compute_cap`,
+`gpu_indices` and `tallies`, and calls its `_retake_terms`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from ... import protocol as p
 from ..model.actions import Log, Send
-from ..model.container import CAP_GPU_LIMIT, CAP_SM_SHARE, GpuUnits
+from ..model.container import (
+    CAP_GPU_LIMIT,
+    CAP_SM_SHARE,
+    NAMED_BY_NODE,
+    NAMED_BY_PROGRAM,
+    GpuUnits,
+    NodeIdentity,
+)
 from ..model.state import Client
 from ..model.terms import DEFAULT_SOURCE, OVERRIDE_SOURCE, TERM_NAMES, Terms
-from ..model.text import mib
+from ..model.text import mib, printable
 
 KUBELET_SOURCE = "kubelet"
 UNITS_PER_WEIGHT = 10  # compute units that weigh as much as a program without any
@@ -88,16 +103,6 @@ def budget_used(limit: int | None, budget: int | None, others: int) -> int:
     return max(0, others - (budget - limit))
 
 
-def said_otherwise(client: Client, said: tuple[str, str]) -> list:
-    """A warning when the program names (namespace, pod) `said` other than the node's."""
-    who = client.registration
-    namespace, pod = said
-    if client.node is None or (namespace in ("", who.namespace) and pod in ("", who.pod)):
-        return []
-    return [Log(f"register {client}: it says it is pod {namespace or '?'}/{pod or '?'}, but the "
-                f"node says {who.namespace}/{who.pod}; the node's word is taken", warning=True)]
-
-
 @dataclass(frozen=True)
 class Told:
     """The LIMITS a program was sent last, and when."""
@@ -111,6 +116,29 @@ class Budgets:
     told: dict[int, Told] = field(default_factory=dict)  # client -> its last LIMITS
     due: set[int] = field(default_factory=set)  # clients whose newer LIMITS waits its time
     over: set[tuple[str, str]] = field(default_factory=set)  # (container, GPU) logged over
+
+
+def node_names(node: NodeIdentity) -> tuple[str, str]:
+    """(namespace, pod) as the node names them, made printable."""
+    return printable(node.namespace, 64), printable(node.pod)
+
+
+def said_otherwise(client: Client, said: tuple[str, str], label: str = "") -> list:
+    """A warning when the program names a pod, namespace or label `said` that select nothing:
+    the node's word is taken, or the node can tell and has not yet."""
+    who = client.registration
+    namespace, pod = said
+    if client.identity_from == NAMED_BY_PROGRAM or \
+            (namespace in ("", who.namespace) and pod in ("", who.pod) and not label):
+        return []
+    claimed = f"pod {namespace or '?'}/{pod or '?'}" if namespace or pod else ""
+    if label:
+        claimed += f"{', ' if claimed else ''}label {printable(label, 64)}"
+    if client.node is not None:
+        node = f"the node says {who.namespace}/{who.pod}; the node's word is taken"
+    else:
+        node = f"the node can tell who it is ({client.identity_from}): what it says selects nothing"
+    return [Log(f"register {client}: it says it is {claimed}, but {node}", warning=True)]
 
 
 class BudgetRules:
@@ -308,3 +336,26 @@ class BudgetRules:
     def _budget_deadline(self) -> float | None:
         return min((self.budgets.told[cid].at + BUDGET_REPORT_S for cid in self.budgets.due),
                    default=None)
+
+    def node_named(self, cid: int, node: NodeIdentity, now: float) -> list:
+        """The node named the container of client `cid`, which registered before it could: the
+        client takes the node's pod, namespace and container from now on, joins its container's
+        budget, and its terms are worked out again."""
+        client = self.clients.get(cid) or self.viewers.get(cid)
+        if client is None or client.node is not None:
+            return []
+        namespace, pod = node_names(node)
+        viewer, before = cid in self.viewers, client.registration
+        client.registration = dataclasses.replace(
+            before, namespace=namespace, pod=pod, container=printable(node.container, 64))
+        client.identity = dataclasses.replace(client.identity, pod=pod, namespace=namespace,
+                                              container=client.registration.container)
+        client.node, client.identity_from = node, NAMED_BY_NODE
+        said = Log(f"client {client} is pod {namespace}/{pod}, container "
+                   f"{client.registration.container} (from the node, after it registered)")
+        if viewer:
+            self.budgets.members.setdefault(node.container_id, set()).add(cid)
+            client.terms = self._terms_for(client)
+            return [said] + self._tell_limits(client, now, at_once=True)
+        self.tallies.renamed(before, client.registration, client.identity.label)
+        return [said] + self._join_budget(client, now) + self._retake_terms(client, now)
