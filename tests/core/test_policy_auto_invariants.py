@@ -132,12 +132,13 @@ class AutoMachine(ClockMachine):
         return min(hold.granted_at + (self.tq if hold.turn is None else hold.turn),
                    hold.preempt_at)
 
-    def end_hold(self, device: int, cid: int) -> bool:
-        """Whether `cid` held the device (it no longer does)."""
+    def end_hold(self, device: int, cid: int, by_itself: bool = True) -> bool:
+        """Whether `cid` held the device (it no longer does); `by_itself` unless the scheduler
+        ended the hold without a drop (mode off)."""
         hold = self.holders[device].pop(cid, None)
         if hold is None:
             return False
-        self.shares.ended(cid, device, self.now, let_go=hold.dropped_at is None)
+        self.shares.ended(cid, device, self.now, let_go=by_itself and hold.dropped_at is None)
         return True
 
     def claim(self, device: int, cid: int) -> None:
@@ -175,6 +176,9 @@ class AutoMachine(ClockMachine):
         # Who held without a drop before these actions: a holder dropped for memory is let go
         # beside the older of these that stay, though one of them may end its quantum as well.
         active = {device: self.active(device) for device in DEVICES}
+        # The first waiter weighs its claim once a settling's grants are made, before the drops
+        # and the rest that the same settling sends.
+        pressing: set[int] = set()
         for action in actions:
             if not isinstance(action, Send):
                 continue
@@ -184,7 +188,12 @@ class AutoMachine(ClockMachine):
             if isinstance(message, p.LockGranted):
                 self.check_grant(cid, message)
                 granted.append((cid, message))
-            elif isinstance(message, p.DropLock):
+                pressing.add(message.device)
+                continue
+            for device in sorted(pressing):
+                self.press(device)
+            pressing.clear()
+            if isinstance(message, p.DropLock):
                 self.check_drop(cid, message)
             elif isinstance(message, p.Evict):
                 evicts.append((cid, message))
@@ -196,11 +205,11 @@ class AutoMachine(ClockMachine):
                      if c in active[device] and (device, c) not in self.displaced]
             assert not self.fits(device, older + [cid]), \
                 f"client {cid} was dropped but fits beside the older holders {older}"
+        for device in sorted(pressing):
+            self.press(device)
         for cid, message in granted:
             shared = len(self.holders[message.device]) > 1
             assert bool(message.flags & p.GRANT_SHARED) == shared, (cid, message)
-        for device in {message.device for _, message in granted}:
-            self.press(device)
         for queue in self.queues.values():
             for entry in queue:
                 entry[2] = False  # a later grant comes after a wait
@@ -391,7 +400,7 @@ class AutoMachine(ClockMachine):
             for device in DEVICES:
                 self.queues[device].clear()
                 for cid in list(self.holders[device]):
-                    self.end_hold(device, cid)
+                    self.end_hold(device, cid, by_itself=False)
                 self.loans.device_gone(device)
         elif (tq, mode) != (None, None) and (tq or self.tq, mode or self.policy.mode) != \
                 (self.tq, self.policy.mode):  # a running quantum is TQ long again

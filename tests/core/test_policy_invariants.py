@@ -105,9 +105,10 @@ class PolicyMachine(ClockMachine):
         assert self.now == self.dropped_at[device] + GRACE, "revocation not exactly at grace"
         self.end_hold(device)
 
-    def end_hold(self, device: int) -> None:
+    def end_hold(self, device: int, by_itself: bool = True) -> None:
+        """`by_itself` unless the scheduler ended the hold without a drop (mode off)."""
         self.shares.ended(self.holder.pop(device), device, self.now,
-                          let_go=device not in self.dropped_at)
+                          let_go=by_itself and device not in self.dropped_at)
         self.granted_at.pop(device)
         self.dropped_at.pop(device, None)
         self.preempt_at.pop(device, None)
@@ -216,7 +217,7 @@ class PolicyMachine(ClockMachine):
         if mode is p.Mode.OFF:
             self.queues.clear()
             for device in list(self.holder):
-                self.end_hold(device)
+                self.end_hold(device, by_itself=False)
         self.apply(self.policy.configure(self.now, tq=tq, mode=mode))
 
     # ----- invariants ----------------------------------------------------------------------
