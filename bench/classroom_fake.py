@@ -23,10 +23,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "libnvs"))
 import libnvs_fakelog as fakelog  # noqa: E402
 from libnvs_programs import FakeGpu, scheduler_status, wait_for, wait_for_client  # noqa: E402
-from notebooks_fake import cell_seconds  # noqa: E402
+from notebooks_fake import run_cells  # noqa: E402
 from scheduler_process import SchedulerProcess  # noqa: E402
 
-RUN_TIMEOUT_S = 300
 FAKE_MPS = REPO / "tests" / "fake_mps"
 # The busy program's rule under `auto --mps`: below the notebooks' priority, as on the GPU.
 TRAINER_RULE = '[[rule]]\nmatch = { label = "trainer" }\nmps_priority = "low"\n'
@@ -60,22 +59,8 @@ class Classroom:
 
 def notebooks(gpu: FakeGpu, setup: Classroom, preload: bool, env: dict) -> list[list[float]]:
     """Every notebook from one start signal; each one's cell times."""
-    go = gpu.path("go")
-    go.unlink(missing_ok=True)
-    programs = [gpu.start(setup.steps(index, go), preload=preload,
-                          env={**env, "GEMSHARE_LABEL": "notebook"})
-                for index in range(setup.notebooks)]
-    go.touch()
-    cells = []
-    for program in programs:
-        result = program.wait(RUN_TIMEOUT_S)
-        if result.returncode != 0:
-            raise RuntimeError(f"a notebook failed:\n{result.describe()[-4000:]}")
-        cells.append(cell_seconds(result.stdout))
-        if len(cells[-1]) != setup.cells:
-            raise RuntimeError(f"a notebook ran {len(cells[-1])} of its {setup.cells} cells:\n"
-                               f"{result.describe()[-4000:]}")
-    return cells
+    return run_cells(gpu, setup.steps, setup.notebooks, setup.cells, preload,
+                     {**env, "GEMSHARE_LABEL": "notebook"}, "a notebook")
 
 
 def summary(cells: list[list[float]]) -> dict:

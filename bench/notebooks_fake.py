@@ -60,23 +60,30 @@ def cell_seconds(output: str) -> list[float]:
     return [(end - start) / 1e9 for start, end in zip(stamps[::2], stamps[1::2])]
 
 
-def run_programs(gpu: FakeGpu, setup: Notebooks, preload: bool, env: dict) -> list[list[float]]:
-    """Every program from one start signal; each one's cell times."""
+def run_cells(gpu: FakeGpu, steps_of, programs: int, cells: int, preload: bool, env: dict,
+              what: str = "a stand-in") -> list[list[float]]:
+    """`programs` stand-ins, `steps_of(index, go_file)` each, from one start signal; each one's
+    cell times, all `cells` of them or an error with its last words."""
     go = gpu.path("go")
     go.unlink(missing_ok=True)
-    programs = [gpu.start(setup.steps(index, go), preload=preload, env=env)
-                for index in range(setup.programs)]
+    started = [gpu.start(steps_of(index, go), preload=preload, env=env)
+               for index in range(programs)]
     go.touch()
-    cells = []
-    for program in programs:
+    times = []
+    for program in started:
         result = program.wait(RUN_TIMEOUT_S)
         if result.returncode != 0:
-            raise RuntimeError(f"a stand-in failed:\n{result.describe()[-4000:]}")
-        cells.append(cell_seconds(result.stdout))
-        if len(cells[-1]) != setup.cells:
-            raise RuntimeError(f"a stand-in ran {len(cells[-1])} of its {setup.cells} cells:\n"
+            raise RuntimeError(f"{what} failed:\n{result.describe()[-4000:]}")
+        times.append(cell_seconds(result.stdout))
+        if len(times[-1]) != cells:
+            raise RuntimeError(f"{what} ran {len(times[-1])} of its {cells} cells:\n"
                                f"{result.describe()[-4000:]}")
-    return cells
+    return times
+
+
+def run_programs(gpu: FakeGpu, setup: Notebooks, preload: bool, env: dict) -> list[list[float]]:
+    """Every program from one start signal; each one's cell times."""
+    return run_cells(gpu, setup.steps, setup.programs, setup.cells, preload, env)
 
 
 def summary(cells: list[list[float]]) -> dict:

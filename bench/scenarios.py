@@ -133,7 +133,8 @@ SCENARIOS: tuple[Scenario, ...] = (
         "six notebooks, a burst each every 4 s, their moments spread over the 4 s, beside a "
         "trainer; `on`, TQ 5",
         classroom("out_of_step", "on", 1.5, 0.5),
-        (CLASSROOM_TESTS + "::test_classroom_out_of_step[on]",)),
+        (CLASSROOM_TESTS + "::test_classroom_out_of_step[on]",
+         CLASSROOM_TESTS + "::test_classroom_out_of_step_long_cells_on")),
     Scenario(
         "classroom out of step, auto --mps",
         "the same under `auto --mps`, a config rule giving the trainer mps_priority = \"low\"",

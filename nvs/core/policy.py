@@ -744,12 +744,15 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
                 actions += self._grant_gang(gang, now)
             else:
                 actions += self._grant(dev, cid, now, shared)
-        if ready and (first := self._first_contender(dev, now)) is not None:
-            # A new holder: the waiter now first weighs its claim against it too.
-            actions += self._press_claim(dev, first, now)
         actions += self._end_gang_turn(dev, now)
         actions += self._end_turns(dev, now)
         actions += self._ready_room(dev, now) + self._ready_room_ahead(dev, now)
+        if ready and (first := self._first_contender(dev, now)) is not None:
+            # A new holder: the waiter now first weighs its claim against the holders too, with
+            # the minimum slice of what the device holds once room is asked for.
+            pressed = self._press_claim(dev, first, now)
+            if pressed:
+                actions += pressed + self._end_turns(dev, now)
         actions += self._idle_hints(dev, now)
         # A device nobody uses is forgotten (a gang's settling may have done so already), but
         # not while its holder's idle gap is lent (the borrower may let go and ask again), nor

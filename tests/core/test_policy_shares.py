@@ -324,9 +324,8 @@ def granted_within(driver: Driver, cid: int, seconds: float, step: float = 0.01)
 
 def test_each_program_of_a_class_waits_a_slice_at_most_beside_a_trainer():
     """A trainer that has held for a while, and three programs under their share asking within
-    0.1 s, while the first of them holds: the trainer, whose turns are cut short rather than
-    given back, is passed by every one of them, and the one that reaches the front when the
-    trainer is granted has it drop after a minimum slice, not a whole quantum."""
+    0.1 s: the trainer, whose turns are cut short rather than given back, is passed by every one
+    of them, so each is granted after the one before it, not after the trainer's next turn."""
     driver = Driver(tq=5)
     for cid in (1, 2, 3, 4):
         driver.register(cid)

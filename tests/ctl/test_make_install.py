@@ -138,7 +138,10 @@ def test_staged_commands_run_on_their_own_folder(staged, tmp_path):
                                                             "LISTEN_FDS", "LISTEN_PID")}
     log_path = directory / "scheduler.log"
     log = log_path.open("wb")
-    scheduler = subprocess.Popen([*scheduler_cmd, "--socket", str(socket)], env=env,
+    # Its own state directory: as root the default is the machine's /var/lib/gemshare, whose
+    # settings.json would then carry this test's TQ into every later scheduler there.
+    scheduler = subprocess.Popen([*scheduler_cmd, "--socket", str(socket),
+                                  "--state-dir", str(directory / "state")], env=env,
                                  stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
     try:
         wait_until_listening(log_path, socket, scheduler, timeout=60)
