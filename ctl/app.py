@@ -62,17 +62,19 @@ TIMEOUT_HELP = (f"How long to wait for the scheduler's answer, {TIMEOUT_MIN_S:g}
                 f"{TIMEOUT_MAX_S:g} seconds. Default: {DEFAULT_TIMEOUT_S:g}.")
 TIMEOUT = options.seconds("timeout", TIMEOUT_MIN_S, TIMEOUT_MAX_S, "--timeout 10")
 
+# Lines of at most 76 characters: the help is printed indented by one, and rich wraps a longer
+# line mid-phrase at 80 columns.
 EPILOG = f"""\
 [bold]Examples[/bold]
-  gemsharectl --tq 30 --anti-thrash off       (either option alone works too)
-  gemsharectl --reset-settings                (the config file's settings apply again)
+  gemsharectl --tq 30 --anti-thrash off     (either option alone works too)
+  gemsharectl --reset-settings              (the config file's settings again)
   gemsharectl status
   gemsharectl status --json
-  gemsharectl top                             (q quits)
+  gemsharectl top                           (q quits)
   gemsharectl client 4242 --weight 2 --memory-limit 8GiB
   gemsharectl config check {DEFAULT_CONFIG}
   gemsharectl config reload
-  gemsharectl doctor --pid 4242               (why is it not shared?)
+  gemsharectl doctor --pid 4242             (why is it not shared?)
   LD_PRELOAD=$(gemsharectl library-path) python train.py
 
 [bold]Environment[/bold]
@@ -81,15 +83,17 @@ EPILOG = f"""\
 
 [bold]Exit status[/bold]
   {ExitCode.OK:d}  done
-  {ExitCode.UNREACHABLE:d}  no scheduler on the socket, or it hung up, failed or did not answer in time
-  {ExitCode.INVALID:d}  bad command line, or a value refused here or by the scheduler (nothing changed)
+  {ExitCode.UNREACHABLE:d}  no scheduler on the socket, or it hung up, failed or did not answer
+     in time
+  {ExitCode.INVALID:d}  bad command line, or a value refused here or by the scheduler
+     (nothing changed)
   {ExitCode.PERMISSION:d}  permission denied: the socket cannot be opened, or this user may not
-     change settings (root and members of the scheduler's control group, default
-     '{DEFAULT_CONTROL_GROUP}', may; anyone may read the status)
-  'config check' exits {ExitCode.OK:d} for a valid file, {CHECK_FAILED} for a missing one or one with
-  problems; 'library-path' exits {LIBRARY_MISSING} when this installation has no library;
-  'doctor' exits {DOCTOR_FAILED} when any check fails, {ExitCode.OK:d} when none does (warnings
-  included).
+     change settings (root and members of the scheduler's control group,
+     default '{DEFAULT_CONTROL_GROUP}', may; anyone may read the status)
+  'config check' exits {ExitCode.OK:d} for a valid file, {CHECK_FAILED} for a missing one or one
+  with problems; 'library-path' exits {LIBRARY_MISSING} when this installation has no
+  library; 'doctor' exits {DOCTOR_FAILED} when any check fails, {ExitCode.OK:d} when none does
+  (warnings included).
 """
 
 app = typer.Typer(
@@ -168,10 +172,15 @@ def top_level(
              "programs whose memory fits on the device together run together, and the rest "
              "take turns as with 'on'."),
     set_min_slice_ms: Optional[str] = typer.Option(
-        None, "--min-slice-ms", "--set-min-slice-ms", metavar="MS",
+        None, "--min-slice-ms", metavar="MS",
         callback=options.whole(MIN_SLICE_MS, "--min-slice-ms 300"),
         help="Set the min slice: how long a holder keeps the lock before a client under its "
-             "share of GPU time may take it, in milliseconds."),
+             "share of GPU time may take it, in milliseconds. Also --set-min-slice-ms."),
+    # The old name, its own hidden option: both names in one cell of the help's table would be
+    # cut short at 80 columns.
+    old_min_slice_ms: Optional[str] = typer.Option(
+        None, "--set-min-slice-ms", metavar="MS", hidden=True,
+        callback=options.whole(MIN_SLICE_MS, "--set-min-slice-ms 300")),
     reset_settings: bool = typer.Option(
         False, "--reset-settings",
         help="Drop every setting changed with gemsharectl, here and in the scheduler's state "
@@ -179,7 +188,10 @@ def top_level(
              "--tq and the like, those are set afterwards."),
     socket: Optional[str] = typer.Option(
         None, "--socket", metavar="PATH", envvar="GEMSHARE_SOCKET", show_envvar=False,
-        help=SOCKET_HELP + " Also taken after a command."),
+        # The default path is under Environment below: an unbreakable path here would narrow
+        # the option names' column until they are cut, in an 80-column terminal.
+        help="Scheduler socket. Default: $GEMSHARE_SOCKET, else the one under Environment "
+             "below. Also taken after a command."),
     timeout: Optional[str] = typer.Option(
         None, "--timeout", metavar="SECONDS", callback=TIMEOUT,
         help=TIMEOUT_HELP + " Also taken after a command."),
@@ -188,6 +200,10 @@ def top_level(
         help="Print gemsharectl's version and exit."),
 ) -> None:
     ctx.obj = Target(socket_path(socket), DEFAULT_TIMEOUT_S if timeout is None else timeout)
+    if old_min_slice_ms is not None:
+        if set_min_slice_ms not in (None, old_min_slice_ms):
+            ctx.fail("--min-slice-ms and --set-min-slice-ms are one option: give it once")
+        set_min_slice_ms = old_min_slice_ms
     if set_tq is None and anti_thrash is None and set_min_slice_ms is None \
             and not reset_settings:
         if ctx.invoked_subcommand is None:

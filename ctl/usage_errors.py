@@ -10,25 +10,13 @@ import sys
 
 import typer
 import typer.rich_utils
-
-# Typer re-exports only some of click's exceptions (from its own copy of click in recent
-# releases); the base they share is the one its BadParameter derives from.
-ClickException = next(cls for cls in typer.BadParameter.__mro__
-                      if cls.__name__ == "ClickException")
+from gemshare_nvs.service.typer_command import ClickException, usage_line
 
 
 def silence_stdout() -> None:
     """Point stdout at /dev/null, so that Python does not complain of a closed pipe when it
     flushes stdout at exit."""
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-
-
-def one_line(prog: str, error: Exception) -> str:
-    """`prog: message; see 'COMMAND -h'`, the message's own line breaks joined."""
-    message = " ".join(error.format_message().split())
-    context = getattr(error, "ctx", None)
-    hint = f"; see '{context.command_path} -h'" if context is not None else ""
-    return f"{prog}: {message}{hint}"
 
 
 def run(app: typer.Typer, prog: str) -> None:
@@ -43,7 +31,7 @@ def run(app: typer.Typer, prog: str) -> None:
         elif sys.stderr.isatty():
             typer.rich_utils.rich_format_error(error)
         else:
-            typer.echo(one_line(prog, error), err=True)
+            typer.echo(usage_line(prog, error), err=True)
         sys.exit(error.exit_code)
     except typer.Abort:
         typer.echo(f"{prog}: aborted", err=True)

@@ -70,7 +70,7 @@ def fit_connections(settings: Settings) -> None:
         caps.clients, caps.control, caps.view_only
 
 
-async def run(settings: Settings, configuration: Configuration,
+async def run(settings: Settings, configuration: Configuration, listening: Listening,
               rate_limit: PeerRateLimit | None = None, metrics_socket=None,
               node: NodeLookups | None = None) -> None:
     # Signals are caught before the socket exists, so a SIGTERM that follows the first
@@ -82,26 +82,22 @@ async def run(settings: Settings, configuration: Configuration,
         log.info("GPU information: %s", "from NVML" if gpus.available else gpus.reason)
         configuration.announce()
         try:
-            listening = open_listener(settings.socket)
-            try:
-                async with trio.open_nursery() as nursery:
-                    server = Server(settings, listening.sock, gpus, configuration, node)
-                    nursery.start_soon(_on_signals, signals, nursery.cancel_scope, server)
-                    await nursery.start(server.serve)
-                    if metrics_socket is not None:
-                        nursery.start_soon(_serve_metrics, metrics_socket, server)
-                    _announce(settings, configuration.started, listening)
-                    interval = sdnotify.watchdog_interval()
-                    if interval is not None:
-                        log.info("sending WATCHDOG=1 to systemd every %g s", interval)
-                        nursery.start_soon(_watchdog, interval)
-                    if rate_limit is not None:
-                        nursery.start_soon(_flush_periodically, rate_limit)
-            finally:
-                listening.close()
+            async with trio.open_nursery() as nursery:
+                server = Server(settings, listening.sock, gpus, configuration, node)
+                nursery.start_soon(_on_signals, signals, nursery.cancel_scope, server)
+                await nursery.start(server.serve)
+                if metrics_socket is not None:
+                    nursery.start_soon(_serve_metrics, metrics_socket, server)
+                _announce(settings, configuration.started, listening)
+                interval = sdnotify.watchdog_interval()
+                if interval is not None:
+                    log.info("sending WATCHDOG=1 to systemd every %g s", interval)
+                    nursery.start_soon(_watchdog, interval)
                 if rate_limit is not None:
-                    rate_limit.flush(everything=True)
+                    nursery.start_soon(_flush_periodically, rate_limit)
         finally:
+            if rate_limit is not None:
+                rate_limit.flush(everything=True)
             gpus.close()
 
 
@@ -180,6 +176,24 @@ def main(argv=None) -> int:
     sys.setswitchinterval(GIL_SWITCH_SECONDS)
     settings = command_line.read(argv)
     rate_limit = setup_logging(settings.debug)
+    # The socket first: a second scheduler on it says so alone, before any line that would
+    # describe a start that is not going to happen.
+    try:
+        listening = open_listener(settings.socket)
+    except ListenerError as exc:
+        print(f"gemshare-scheduler: {exc}", file=sys.stderr)
+        return 1
+    try:
+        status = _start(settings, rate_limit, listening)
+    finally:
+        listening.close()
+    if status == 0:
+        log.info("stopped")
+    return status
+
+
+def _start(settings: Settings, rate_limit: PeerRateLimit, listening: Listening) -> int:
+    """The start once the socket is ours, and the run; the exit status."""
     fit_connections(settings)
     group_warning = missing_group_warning(settings.control_group, os.geteuid())
     if group_warning is not None:
@@ -205,12 +219,7 @@ def main(argv=None) -> int:
     except AddressError as exc:
         print(f"gemshare-scheduler: {exc}", file=sys.stderr)
         return 1
-    try:
-        trio.run(run, settings, configuration, rate_limit, metrics_socket, node)
-    except ListenerError as exc:
-        print(f"gemshare-scheduler: {exc}", file=sys.stderr)
-        return 1
-    log.info("stopped")
+    trio.run(run, settings, configuration, listening, rate_limit, metrics_socket, node)
     return 0
 
 

@@ -65,6 +65,12 @@ TERM_CHECKS = {"weight": WEIGHT.check, "gpu_limit": GPU_LIMIT.check,
                "mps": check_flag("mps"), "mps_priority": MPS_PRIORITY.check}
 RULE_KEYS = ("match", *TERM_CHECKS)
 ID_CHECKS = {name: WholeNumber(name, 0, 2 ** 32 - 2).check for name in ID_KEYS}
+# `[rule]` for `[[rule]]` is the likely slip with rules: alone it gives one table, beside a
+# `[[rule]]` TOML refuses the file in words that do not say which brackets to change.
+RULE_TABLE_HINT = "`[rule]` declares one table; rules are `[[rule]]`, each with two brackets"
+SINGLE_RULE_HEADER = re.compile(r"^[ \t]*\[[ \t]*(?:rule|\"rule\"|'rule')[ \t]*\][ \t]*(?:#.*)?$",
+                                re.MULTILINE)
+RULES_HEADER = re.compile(r"^[ \t]*\[\[[ \t]*(?:rule|\"rule\"|'rule')[ \t]*\]\]", re.MULTILINE)
 # Problems listed with their lines; past these a refused file's further problems are counted
 # only, so that a huge bad file costs neither a search per problem nor a log line per problem.
 MAX_LISTED_PROBLEMS = 50
@@ -186,6 +192,9 @@ class _Reader:
         return Config(self.path, settings, lines, self.rules(data.get("rule", [])))
 
     def rules(self, tables) -> tuple[Rule, ...]:
+        if isinstance(tables, dict):
+            self.refuse(("rule",), "rule", RULE_TABLE_HINT)
+            return ()
         if not isinstance(tables, list) or not all(isinstance(t, dict) for t in tables):
             self.refuse(("rule",), "rule", "rules are written as [[rule]] tables (double "
                                            "brackets), one per rule")
@@ -251,13 +260,24 @@ def _syntax_line(error: Exception) -> tuple[int | None, str]:
     return int(found[1]), f"{text[:found.start()]} at column {found[2]}"
 
 
+def _rule_table_problem(text: str, line: int | None, message: str) -> Problem | None:
+    """The hint at the `[rule]` header, where TOML refuses a file for having both kinds."""
+    single = SINGLE_RULE_HEADER.search(text)
+    if single is None or RULES_HEADER.search(text) is None:
+        return None
+    where = f" on line {line}" if line else ""
+    return Problem(text.count("\n", 0, single.start()) + 1, "rule",
+                   f"{RULE_TABLE_HINT} (TOML: {message}{where})")
+
+
 def parse(text: str, path: str, names: Names = Names()) -> Config:
     """The Config that `text` (the file at `path`) says, or ConfigError."""
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         line, message = _syntax_line(exc)
-        raise ConfigError(path, [Problem(line, "", f"not valid TOML: {message}")]) from None
+        raise ConfigError(path, [_rule_table_problem(text, line, message) or
+                                 Problem(line, "", f"not valid TOML: {message}")]) from None
     except RecursionError:  # arrays or inline tables nested past the parser's own stack
         raise ConfigError(path, [Problem(None, "", "not valid TOML: arrays or tables nested "
                                                    "too deeply")]) from None

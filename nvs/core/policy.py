@@ -539,9 +539,11 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
         if (self.tq, self.mode, self.min_slice_ms) == (old_tq, old_mode, old_slice):
             return [Log(f"settings unchanged: tq {self.tq} s, anti-thrash {self.mode.label}, "
                         f"min slice {self.min_slice_ms} ms")]
-        actions = [Log(f"settings: tq {old_tq} -> {self.tq} s, anti-thrash "
-                       f"{old_mode.label} -> {self.mode.label}, min slice {old_slice} -> "
-                       f"{self.min_slice_ms} ms")]
+        # Only what changed, so a change of one setting reads as that change.
+        changes = [f"{name} {old} -> {new}{unit}" for name, old, new, unit in (
+            ("tq", old_tq, self.tq, " s"), ("anti-thrash", old_mode.label, self.mode.label, ""),
+            ("min slice", old_slice, self.min_slice_ms, " ms")) if old != new]
+        actions = [Log("settings: " + ", ".join(changes))]
         if self.mode is p.Mode.OFF:
             for dev in list(self.devices.values()):
                 for cid in list(dev.holders):

@@ -1,13 +1,16 @@
 """What the long-running commands' command lines share (the scheduler's, the device plugin's):
-one Typer command with plain help and errors, and its result handed back to the caller.
+one Typer command with plain help and errors, and its result handed back to the caller; and the
+one plain line that they and gemsharectl give for a bad command line off a terminal.
 
 Plain, not rich's boxes: their output usually ends in a journal or a pod's log, where a box
-wraps a message across lines that grep then misses. The command appends what it parsed to
-ctx.obj, a list: a standalone Typer run drops what the command returns.
+wraps a message across lines that grep then misses, as click's three lines split the error from
+its command. The command appends what it parsed to ctx.obj, a list: a Typer run drops what the
+command returns.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Optional, Sequence
 
 import typer
@@ -16,6 +19,25 @@ import typer.main
 from ..config.settings import check_pipe_directory
 from ..observe.tcp_address import parse_address
 from ..version import version
+
+
+# Typer re-exports only some of click's exceptions (from its own copy of click in recent
+# releases); the base they share is the one its BadParameter derives from.
+ClickException = next(cls for cls in typer.BadParameter.__mro__
+                      if cls.__name__ == "ClickException")
+
+
+def usage_line(prog: str, error: Exception, help_option: str = "-h") -> str:
+    """`prog: what is wrong; see 'COMMAND -h'`, the message's own line breaks joined and its
+    last full stop dropped; after a question ("Did you mean 'status'?") the pointer is a
+    sentence of its own."""
+    message = " ".join(error.format_message().split())
+    context = getattr(error, "ctx", None)  # none where click's parser itself refuses
+    see = f"'{context.command_path if context is not None else prog} {help_option}'"
+    message = message.removesuffix(".")
+    if message.endswith(("?", "!")):
+        return f"{prog}: {message} See {see}."
+    return f"{prog}: {message}; see {see}"
 
 
 def plain_app(prog: str) -> typer.Typer:
@@ -85,13 +107,21 @@ def parse(app: typer.Typer, prog: str, argv: Sequence[str]):
 def read(app: typer.Typer, prog: str, argv: Optional[Sequence[str]] = None):
     """What this process's command line gives, else the process ends here: Typer answers
     --help, --version and the completion options itself (status 0), and a bad command line with
-    a message naming the option and the value (status 2)."""
+    a message naming the option and the value (status 2): click's usage on a terminal, one
+    plain line anywhere else."""
     parsed: list = []
     try:
-        typer.main.get_command(app).main(args=argv, prog_name=prog, obj=parsed)
-    except SystemExit as end:
-        # Typer ends every standalone run so, also one that parsed: only that one goes on.
-        if end.code in (0, None) and parsed:
-            return parsed[0]
-        raise
-    raise AssertionError("Typer's standalone run returned instead of exiting")
+        status = typer.main.get_command(app).main(args=argv, prog_name=prog, obj=parsed,
+                                                  standalone_mode=False)
+    except ClickException as error:
+        if sys.stderr.isatty():
+            error.show()
+        else:
+            typer.echo(usage_line(prog, error, "--help"), err=True)
+        sys.exit(error.exit_code)
+    except typer.Abort:
+        typer.echo(f"{prog}: aborted", err=True)
+        sys.exit(1)
+    if parsed:
+        return parsed[0]
+    sys.exit(status if isinstance(status, int) else 0)  # --help, --version: answered

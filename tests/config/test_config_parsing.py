@@ -176,7 +176,8 @@ def test_a_match_may_be_its_own_table_and_take_every_key():
     (EXAMPLE.replace("user = \"alice\"", "uid = -1"), 10, "rule 2 match.uid",
      "uid must be a whole number from 0"),
     # rules written as something other than [[rule]] tables
-    ("[rule]\nweight = 1\n", 1, "rule", "rules are written as [[rule]] tables"),
+    ("[rule]\nweight = 1\n", 1, "rule", "`[rule]` declares one table; rules are `[[rule]]`"),
+    ("[rule.match]\nlabel = 'a'\n", 1, "rule", "`[rule]` declares one table"),
     ("tq = 5\nrule = 3\n", 2, "rule", "rules are written as [[rule]] tables"),
 ])
 def test_bad_input_is_refused_with_its_line_and_key(text, line, key, words):
@@ -240,6 +241,24 @@ def test_toml_that_does_not_parse_is_refused_with_its_line():
     assert error.line == 2 and error.key == ""
     assert error.message.startswith("not valid TOML: ") and "line" not in error.message
     assert str(error).startswith(f"{PATH}:2: not valid TOML")
+
+
+@pytest.mark.parametrize("text, line", [
+    ('[[rule]]\nmatch = { label = "a" }\n\n[rule]\nmatch = { label = "b" }\n', 4),
+    ('[rule]\nmatch = { label = "a" }\n[[rule]]\nmatch = { label = "b" }\n', 1),
+    ('tq = 5\n[ rule ]  # one rule\nweight = 2\n[[rule]]\nweight = 1\n', 2),
+])
+def test_a_rule_table_beside_rules_gets_the_bracket_hint_at_its_header(text, line):
+    """TOML refuses the mix in its own words; the problem is pointed at the `[rule]` line."""
+    error = refusal(text)
+    assert (error.line, error.key) == (line, "rule"), error
+    assert error.message.startswith("`[rule]` declares one table; rules are `[[rule]]`, each "
+                                    "with two brackets (TOML: "), error.message
+
+
+def test_other_bad_toml_beside_rules_gets_no_bracket_hint():
+    error = refusal('[[rule]]\nmatch = { label = "a" }\nweight = = 2\n')
+    assert error.key == "" and "brackets" not in error.message
 
 
 def test_a_long_unknown_key_is_quoted_short():

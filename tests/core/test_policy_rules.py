@@ -280,6 +280,26 @@ def test_unchanged_settings_send_nothing():
     assert driver.take_sent() == []
 
 
+def settings_lines(driver: Driver) -> list[str]:
+    return [log.text for log in driver.logs if log.text.startswith("settings")]
+
+
+def test_a_settings_change_names_only_what_changed():
+    driver = Driver(tq=30)
+    driver.configure(tq=10)
+    driver.configure(mode=AUTO)
+    driver.configure(tq=20, mode=ON)
+    assert settings_lines(driver) == ["settings: tq 30 -> 10 s", "settings: anti-thrash on -> auto",
+                                      "settings: tq 10 -> 20 s, anti-thrash auto -> on"]
+
+
+def test_unchanged_settings_are_logged_in_full():
+    driver = Driver(tq=30)
+    driver.configure(tq=30)
+    assert settings_lines(driver) == ["settings unchanged: tq 30 s, anti-thrash on, "
+                                      f"min slice {driver.policy.min_slice_ms} ms"]
+
+
 def test_client_limit_refuses_registration_with_too_many_clients():
     driver = Driver(max_clients=2)
     clients(driver, 1, 2)

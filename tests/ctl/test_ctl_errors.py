@@ -111,6 +111,20 @@ def test_errors_into_a_pipe_are_one_plain_line(ctl, tmp_path, args, words):
     assert words in result.stderr and "╭" not in result.stderr and "\x1b" not in result.stderr
 
 
+def test_the_min_slice_given_twice_under_its_two_names_is_refused(ctl, tmp_path):
+    result = ctl("--socket", str(tmp_path / "none.sock"), "--min-slice-ms", "100",
+                 "--set-min-slice-ms", "200")
+    assert_clean_failure(result, ExitCode.INVALID, "--min-slice-ms and --set-min-slice-ms are "
+                                                   "one option: give it once")
+
+
+def test_a_mistyped_command_gets_its_suggestion_and_the_help_in_sentences(ctl):
+    result = ctl("stauts")
+    assert result.returncode == ExitCode.INVALID
+    assert result.stderr == ("gemsharectl: No such command 'stauts'. Did you mean 'status'? "
+                             "See 'gemsharectl -h'.\n")
+
+
 def test_errors_on_a_terminal_keep_typers_box():
     main, terminal = pty.openpty()
     try:

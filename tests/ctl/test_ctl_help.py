@@ -8,6 +8,9 @@ import sys
 
 import pytest
 
+from rich.text import Text
+
+from gemshare_ctl import app
 from gemshare_ctl.errors import ExitCode
 
 
@@ -40,6 +43,30 @@ HELPS = [["gemsharectl", "--help"], *(["gemsharectl", *command, "--help"] for co
     ["library-path"])), ["gemshare-scheduler", "--help"], ["gemshare-device-plugin", "--help"]]
 PROGRAMS = {"gemsharectl": "gemshare_ctl", "gemshare-scheduler": "gemshare_nvs.daemon",
             "gemshare-device-plugin": "gemshare_plugin"}
+
+
+def help_text(command: list[str], columns: int) -> str:
+    program, *args = command
+    result = subprocess.run([sys.executable, "-m", PROGRAMS[program], *args], text=True,
+                            capture_output=True, timeout=60, stdin=subprocess.DEVNULL,
+                            env={**os.environ, "COLUMNS": str(columns)})
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+@pytest.mark.parametrize("command", [*HELPS, ["gemsharectl", "doctor", "--help"]], ids=" ".join)
+def test_help_fits_80_columns_with_nothing_cut(command):
+    shown = help_text(command, 80)
+    too_long = [line for line in shown.splitlines() if len(line) > 80]
+    assert not too_long, too_long
+    assert "…" not in shown, shown  # rich's mark for a name or a word cut short
+
+
+def test_the_epilog_keeps_its_lines_at_80_columns():
+    """Each line of Examples, Environment and Exit status is shown whole, not wrapped."""
+    shown = [line.strip() for line in help_text(["gemsharectl", "--help"], 80).splitlines()]
+    for line in Text.from_markup(app.EPILOG).plain.splitlines():
+        assert line.strip() in shown, line
 
 
 @pytest.mark.parametrize("command", HELPS, ids=" ".join)

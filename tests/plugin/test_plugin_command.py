@@ -61,9 +61,12 @@ def test_version_is_the_packages():
 def test_bad_options_are_refused_with_their_reason(args, says):
     result = run_command(*args)
     assert result.returncode == 2
-    assert f"Error: Invalid value for '{args[0]}': {says}" in result.stderr \
-        or f"Error: {says}" in result.stderr
-    assert "Traceback" not in result.stderr and "╭" not in result.stderr  # plain, as in a log
+    # One plain line, as in a pod's log: the command, what is wrong, where the help is.
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith(f"gemshare-device-plugin: Invalid value for '{args[0]}': "
+                                    f"{says}") or \
+        result.stderr.startswith(f"gemshare-device-plugin: {says}"), result.stderr
+    assert result.stderr.endswith("; see 'gemshare-device-plugin --help'\n")
 
 
 @pytest.mark.parametrize("name, why", [

@@ -33,6 +33,13 @@ def test_second_scheduler_on_the_same_socket_is_refused(scheduler, run_scheduler
         assert control.request({"op": "status"})["ok"] is True
 
 
+def test_second_scheduler_says_only_that_one_is_running(scheduler, run_scheduler):
+    """Start-up lines (GPUs, config) would describe a scheduler that never starts."""
+    second = run_scheduler("--socket", str(scheduler.socket))
+    lines = second.stderr.splitlines()
+    assert len(lines) == 1 and "already running" in lines[0], second.stderr
+
+
 def test_socket_owned_by_another_listener_is_refused(short_tmp_dirs, run_scheduler):
     path = short_tmp_dirs() / "scheduler.sock"
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as other:
