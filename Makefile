@@ -4,9 +4,10 @@
 # make test         every test, in a virtualenv this Makefile creates (.venv)
 # make dist         an sdist and a wheel per architecture in dist/, debug files beside them
 # make sdist        the sdist alone, in dist/: sources, build rules, units and docs
-# make install      library, Python package and systemd units under PREFIX (DESTDIR to stage)
+# make install      library, Python package, units and man pages under PREFIX (DESTDIR to stage)
 # make uninstall    remove what make install put under PREFIX
 # make scheduler    build, install into .venv (no test tools), run the scheduler in front
+# make man          the commands' man pages, from their own --help, in build/man
 # make fakecuda     the fake CUDA driver and programs the tests run (tests/fakecuda)
 # make venv         .venv: the package, editable, with its test tools
 # make test-lowest  the tests of what users see, on the lowest dependency releases allowed
@@ -27,6 +28,7 @@ LIBDIR ?= $(PREFIX)/lib
 PKGDIR ?= $(LIBDIR)/gemshare
 SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
 DOCDIR ?= $(PREFIX)/share/doc/gemshare
+MANDIR ?= $(PREFIX)/share/man
 BUILD ?= build
 DIST ?= dist
 VENV ?= .venv
@@ -55,6 +57,9 @@ PROGRAMS := gemshare-scheduler gemsharectl gemshare-device-plugin
 # nvidia-ml-py's sample program would be importable as a module named `example`.
 STRAY := example.py
 UNITS := gemshare-scheduler.service gemshare-scheduler.socket
+# One page per command, made from its own Typer definition (man/manpage.py): never apart from
+# its --help.
+MANPAGES := $(addsuffix .1,$(PROGRAMS))
 # Drop-ins for the service, installed with the documentation for the administrator to copy.
 DROP_IN_EXAMPLES := metrics.conf.example mps.conf.example
 # The README and every page it links, at the same relative paths, so the links work installed.
@@ -65,11 +70,11 @@ PYTHON_SOURCES := pyproject.toml setup.py build_backend README.md LICENSE nvs ct
 # deploy files and docs: what make lib, make install and make dist need (MANIFEST.in says which
 # of them go in). The fake driver's build rules are the tests', which it leaves out.
 SDIST_SOURCES := $(PYTHON_SOURCES) MANIFEST.in Makefile ship.mk CHANGELOG.md libnvs launcher \
-                 systemd deploy docs bench/README.md
+                 systemd deploy docs bench/README.md man
 VERSION := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' pyproject.toml)
 
 .PHONY: all lib fakecuda venv test test-lowest dist sdist scheduler install uninstall clean \
-        distclean constraints help
+        distclean constraints help man
 all: libs
 
 include libnvs/build.mk
@@ -132,7 +137,7 @@ scheduler: lib $(VENV)/.package $(HOLD_SIGNALS)
 # through hold-signals first, so that no signal kills it while Python starts. pip builds a local
 # project in place, so it gets a copy under $(BUILD) to keep build files out of the source tree
 # (one of its own, so that two makes at once do not meet).
-install: ship-lib $(VENV)/.package $(HOLD_SIGNALS)
+install: ship-lib $(VENV)/.package $(HOLD_SIGNALS) man
 	@built=$$($(VENV)/bin/python -c '$(PYTHON_VERSION)'); \
 	if [ -z "$(INSTALL_BY_ENV)" ]; then \
 	  pinned=$$($(INSTALL_PYTHON) -c '$(PYTHON_VERSION)') || exit 1; \
@@ -190,6 +195,8 @@ install: ship-lib $(VENV)/.package $(HOLD_SIGNALS)
 	  chmod 0644 $(DESTDIR)$(SYSTEMDUNITDIR)/$$unit && echo "installed $(DESTDIR)$(SYSTEMDUNITDIR)/$$unit"; \
 	done
 	@for doc in $(DOCS); do install -D -m 0644 $$doc $(DESTDIR)$(DOCDIR)/$$doc; done
+	install -d $(DESTDIR)$(MANDIR)/man1
+	install -m 0644 $(addprefix $(BUILD)/man/,$(MANPAGES)) $(DESTDIR)$(MANDIR)/man1/
 	@for example in $(DROP_IN_EXAMPLES); do \
 	  sed -e 's|^ExecStart=/usr/local/bin/gemshare-scheduler|ExecStart=$(BINDIR)/gemshare-scheduler|' \
 	    systemd/gemshare-scheduler.service.d/$$example > $(DESTDIR)$(DOCDIR)/$$example && \
@@ -202,7 +209,12 @@ uninstall:
 	fi
 	rm -f $(addprefix $(DESTDIR)$(BINDIR)/,$(PROGRAMS))
 	rm -f $(addprefix $(DESTDIR)$(SYSTEMDUNITDIR)/,$(UNITS))
+	rm -f $(addprefix $(DESTDIR)$(MANDIR)/man1/,$(MANPAGES))
 	rm -rf $(DESTDIR)$(PKGDIR) $(DESTDIR)$(DOCDIR)
+
+# Made again each time (a second): the help they come from is in every source of the commands.
+man: $(VENV)/.package
+	$(VENV)/bin/python man/manpage.py $(BUILD)/man
 
 clean:
 	rm -rf $(BUILD) $(DIST)

@@ -119,14 +119,12 @@ void gs_memory_reap(void)
     gs_reap_deferred(false, true);
 }
 
-/* Says once on stderr why the program sees an out-of-memory error on a GPU that may be free. */
-static void gs_warn_limited(void)
+/* Says once per process on stderr (`said` is the flag of one reason) why the program sees an
+ * out-of-memory error on a GPU that may be free: its own error would not name gemshare. */
+static void gs_warn_refused_once(atomic_int *said, const char *why)
 {
-    static atomic_int warned;
-    if (!atomic_exchange(&warned, 1))
-        gs_warn("an allocation was refused with CUDA_ERROR_OUT_OF_MEMORY: the gemshare scheduler "
-                "limits this program's memory per GPU (gemsharectl status shows the limit; "
-                "GEMSHARE_DEBUG=1 names each refusal)");
+    if (!atomic_exchange(said, 1))
+        gs_warn("an allocation was refused with CUDA_ERROR_OUT_OF_MEMORY: %s", why);
 }
 
 /* What counts against the limit on a device where this process holds `held` bytes: those and
@@ -168,14 +166,22 @@ static CUresult gs_reserve(const char *api, int device, size_t size, enum gs_all
             gs_reap_deferred(true, false);
             continue;
         }
+        static atomic_int said_limited, said_whole_device;
         if (over_limit) {
-            gs_warn_limited();
+            gs_warn_refused_once(&said_limited,
+                                 "the gemshare scheduler limits this program's memory per GPU "
+                                 "(gemsharectl status shows the limit; GEMSHARE_DEBUG=1 names "
+                                 "each refusal)");
             gs_debug("%s of %zu bytes refused with CUDA_ERROR_OUT_OF_MEMORY: the scheduler's "
                      "memory limit is %llu bytes per device and this process holds %llu bytes "
                      "on device %d, the others sharing its budget %llu",
                      api, size, (unsigned long long)terms.limit, (unsigned long long)held, device,
                      (unsigned long long)terms.budget_used);
         } else {
+            gs_warn_refused_once(&said_whole_device,
+                                 "gemshare keeps one process within its GPU's memory "
+                                 "(GEMSHARE_ENABLE_SINGLE_OVERSUB=1 lets it hold more, paged "
+                                 "to host memory; GEMSHARE_DEBUG=1 names each refusal)");
             gs_debug("%s of %zu bytes refused with CUDA_ERROR_OUT_OF_MEMORY: this process "
                      "already holds %llu of the %llu bytes of device %d, not counting its own "
                      "managed memory (GEMSHARE_ENABLE_SINGLE_OVERSUB=1 allows one process more "

@@ -185,7 +185,8 @@ def test_the_sdist_holds_what_builds_everything(wheels):
                    "launcher/hold_signals.c",
                    "libnvs/entry/hooks.c", "libnvs/wire/gemshare_protocol.h",
                    "systemd/gemshare-scheduler.service", "docs/protocol.md", "LICENSE",
-                   "CHANGELOG.md", "nvs/daemon.py", "ctl/app.py", "plugin/cli.py"):
+                   "CHANGELOG.md", "nvs/daemon.py", "ctl/app.py", "plugin/cli.py",
+                   "man/manpage.py"):
         assert needed in names, needed
     assert not [name for name in names if name.endswith(".so")]  # sources only
 

@@ -178,6 +178,32 @@ def test_the_plugins_default_library_is_where_make_install_puts_it():
     assert f" {DEFAULT_LIBRARY}\n" in dry_run.stdout  # PREFIX=/usr/local by default
 
 
+COMMANDS = ("gemshare-scheduler", "gemsharectl", "gemshare-device-plugin")
+
+
+def test_the_man_pages_are_installed_where_man_looks(staged):
+    """Under $(MANDIR)/man1, /usr/share/man/man1 for PREFIX=/usr: `man gemsharectl` finds it."""
+    man1 = staged / "usr/share/man/man1"
+    assert sorted(path.name for path in man1.iterdir()) == sorted(f"{name}.1" for name in COMMANDS)
+    for name in COMMANDS:
+        page = (man1 / f"{name}.1").read_text()
+        assert page.startswith(f'.TH "{name.upper().replace("-", chr(92) + "-")}" 1 '), page[:80]
+        assert "\\fB\\-\\-version\\fR" in page  # every command's option, from its own help
+
+
+def test_make_uninstall_removes_the_man_pages_and_no_other(tmp_path):
+    """With MANDIR as given to make install; the pages of other packages stay."""
+    man1 = tmp_path / "opt/man/man1"
+    man1.mkdir(parents=True)
+    for name in (*COMMANDS, "other"):
+        (man1 / f"{name}.1").write_text(".TH X 1\n")
+    removed = subprocess.run(["make", "-C", str(REPO), "uninstall", f"DESTDIR={tmp_path}",
+                              "PREFIX=/usr", "MANDIR=/opt/man", *make_variables()],
+                             capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert removed.returncode == 0, removed.stdout + removed.stderr
+    assert [path.name for path in man1.iterdir()] == ["other.1"]
+
+
 def test_launchers_find_python3_on_the_path_by_default(staged):
     first = (staged / "usr/bin/gemsharectl").read_text().splitlines()[0]
     assert first == "#!/usr/bin/env -S python3 -IS", first

@@ -109,7 +109,8 @@ def test_make_install_stages_the_library_hold_signals_package_units_and_docs(unp
                    "lib/gemshare/python/gemshare_nvs/daemon.py", "bin/gemshare-scheduler",
                    "bin/gemsharectl", "bin/gemshare-device-plugin",
                    "lib/systemd/system/gemshare-scheduler.service",
-                   "share/doc/gemshare/README.md", "share/doc/gemshare/bench/README.md"):
+                   "share/doc/gemshare/README.md", "share/doc/gemshare/bench/README.md",
+                   "share/man/man1/gemsharectl.1"):
         assert (prefix / staged).exists(), staged
     assert newer_than(prefix / "lib/gemshare/libnvs.so", "2.17") == {}
 

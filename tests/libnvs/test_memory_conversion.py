@@ -240,8 +240,32 @@ def test_one_process_may_not_hold_more_than_the_device_by_default(gpu):
     a, b = result.steps("alloc")
     assert a["result"] == "0" and b["result"] == OUT_OF_MEMORY
     assert result.one("alloc-pitch")["result"] == OUT_OF_MEMORY
-    why = [line for line in result.gemshare_lines() if "GEMSHARE_ENABLE_SINGLE_OVERSUB" in line]
-    assert why, f"no debug line says why the allocation failed:\n{result.stderr}"
+    why = [line for line in result.gemshare_lines()
+           if "GEMSHARE_ENABLE_SINGLE_OVERSUB=1 allows" in line]
+    assert len(why) == 2, f"no debug line per refusal says why it failed:\n{result.stderr}"
+
+
+def oversubscription_hints(result) -> list[str]:
+    return [line for line in result.gemshare_lines()
+            if "CUDA_ERROR_OUT_OF_MEMORY" in line and "GEMSHARE_ENABLE_SINGLE_OVERSUB=1" in line]
+
+
+@pytest.mark.parametrize("refusals", [1, 2])
+def test_a_program_refused_past_the_device_is_told_once_how_to_allow_it(gpu, refusals):
+    """Without GEMSHARE_DEBUG: the program's own error names neither gemshare nor the setting."""
+    steps = ["init", "alloc", "a", "40M"]
+    for n in range(refusals):
+        steps += ["alloc", f"b{n}", "40M"]
+    result = gpu.run(steps)
+    assert [a["result"] for a in result.steps("alloc")] == ["0"] + [OUT_OF_MEMORY] * refusals
+    assert len(oversubscription_hints(result)) == 1, result.describe()
+    assert len(result.gemshare_lines()) == 1, result.describe()
+
+
+def test_a_program_within_the_device_is_not_told_of_oversubscription(gpu):
+    result = gpu.run(["init", "alloc", "a", "40M", "free", "a", "alloc", "b", "40M"])
+    assert [a["result"] for a in result.steps("alloc")] == ["0", "0"], result.describe()
+    assert oversubscription_hints(result) == [], result.describe()
 
 
 def test_single_process_oversubscription_when_enabled(gpu):
