@@ -41,8 +41,12 @@ class Classroom:
     busy_kernel_us: int = 5000
     in_step: bool = True
     tq: int = 5
+    # When set, each notebook's moment in the period, in ms (in_step then says nothing).
+    offsets_ms: tuple[int, ...] = ()
 
     def offset_ms(self, index: int) -> int:
+        if self.offsets_ms:
+            return self.offsets_ms[index]
         return 0 if self.in_step else round(index * self.period_s * 1000 / self.notebooks)
 
     def steps(self, index: int, go: Path) -> list:

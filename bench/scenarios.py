@@ -134,7 +134,7 @@ SCENARIOS: tuple[Scenario, ...] = (
         "trainer; `on`, TQ 5",
         classroom("out_of_step", "on", 1.5, 0.5),
         (CLASSROOM_TESTS + "::test_classroom_out_of_step[on]",
-         CLASSROOM_TESTS + "::test_classroom_out_of_step_long_cells_on")),
+         CLASSROOM_TESTS + "::test_classroom_in_threes_on")),
     Scenario(
         "classroom out of step, auto --mps",
         "the same under `auto --mps`, a config rule giving the trainer mps_priority = \"low\"",

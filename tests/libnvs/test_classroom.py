@@ -5,12 +5,12 @@ giving the busy program mps_priority = "low". Out of step, the cells are due 0.5
 step, all at the same moment. Every cell counts, each notebook's first included.
 
 Out of step, each cell stays within 0.4 s of its time alone at the median and 1.5 s at the
-slowest. With cells of 0.3 s (kernels of 3 ms), every cell is due while the one before it holds
-and the busy program waits: when a waiter was passed once at most (main d862806), the busy
-program, passed by one notebook, went ahead of the next, which waited out its quantum (a median
-of 3.5 s, a slowest cell of 6.8 s); now each is served after the one before it. In step the
-cells can only take turns, so each is held to its place in line; the slowest took 5.8-6.0 s
-before in some runs. The GPU's classroom is bench/classroom.py (bench/scenarios.py)."""
+slowest, and so in threes (three cells due 150 ms apart, twice a period): there the second of
+three is due while the first holds and the busy program waits, and the third while they still
+do. When a waiter was passed once at most (main d862806), the busy program, passed by the
+second, went ahead of the third, which waited out its quantum; now each is served after the
+ones before it. In step the cells can only take turns, so each is held to its place in line;
+the slowest took 5.8-6.0 s before in some runs. The GPU's classroom is bench/classroom.py (bench/scenarios.py)."""
 
 from __future__ import annotations
 
@@ -23,10 +23,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 from classroom_fake import Classroom, alone, shared  # noqa: E402
 
 IN_STEP, OUT_OF_STEP = Classroom(in_step=True), Classroom(in_step=False)
-# Out of step with cells of 0.3 s, 0.5 s apart: a cell is due while the one before it holds and
-# the busy program waits, so every cell finds it in the queue.
-LONG_CELLS = Classroom(in_step=False, kernel_us=3000)
-SETUPS = (IN_STEP, OUT_OF_STEP, LONG_CELLS)
+# In threes, 150 ms apart: the second of three is due while the first holds and the busy
+# program waits, so it passes that program; the third is due while they still do.
+IN_THREES = Classroom(offsets_ms=(0, 150, 300, 1500, 1650, 1800))
+SETUPS = (IN_STEP, OUT_OF_STEP, IN_THREES)
 MEDIAN_OVER_ALONE_S = 0.4
 SLOWEST_OVER_ALONE_S = 1.5
 
@@ -45,8 +45,8 @@ def test_classroom_out_of_step(cells_alone, short_tmp_dirs, mode):
     check_classroom(cells_alone[OUT_OF_STEP], short_tmp_dirs() / mode, OUT_OF_STEP, mode)
 
 
-def test_classroom_out_of_step_long_cells_on(cells_alone, short_tmp_dirs):
-    check_classroom(cells_alone[LONG_CELLS], short_tmp_dirs() / "on", LONG_CELLS, "on")
+def test_classroom_in_threes_on(cells_alone, short_tmp_dirs):
+    check_classroom(cells_alone[IN_THREES], short_tmp_dirs() / "on", IN_THREES, "on")
 
 
 # In step the cells can only take turns: the k-th served waits for the k - 1 before it, each
