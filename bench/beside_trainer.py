@@ -32,7 +32,8 @@ from beside_report import (
     summary,
     together_figures,
 )
-from gpu_runs import attempt, free_mib, inherited, keep_log, launch, private_scheduler, stop
+from gpu_runs import (attempt, free_mib, inherited, keep_log, launch, private_scheduler, stop,
+                      too_little_free)
 from scheduler_log import lock_events
 
 HERE = Path(__file__).resolve().parent / "gpu"
@@ -74,12 +75,7 @@ def settings(environ=os.environ) -> dict:
 
 
 def refusal(free: list[int]) -> str | None:
-    """Why the part must not run now, or None; the least free GPU counts, as for oversub."""
-    if not free:
-        return "nvidia-smi reported no free memory"
-    if min(free) < FREE_MIB_MIN:
-        return f"{min(free)} MiB free, less than the {FREE_MIB_MIN} MiB this part leaves itself"
-    return None
+    return too_little_free(free, FREE_MIB_MIN)
 
 
 def shared_runs(chosen: dict, index: int) -> list[tuple[str, str, list[str]]]:

@@ -32,7 +32,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from beside_report import burst_records, step_times, steps_per_s
-from gpu_runs import attempt, free_mib, inherited, keep_log, launch, private_scheduler, stop
+from gpu_runs import (attempt, free_mib, inherited, keep_log, launch, private_scheduler, stop,
+                      too_little_free)
 from mps import mps_answering, trainer_rule
 
 HERE = Path(__file__).resolve().parent / "gpu"
@@ -79,11 +80,7 @@ def offsets(arrangement: str, programs: int, period_s: float) -> list[float]:
 
 
 def refusal(free: list[int]) -> str | None:
-    if not free:
-        return "nvidia-smi reported no free memory"
-    if min(free) < FREE_MIB_MIN:
-        return f"{min(free)} MiB free, less than the {FREE_MIB_MIN} MiB this part leaves itself"
-    return None
+    return too_little_free(free, FREE_MIB_MIN)
 
 
 @contextmanager

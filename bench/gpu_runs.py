@@ -31,6 +31,16 @@ def free_mib() -> list[int]:
     return [int(field) for field in done.stdout.split() if field.isdigit()]
 
 
+def too_little_free(free: list[int], minimum_mib: int) -> str | None:
+    """Why a part that leaves itself `minimum_mib` must not run now, or None; the least free GPU
+    counts: nvidia-smi does not follow CUDA_VISIBLE_DEVICES."""
+    if not free:
+        return "nvidia-smi reported no free memory"
+    if min(free) < minimum_mib:
+        return f"{min(free)} MiB free, less than the {minimum_mib} MiB this part leaves itself"
+    return None
+
+
 def launch(command: list[str], env: dict, stem: Path) -> subprocess.Popen:
     # Output to files, not pipes: a program blocked on a full pipe while it holds the GPU lock
     # would stall its partner as well.

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import json
 import os
-import pty
 import signal
-import subprocess
 import sys
 
 import pytest
+from terminal_run import stderr_on_terminal
 
 from gemshare_ctl import client
 from gemshare_ctl.errors import CtlError, ExitCode
@@ -126,29 +125,10 @@ def test_a_mistyped_command_gets_its_suggestion_and_the_help_in_sentences(ctl):
 
 
 def test_errors_on_a_terminal_keep_typers_box():
-    main, terminal = pty.openpty()
-    try:
-        process = subprocess.run([sys.executable, "-m", "gemshare_ctl", "--set-tq", "0"],
-                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                 stderr=terminal, timeout=60, env={**os.environ, "COLUMNS": "100"})
-        os.close(terminal)
-        terminal = -1
-        shown = b""
-        while chunk := _read_or_end(main):
-            shown += chunk
-    finally:
-        os.close(main)
-        if terminal >= 0:
-            os.close(terminal)
-    assert process.returncode == ExitCode.INVALID
-    assert "╭" in shown.decode() and "86400" in shown.decode()
-
-
-def _read_or_end(fd: int) -> bytes:
-    try:
-        return os.read(fd, 65536)
-    except OSError:  # EIO once the other end is closed
-        return b""
+    status, shown = stderr_on_terminal([sys.executable, "-m", "gemshare_ctl", "--set-tq", "0"],
+                                       env={**os.environ, "COLUMNS": "100"})
+    assert status == ExitCode.INVALID
+    assert "╭" in shown and "86400" in shown
 
 
 def test_unprivileged_user_may_read_but_not_set(ctl, scheduler, ctl_as_nobody):

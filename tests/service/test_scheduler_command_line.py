@@ -1,11 +1,11 @@
 """gemshare-scheduler's options: bad values are refused with a message before anything starts."""
 
 import os
-import pty
 import subprocess
 import sys
 
 import pytest
+from terminal_run import stderr_on_terminal
 
 from gemshare_ctl import options
 from gemshare_nvs import protocol as p
@@ -48,32 +48,13 @@ def test_bad_option_is_refused_with_a_message(short_tmp_dirs, run_scheduler, arg
 
 def test_a_bad_option_on_a_terminal_gets_clicks_usage_lines(short_tmp_dirs):
     """On a terminal the usage and the pointer to the help come first, as click writes them."""
-    main, terminal = pty.openpty()
-    try:
-        process = subprocess.run(
-            [sys.executable, "-m", "gemshare_nvs.daemon", "--socket",
-             str(short_tmp_dirs() / "never.sock"), "--tq", "0"], stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL, stderr=terminal, timeout=60)
-        os.close(terminal)
-        terminal = -1
-        shown = b""
-        while chunk := _read_or_end(main):
-            shown += chunk
-    finally:
-        os.close(main)
-        if terminal >= 0:
-            os.close(terminal)
-    assert process.returncode == 2
-    lines = shown.decode().splitlines()
+    status, shown = stderr_on_terminal(
+        [sys.executable, "-m", "gemshare_nvs.daemon", "--socket",
+         str(short_tmp_dirs() / "never.sock"), "--tq", "0"])
+    assert status == 2
+    lines = shown.splitlines()
     assert lines[0] == "Usage: gemshare-scheduler [OPTIONS]", lines
     assert "from 1 to 86400" in lines[-1], lines
-
-
-def _read_or_end(fd: int) -> bytes:
-    try:
-        return os.read(fd, 65536)
-    except OSError:  # EIO once the other end is closed
-        return b""
 
 
 def test_a_refused_value_is_named_with_its_option(short_tmp_dirs, run_scheduler):
