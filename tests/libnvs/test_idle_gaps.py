@@ -114,9 +114,13 @@ def test_a_lender_whose_gaps_stop_gets_the_device_back_within_a_move(gpu_with_mi
     lines = lock_lines(log)
     loans = [line for line in lines if line.startswith("grant") and "in the idle gap of" in line]
     assert len(loans) >= 2 and {pid_of(line) for line in loans} == {borrower.pid}, log
+    # Each gap lent (a grant right after the lend) ends with the lender back; a borrower that a
+    # starved CPU kept from submitting may let go and be granted again within the same gap.
+    lent = [line for before, line in zip(lines, lines[1:])
+            if before.startswith("lend") and line in loans]
     backs = [i for i, line in enumerate(lines) if line.startswith("request")
              and pid_of(line) == lender.pid and "back from its idle gap" in line]
-    assert len(backs) == len(loans), log
+    assert len(backs) == len(lent) >= 2, log
     for i in backs:
         # The borrower, busy, never lets go by itself: it is dropped at once, and the lender
         # is the next one granted.
