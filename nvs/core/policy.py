@@ -344,8 +344,7 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
             return [Log(f"request {client}: device {device}, keeping its lower devices")]
         if cid in dev.holders or cid in dev.waiters:
             return [Log(f"repeated request from {client} for device {device}", debug=True)]
-        dev.waiters[cid] = Wait(now, queued=False, keeping=keeping,
-                                let_go=client.let_go.get(device, False))
+        dev.waiters[cid] = Wait(now, queued=False, keeping=keeping)
         self.gaps.requested(cid, device, now)
         returning, actions = self._returning(dev, cid, now)
         actions += self._gang_outgrows_turn(cid, dev, now) + self._settle(dev, now)

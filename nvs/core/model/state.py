@@ -83,7 +83,6 @@ class Wait:
     room_readied: bool = False  # idle clients were asked for room while it waited for holders
     keeping: bool = False  # REQUEST_KEEPING: it keeps its lower devices until granted
     passed: bool = False  # a waiter under its share went ahead of it (share_rules.py)
-    let_go: bool = False  # its last hold there ended by its own release (share_rules.py)
 
 
 @dataclass

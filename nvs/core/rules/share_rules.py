@@ -103,8 +103,9 @@ class ShareRules:
         oldest = now  # the longest-waiting of them: after earlier passes, not always the first
         for other in reversed(dev.waiters):
             if other != cid:
-                wait = dev.waiters[other]
-                if (wait.passed and wait.let_go) or \
+                # Unchanged while it waits: its last hold there ended before it asked.
+                let_go = self.clients[other].let_go.get(dev.index, False)
+                if (dev.waiters[other].passed and let_go) or \
                         not clearly_under(mine, self._weighted_usage(other, dev.index, now)):
                     break
                 passed.append(other)
