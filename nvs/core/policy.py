@@ -885,8 +885,7 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
         if cid in self.clients:  # not one leaving: its gaps are forgotten
             self.gaps.hold_ended(cid, dev.index, now)
         self.usage.meter(cid, dev.index).stop(now)
-        hold = dev.holders.pop(cid)
-        held = now - hold.granted_at
+        held = now - dev.holders.pop(cid).granted_at
         client = client or self.clients[cid]
         client.let_go[dev.index] = why in (IDLE, RELEASED)  # not dropped, revoked or gone
         client.hold_time += held
