@@ -13,24 +13,48 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 MAP = "map<string,string>"  # proto3's map: a repeated nested entry of key 1 and value 2
-ONE, MANY = "optional", "repeated"
+# ONE: a plain proto3 field; MANY: repeated; PRESENT: proto3's `optional`, whose presence is kept
+# (a synthetic one-field oneof, as protoc makes it).
+ONE, MANY, PRESENT = "optional", "repeated", "present"
+
+
+def map_of(value: str) -> str:
+    """The kind of a map from strings to `value` (a scalar's or a message's name)."""
+    return f"map<string,{value}>"
 
 
 @dataclass(frozen=True)
 class Field:
     name: str
     number: int
-    kind: str  # "string", "bool", "int32", "uint32", "int64", "uint64", a message's name, MAP
+    kind: str  # "string", "bool", "int32", "uint32", "int64", "uint64", a message's name, or
+    # map_of(one of those): MAP is map_of("string")
     label: str = ONE
 
 
 SCALARS = {"string": "TYPE_STRING", "bool": "TYPE_BOOL", "int32": "TYPE_INT32",
-           "uint32": "TYPE_UINT32", "int64": "TYPE_INT64", "uint64": "TYPE_UINT64"}
+           "uint32": "TYPE_UINT32", "int64": "TYPE_INT64", "uint64": "TYPE_UINT64",
+           "bytes": "TYPE_BYTES"}
 
 
 def _entry_name(field: str) -> str:
     """protoc's name for a map field's entry type: `labels` -> `LabelsEntry`."""
     return "".join(part[:1].upper() + part[1:] for part in field.split("_")) + "Entry"
+
+
+def _map_value(kind: str) -> str | None:
+    """The value kind of a map kind, None for any other kind."""
+    if kind.startswith("map<string,") and kind.endswith(">"):
+        return kind[len("map<string,"):-1]
+    return None
+
+
+def _set_kind(field, kind: str, package: str, proto) -> None:
+    if kind in SCALARS:
+        field.type = getattr(proto, SCALARS[kind])
+    else:
+        field.type = proto.TYPE_MESSAGE
+        field.type_name = f".{package}.{kind}"
 
 
 def build(file_name: str, package: str, messages: dict[str, list[Field]]) -> dict[str, type]:
@@ -45,21 +69,24 @@ def build(file_name: str, package: str, messages: dict[str, list[Field]]) -> dic
         message = file.message_type.add(name=message_name)
         for field in fields:
             added = message.field.add(name=field.name, number=field.number,
-                                      label=labels[field.label])
-            if field.kind in SCALARS:
-                added.type = getattr(proto, SCALARS[field.kind])
-                continue
-            added.type = proto.TYPE_MESSAGE
-            if field.kind == MAP:
+                                      label=labels[MANY if field.label == MANY else ONE])
+            value = _map_value(field.kind)
+            if value is None:
+                _set_kind(added, field.kind, package, proto)
+            else:
                 entry = message.nested_type.add(name=_entry_name(field.name))
                 entry.options.map_entry = True
-                for number, name in ((1, "key"), (2, "value")):
-                    entry.field.add(name=name, number=number, type=proto.TYPE_STRING,
-                                    label=proto.LABEL_OPTIONAL)
+                entry.field.add(name="key", number=1, type=proto.TYPE_STRING,
+                                label=proto.LABEL_OPTIONAL)
+                _set_kind(entry.field.add(name="value", number=2, label=proto.LABEL_OPTIONAL),
+                          value, package, proto)
                 added.label = proto.LABEL_REPEATED
+                added.type = proto.TYPE_MESSAGE
                 added.type_name = f".{package}.{message_name}.{entry.name}"
-            else:
-                added.type_name = f".{package}.{field.kind}"
+            if field.label == PRESENT:
+                added.proto3_optional = True
+                added.oneof_index = len(message.oneof_decl)
+                message.oneof_decl.add(name=f"_{field.name}")
     pool = descriptor_pool.DescriptorPool()
     pool.Add(file)
     return {name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{package}.{name}"))

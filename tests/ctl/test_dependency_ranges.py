@@ -1,5 +1,6 @@
 """pyproject.toml's dependencies: each a tested range with an upper bound, the lowest of each
-pinned in tests/lowest-versions.txt (make test-lowest), gRPC only in the kubernetes extra."""
+pinned in tests/lowest-versions.txt (make test-lowest), gRPC only in the kubernetes extra, the
+Kubernetes client only in the dra extra."""
 
 from __future__ import annotations
 
@@ -42,8 +43,9 @@ def test_the_lowest_versions_are_the_lower_bounds():
         if line.strip() and not line.startswith("#"):
             name, version = line.split("==")
             pinned[name.strip()] = Version(version)
-    runtime = [r for r in requirements(PROJECT["dependencies"], EXTRAS["kubernetes"])
-               if r.marker is None or r.marker.evaluate()]
+    runtime = [r for r in requirements(PROJECT["dependencies"], EXTRAS["kubernetes"],
+                                       EXTRAS["dra"])
+               if (r.marker is None or r.marker.evaluate()) and r.name != PROJECT["name"]]
     assert pinned == {r.name: lower_bound(r) for r in runtime}
 
 
@@ -52,7 +54,8 @@ def test_grpc_is_the_kubernetes_extras_and_the_tests_get_it():
     assert not names & {"grpcio", "protobuf"}
     assert {r.name for r in requirements(EXTRAS["kubernetes"])} == {"grpcio", "protobuf"}
     own = [r for r in requirements(EXTRAS["test"]) if r.name == PROJECT["name"]]
-    assert own and own[0].extras == {"kubernetes"}
+    assert {extra for r in own for extra in r.extras} == {"kubernetes", "dra"}
+    assert {r.name for r in requirements(EXTRAS["dra"])} == {PROJECT["name"], "kubernetes"}
 
 
 def test_typer_stops_before_the_release_that_shows_flags_as_values():

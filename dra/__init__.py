@@ -1,0 +1,1 @@
+"""gemshare's Dynamic Resource Allocation driver for Kubernetes (`gemshare-dra-plugin`)."""
