@@ -1,5 +1,6 @@
 """Stand-ins for the node's Kubernetes daemons, for tests: a container runtime serving CRI's
-RuntimeService.ContainerStatus and a kubelet serving the pod-resources API (List, Get), each a
+RuntimeService.ContainerStatus and a kubelet serving the pod-resources API (List, Get; devices
+and DRA claims), each a
 real gRPC server on a Unix socket, speaking the messages nvs/kubernetes/ describes; and faked
 /proc/PID/cgroup files in the layouts containerd and CRI-O make under cgroup v1 and v2, with
 the cgroupfs and systemd drivers.
@@ -85,6 +86,8 @@ class StandInKubelet(StandIn):
     def __init__(self, path: Path, get: str = "served"):
         self.messages = pod_resources_api.messages()
         self.pods: dict[tuple[str, str], dict[str, list[tuple[str, list[str]]]]] = {}
+        # (namespace, pod) -> container -> [(claim, driver, pool, device, CDI device IDs)]
+        self.claims: dict[tuple[str, str], dict[str, list[tuple]]] = {}
         m = self.messages
         methods = {"List": (self._list, m["ListPodResourcesRequest"],
                             m["ListPodResourcesResponse"])}
@@ -98,11 +101,24 @@ class StandInKubelet(StandIn):
         self.pods.setdefault((namespace, pod), {}).setdefault(container, []).append(
             (resource, device_ids))
 
+    def prepare_claim(self, namespace: str, pod: str, container: str, claim: str, driver: str,
+                      pool: str, device: str, cdi_ids: list[str]) -> None:
+        """List a DRA claim's device for the container, as the kubelet does once the claim's
+        driver prepared it."""
+        self.pods.setdefault((namespace, pod), {}).setdefault(container, [])
+        self.claims.setdefault((namespace, pod), {}).setdefault(container, []).append(
+            (claim, driver, pool, device, cdi_ids))
+
     def _pod(self, namespace: str, pod: str):
         m = self.messages
+        claims = self.claims.get((namespace, pod), {})
         containers = [m["ContainerResources"](name=name, devices=[
             m["ContainerDevices"](resource_name=resource, device_ids=ids)
-            for resource, ids in devices])
+            for resource, ids in devices], dynamic_resources=[
+            m["DynamicResource"](claim_name=claim, claim_namespace=namespace, claim_resources=[
+                m["ClaimResource"](driver_name=driver, pool_name=pool, device_name=device,
+                                   cdi_devices=[m["CDIDevice"](name=cdi) for cdi in cdi_ids])])
+            for claim, driver, pool, device, cdi_ids in claims.get(name, [])])
             for name, devices in self.pods[namespace, pod].items()]
         return m["PodResources"](name=pod, namespace=namespace, containers=containers)
 

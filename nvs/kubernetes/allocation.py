@@ -1,7 +1,10 @@
-"""A container's memory and compute units per GPU, from the device IDs the kubelet lists for it.
+"""A container's memory and compute units per GPU, from the device IDs the kubelet lists for it
+and the CDI devices of its DRA claims.
 
 Units are recognised by their IDs (device_units.py), whatever the resource they were asked under;
-slots and other devices are not units and count for nothing here.
+slots and other devices are not units and count for nothing here. A claim's device names its
+GPU's memory and compute units itself (claim_devices.py); a container with several claims on
+one GPU has their sum, compute at most the whole GPU.
 """
 
 from __future__ import annotations
@@ -9,11 +12,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ..core.model.container import GpuUnits
-from .device_units import COMPUTE, MEMORY, parse_unit_id
+from .claim_devices import parse_cdi_id
+from .device_units import COMPUTE, COMPUTE_UNITS_PER_GPU, MEMORY, parse_unit_id
 
 
-def units_by_gpu(device_ids: Iterable[str]) -> tuple[GpuUnits, ...]:
-    """Each GPU's units among `device_ids` (a unit listed twice counts once), by GPU UUID."""
+def units_by_gpu(device_ids: Iterable[str],
+                 claim_cdi_ids: Iterable[str] = ()) -> tuple[GpuUnits, ...]:
+    """Each GPU's units among `device_ids` (a unit listed twice counts once) and the claims'
+    devices among `claim_cdi_ids` (one listed twice counts once), by GPU UUID."""
     memory: dict[str, dict[int, int]] = {}  # GPU -> unit index -> its bytes
     compute: dict[str, set[int]] = {}  # GPU -> unit indices
     for device_id in device_ids:
@@ -24,7 +30,15 @@ def units_by_gpu(device_ids: Iterable[str]) -> tuple[GpuUnits, ...]:
             memory.setdefault(unit.gpu_uuid, {})[unit.index] = unit.unit_bytes
         elif unit.kind == COMPUTE:
             compute.setdefault(unit.gpu_uuid, set()).add(unit.index)
+    claimed: dict[str, set] = {}  # GPU -> its claims' devices
+    for cdi_id in claim_cdi_ids:
+        device = parse_cdi_id(cdi_id)
+        if device is not None:
+            claimed.setdefault(device.gpu_uuid, set()).add(device)
     return tuple(GpuUnits(uuid, memory_units=len(memory.get(uuid, {})),
-                          memory_bytes=sum(memory.get(uuid, {}).values()),
-                          compute_units=len(compute.get(uuid, ())))
-                 for uuid in sorted({*memory, *compute}))
+                          memory_bytes=sum(memory.get(uuid, {}).values()) +
+                          sum(device.memory_bytes for device in claimed.get(uuid, ())),
+                          compute_units=min(COMPUTE_UNITS_PER_GPU, len(compute.get(uuid, ())) +
+                                            sum(device.compute_units
+                                                for device in claimed.get(uuid, ()))))
+                 for uuid in sorted({*memory, *compute, *claimed}))

@@ -1,5 +1,6 @@
 """A container's identity and units, asked of the node: the container runtime names its pod,
-namespace and name (cri.py), the kubelet lists what it was allocated (pod_resources.py).
+namespace and name (cri.py), the kubelet lists what it was allocated, by device plugins and by
+our DRA driver's claims (pod_resources.py).
 
 Blocking, each call within a short deadline: lookups.py runs these off the event loop.
 """
@@ -58,7 +59,7 @@ class NodeLookup:
             problem = "no pod-resources socket to learn its units"
         else:
             try:
-                gpus = units_by_gpu(self.pod_resources.device_ids(
+                gpus = units_by_gpu(*self.pod_resources.allocated(
                     labels.namespace, labels.pod, labels.container))
             except NodeApiError as error:
                 problem = f"the kubelet at {self.pod_resources.path} did not list its " \

@@ -1,4 +1,5 @@
-"""What the kubelet allocated to a container: the device IDs its pod-resources API lists for it.
+"""What the kubelet allocated to a container: the device IDs its pod-resources API lists for it,
+and the CDI devices our DRA driver prepared for the claims it uses (`dynamic_resources`).
 
 `Get` asks for one pod; kubelets before 1.27, and later ones with the KubeletPodResourcesGet
 feature gate off, refuse it, and then `List` (every pod on the node) serves, from then on.
@@ -7,6 +8,7 @@ feature gate off, refuse it, and then `List` (every pod on the node) serves, fro
 from __future__ import annotations
 
 from . import pod_resources_api as api
+from .claim_devices import DRIVER
 from .grpc_calls import NodeApiError, UnixChannel
 
 # How a kubelet says it has no Get: an older one does not know the method, a newer one with the
@@ -25,13 +27,24 @@ class PodResourcesClient:
     def device_ids(self, namespace: str, pod: str, container: str) -> list[str]:
         """Every device ID the container was allocated, whatever the resource; [] for a pod
         or container the kubelet does not list. NodeApiError when it does not answer."""
+        return self.allocated(namespace, pod, container)[0]
+
+    def allocated(self, namespace: str, pod: str, container: str) -> tuple[list[str], list[str]]:
+        """The container's device IDs (device plugins) and the CDI device IDs of its claims
+        that our DRA driver prepared (other drivers' count for nothing here)."""
         pods = self._pod(namespace, pod) if self.has_get else None
         if pods is None:
             pods = self._list()
-        return [device_id for entry in pods
-                if entry.name == pod and entry.namespace == namespace
-                for resources in entry.containers if resources.name == container
-                for devices in resources.devices for device_id in devices.device_ids]
+        containers = [resources for entry in pods
+                      if entry.name == pod and entry.namespace == namespace
+                      for resources in entry.containers if resources.name == container]
+        device_ids = [device_id for resources in containers for devices in resources.devices
+                      for device_id in devices.device_ids]
+        claim_ids = [cdi.name for resources in containers
+                     for claim in resources.dynamic_resources
+                     for resource in claim.claim_resources if resource.driver_name == DRIVER
+                     for cdi in resource.cdi_devices]
+        return device_ids, claim_ids
 
     def _pod(self, namespace: str, pod: str) -> list | None:
         """The pod's entry by Get, as a list; None when Get does not serve (List will)."""
