@@ -2,7 +2,10 @@
 
 Put this folder first on PYTHONPATH. FAKE_NVML_GPUS is a JSON list of
 {"name", "uuid", "total", "used"} and optionally "pcie": [generation, width] (without it the
-PCIe queries answer Not Supported, as for a GPU with no PCIe host link); FAKE_NVML_BYTES=1 answers names and UUIDs as bytes (as old
+PCIe queries answer Not Supported, as for a GPU with no PCIe host link), "pci_bus_id" (default
+00000000:<10 + index>:00.0), "numa" (without it the NUMA query answers Not Supported) and
+"minor" (its /dev/nvidiaN, default its index); the driver is 550.54.15 with CUDA 12.4;
+FAKE_NVML_BYTES=1 answers names and UUIDs as bytes (as old
 pynvml releases do); FAKE_NVML_INIT_ERROR makes nvmlInit fail with that text;
 FAKE_NVML_FAIL_AT=N makes every query of GPU N fail, as a GPU that fell off the bus does.
 """
@@ -76,3 +79,27 @@ def nvmlDeviceGetMaxPcieLinkGeneration(handle):
 
 def nvmlDeviceGetMaxPcieLinkWidth(handle):
     return _pcie(handle)[1]
+
+
+def nvmlSystemGetDriverVersion():
+    return _text("550.54.15")
+
+
+def nvmlSystemGetCudaDriverVersion():
+    return 12040
+
+
+def nvmlDeviceGetPciInfo(handle):
+    bus_id = _gpu(handle).get("pci_bus_id", f"00000000:{0x10 + handle:02X}:00.0")
+    return SimpleNamespace(busId=_text(bus_id))
+
+
+def nvmlDeviceGetNumaNodeId(handle):
+    numa = _gpu(handle).get("numa")
+    if numa is None:
+        raise NVMLError("Not Supported")
+    return numa
+
+
+def nvmlDeviceGetMinorNumber(handle):
+    return _gpu(handle).get("minor", handle)

@@ -1,0 +1,92 @@
+"""The DRA driver's loop: every `poll_s` it reads the GPUs, puts the node's ResourceSlice when
+it is missing or differs from what the GPUs say (the pool's generation one past the kept one),
+and serves the kubelet again where a socket was lost.
+
+The API server may be away (restarting, unreachable): the slice is put again at a later turn,
+backing off to MAX_RETRY_S, while claims already prepared keep being answered from their CDI
+specs. The slice is left in place when the driver stops: the kube-scheduler keeps placing
+claims on a node whose driver restarts, and the node's deletion takes the slice with it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+
+from .api_server import ApiError
+from .inventory import GpuInventory, Inventory
+from .resource_slice import Capacity, resource_slice, slice_name
+
+log = logging.getLogger("gemshare-dra-plugin")
+POLL_S = 10.0
+MAX_RETRY_S = 60.0
+
+
+@dataclass
+class SliceState:
+    inventory: Inventory = Inventory()
+    published: dict | None = None  # the spec the server last said it keeps
+    owner: dict | None = None
+
+
+class Driver:
+    def __init__(self, node: str, api, capacity: Capacity, services=None,
+                 inventory: GpuInventory | None = None, poll_s: float = POLL_S):
+        self.node = node
+        self.api = api
+        self.capacity = capacity
+        self.services = services  # server.KubeletServices, set before run()
+        self.gpus = inventory or GpuInventory()
+        self.poll_s = poll_s
+        self.state = SliceState()
+        self.published = threading.Event()  # the slice is as the GPUs say
+
+    def current_inventory(self) -> Inventory:
+        return self.state.inventory
+
+    def turn(self) -> bool:
+        """One look at the GPUs, the slice and the sockets; False when the API server failed."""
+        self.state.inventory = self.gpus.read()
+        self.services.ensure()
+        try:
+            self._publish()
+        except ApiError as error:
+            log.warning("the node's ResourceSlice is not put: %s; trying again", error)
+            self.published.clear()
+            return False
+        return True
+
+    def _publish(self) -> None:
+        state = self.state
+        if state.owner is None:
+            try:
+                state.owner = self.api.node_owner(self.node)
+            except ApiError as error:
+                if not error.not_found:
+                    raise
+                log.warning("no Node %s on the API server: its ResourceSlice has no owner",
+                            self.node)
+        current = self.api.current_slice(slice_name(self.node))
+        generation = (current or {}).get("spec", {}).get("pool", {}).get("generation", 0)
+        wanted = resource_slice(self.node, state.inventory, self.capacity, generation,
+                                state.owner)
+        if current is not None and current.get("spec") == wanted["spec"]:
+            self.published.set()
+            return
+        wanted["spec"]["pool"]["generation"] = generation + 1
+        kept = self.api.put_slice(wanted, current)
+        log.info("ResourceSlice %s: %d GPUs (pool generation %s)", slice_name(self.node),
+                 len(wanted["spec"]["devices"]), kept.get("spec", {}).get("pool", {})
+                 .get("generation"))
+        self.published.set()
+
+    def run(self, stop: threading.Event) -> None:
+        wait = self.poll_s
+        try:
+            while not stop.is_set():
+                wait = self.poll_s if self.turn() else min(MAX_RETRY_S, max(1.0, wait * 2))
+                stop.wait(wait)
+        finally:
+            self.services.stop()
+            self.gpus.close()
