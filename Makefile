@@ -52,7 +52,7 @@ SCHEDULER_ARGS ?=
 # another.
 SCHEDULER_STATE_DIR ?= $(BUILD)/state
 SCHEDULER_CONFIG ?=
-PROGRAMS := gemshare-scheduler gemsharectl gemshare-device-plugin
+PROGRAMS := gemshare-scheduler gemsharectl gemshare-device-plugin gemshare-dra-plugin
 # What dependencies put at the top of the package folder that is no part of what they provide:
 # nvidia-ml-py's sample program would be importable as a module named `example`.
 STRAY := example.py
@@ -65,7 +65,7 @@ DROP_IN_EXAMPLES := metrics.conf.example mps.conf.example
 # The README and every page it links, at the same relative paths, so the links work installed.
 DOCS := README.md LICENSE CHANGELOG.md $(wildcard docs/*.md) libnvs/README.md bench/README.md
 # What pip builds the package from: make install and make dist build from a copy of these.
-PYTHON_SOURCES := pyproject.toml setup.py build_backend README.md LICENSE nvs ctl plugin
+PYTHON_SOURCES := pyproject.toml setup.py build_backend README.md LICENSE nvs ctl plugin dra
 # The sdist's: the package's and what builds the library and hold-signals, with the units,
 # deploy files and docs: what make lib, make install and make dist need (MANIFEST.in says which
 # of them go in). The fake driver's build rules are the tests', which it leaves out.
@@ -254,7 +254,7 @@ sdist: venv
 # The image's pins: what pip picks today for gemshare[kubernetes], in a fresh virtualenv.
 constraints:
 	@venv=$$(mktemp -d $(BUILD)/constraints.XXXXXX) && $(PYTHON) -m venv $$venv && \
-	$$venv/bin/python -m pip install -q --disable-pip-version-check -e '.[kubernetes]' && \
+	$$venv/bin/python -m pip install -q --disable-pip-version-check -e '.[kubernetes,dra]' && \
 	{ sed -n '1,/^$$/p' deploy/constraints.txt; \
 	  $$venv/bin/python -m pip freeze --exclude gemshare; } > deploy/constraints.txt.new && \
 	mv deploy/constraints.txt.new deploy/constraints.txt && rm -rf $$venv

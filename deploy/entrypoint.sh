@@ -2,10 +2,11 @@
 # The image's entrypoint: run one of the project's commands, or prepare a node for them.
 #   gemshare-scheduler [OPTIONS]      (the default)
 #   gemshare-device-plugin [OPTIONS]
+#   gemshare-dra-plugin [OPTIONS]
 #   gemsharectl [OPTIONS]
 # As root, with the host's directories mounted under HOST_ROOT:
 #   install-library HOST_ROOT         put libnvs.so at HOST_ROOT/usr/local/lib/gemshare/libnvs.so,
-#                                     where the device plugin mounts it into pods from
+#                                     where the device plugin and the DRA driver mount it into pods from
 #   prepare-scheduler HOST_ROOT       give the scheduler's user its socket and state directories
 #   prepare-host HOST_ROOT            both
 set -eu
@@ -48,7 +49,7 @@ case "$command" in
         # As the installed command does: SIGHUP, SIGUSR1 and SIGUSR2 wait while Python starts
         # (under hostPID, kill -HUP from the node would otherwise end a starting scheduler).
         exec "$HOLD_SIGNALS" "$COMMANDS/$command" "$@" ;;
-    gemshare-device-plugin|gemsharectl)
+    gemshare-device-plugin|gemshare-dra-plugin|gemsharectl)
         exec "$COMMANDS/$command" "$@" ;;
     install-library|prepare-scheduler|prepare-host)
         if [ $# -ne 1 ]; then
@@ -62,7 +63,8 @@ case "$command" in
         esac ;;
     *)
         echo "gemshare: unknown command '$command': use gemshare-scheduler," \
-             "gemshare-device-plugin, gemsharectl, install-library HOST_ROOT," \
+             "gemshare-device-plugin, gemshare-dra-plugin, gemsharectl," \
+             "install-library HOST_ROOT," \
              "prepare-scheduler HOST_ROOT or prepare-host HOST_ROOT" >&2
         exit 2 ;;
 esac

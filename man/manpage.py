@@ -29,6 +29,7 @@ COMMANDS = {
     "gemshare-scheduler": "gemshare_nvs.service.command_line:app",
     "gemsharectl": "gemshare_ctl.app:app",
     "gemshare-device-plugin": "gemshare_plugin.cli:app",
+    "gemshare-dra-plugin": "gemshare_dra.cli:app",
 }
 SECTION = 1
 

@@ -27,7 +27,7 @@ ARCHITECTURES = sorted(MACHINES)
 TAG = "py3-none-manylinux_2_17_{}"
 VERSION = metadata.version("gemshare")
 BUILD = Path(make_variables()[0].split("=", 1)[1])
-COMMANDS = ("gemshare-scheduler", "gemsharectl", "gemshare-device-plugin")
+COMMANDS = ("gemshare-scheduler", "gemsharectl", "gemshare-device-plugin", "gemshare-dra-plugin")
 PACKAGED_LIBRARY = "gemshare_nvs/libnvs.so"
 TIMEOUT = 300
 

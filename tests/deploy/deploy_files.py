@@ -22,6 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
 BASE = DEPLOY / "kubernetes"
 MPS_OVERLAY = DEPLOY / "kubernetes-mps"
+DRA_OVERLAY = DEPLOY / "kubernetes-dra"
 KUBECTL = shutil.which("kubectl")
 # What render knows how to apply; anything else in the kustomization is refused.
 KUSTOMIZE_KEYS = {"apiVersion", "kind", "namespace", "resources", "configMapGenerator",
@@ -30,7 +31,7 @@ KUSTOMIZE_KEYS = {"apiVersion", "kind", "namespace", "resources", "configMapGene
 MERGE_KEYS = {"containers": "name", "initContainers": "name", "env": "name", "volumes": "name",
               "volumeMounts": "mountPath", "ports": "containerPort"}
 CLUSTER_WIDE = {"Namespace", "ClusterRole", "ClusterRoleBinding", "RuntimeClass",
-                "PriorityClass", "CustomResourceDefinition"}
+                "PriorityClass", "CustomResourceDefinition", "DeviceClass"}
 
 
 def parse_yaml(text: str) -> list:

@@ -212,7 +212,8 @@ def canonical(name: str) -> str:
 
 def test_the_image_installs_the_kubernetes_extra_with_its_pins():
     runs = [rest for word, rest in instructions() if word == "RUN" and "pip install" in rest]
-    assert any("-c deploy/constraints.txt" in run and '".[kubernetes]"' in run for run in runs)
+    assert any("-c deploy/constraints.txt" in run and '".[kubernetes,dra]"' in run
+               for run in runs)
     assert ["deploy/constraints.txt"] in [sources for sources, _, staged in copies()]
 
 
@@ -220,8 +221,11 @@ def test_every_pin_is_within_pyprojects_ranges():
     from packaging.requirements import Requirement
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     given = pins()
-    for text in (*project["dependencies"], *project["optional-dependencies"]["kubernetes"]):
+    extras = project["optional-dependencies"]
+    for text in (*project["dependencies"], *extras["kubernetes"], *extras["dra"]):
         requirement = Requirement(text)
+        if requirement.name == project["name"]:
+            continue
         if requirement.marker is not None and \
                 not requirement.marker.evaluate({"python_version": "3.12"}):
             continue  # not installed on the image's Python
@@ -238,7 +242,7 @@ def test_everything_the_image_installs_is_pinned():
     from packaging.requirements import Requirement
     environment = {"python_version": "3.12", "python_full_version": "3.12.0",
                    "sys_platform": "linux", "platform_system": "Linux", "extra": ""}
-    wanted = [Requirement("gemshare[kubernetes]")]
+    wanted = [Requirement("gemshare[kubernetes,dra]")]
     seen: set[str] = set()
     while wanted:
         requirement = wanted.pop()
@@ -253,5 +257,5 @@ def test_everything_the_image_installs_is_pinned():
                     for extra in ("", *requirement.extras)):
                 wanted.append(inner)
     seen.discard("gemshare")
-    assert "grpcio" in seen and "typer" in seen
+    assert "grpcio" in seen and "typer" in seen and "kubernetes" in seen
     assert sorted(seen - set(pins())) == []
