@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import FAKE_NVML_DIR, FOUR_GPUS, NODE, wait_until
+from dra_helpers import FAKE_NVML_DIR, FOUR_GPUS, NODE, wait_until
 from standin_kubelet import StandInDraKubelet
 
 from gemshare_dra import cli

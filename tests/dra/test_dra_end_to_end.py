@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import trio
-from conftest import FOUR_GPUS, GIB, NODE
+from dra_helpers import FOUR_GPUS, GIB, NODE
 from node_standins import StandInKubelet, StandInRuntime, container_path
 from standin_api_server import allocated_claim
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import FOUR_GPUS, GIB, NODE, wait_until
+from dra_helpers import FOUR_GPUS, GIB, NODE, wait_until
 from standin_api_server import allocated_claim
 
 from gemshare_dra.inventory import GpuInfo

@@ -8,7 +8,7 @@ import json
 
 import kubernetes_validate
 import pytest
-from conftest import FOUR_GPUS, GIB, NODE, NODE_UID, wait_until
+from dra_helpers import FOUR_GPUS, GIB, NODE, NODE_UID, wait_until
 
 from gemshare_dra.inventory import GpuInfo, Inventory
 from gemshare_dra.resource_slice import Capacity, binary_quantity, resource_slice
