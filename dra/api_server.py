@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 
-from .resource_slice import API_VERSION
-
 INSTALL = "pip install 'gemshare[dra]'"
 REQUEST_TIMEOUT_S = 10.0
 
@@ -111,5 +109,3 @@ class ApiServer:
         return self._call(f"reading ResourceClaim {namespace}/{name}",
                           self._resource.read_namespaced_resource_claim, name, namespace)
 
-
-__all__ = ["API_VERSION", "ApiError", "ApiServer", "ClientMissing", "require_client"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import re
 import signal
 import sys
 import threading
@@ -39,6 +40,9 @@ DEFAULT_PLUGINS_DIR = "/var/lib/kubelet/plugins"
 DEFAULT_REGISTRY_DIR = "/var/lib/kubelet/plugins_registry"
 DEFAULT_CDI_DIR = "/var/run/cdi"
 
+# A node's name is a DNS subdomain (RFC 1123), as the API server checks it.
+NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
 log = logging.getLogger(PROG)
 
 
@@ -62,9 +66,7 @@ def _node_name(text: Optional[str]) -> str:
     if not name:
         raise typer.BadParameter("give the node's name: --node-name NAME or the environment "
                                  "variable NODE_NAME (a DaemonSet sets it from spec.nodeName)")
-    if len(name) > 253 or not all(part and part.isascii() and part.replace("-", "").isalnum()
-                                  and part == part.lower() and part[0] != "-" != part[-1]
-                                  for part in name.split(".")):
+    if len(name) > 253 or not NODE_NAME.fullmatch(name):
         raise typer.BadParameter(f"{name!r} is not a Kubernetes node name (lower-case letters, "
                                  "digits, '-' and '.')")
     return name

@@ -48,7 +48,10 @@ class Driver:
     def turn(self) -> bool:
         """One look at the GPUs, the slice and the sockets; False when the API server failed."""
         self.state.inventory = self.gpus.read()
-        self.services.ensure()
+        try:
+            self.services.ensure()
+        except OSError as exc:  # a directory of the kubelet's not there (yet), say
+            log.error("cannot serve the kubelet: %s; trying again", exc)
         try:
             self._publish()
         except ApiError as error:

@@ -54,7 +54,11 @@ class _Server:
             for service, methods in services.items()))
         path.parent.mkdir(parents=True, exist_ok=True)
         path.unlink(missing_ok=True)  # a socket left by a driver that stopped
-        if not self._server.add_insecure_port(f"unix://{path}"):
+        try:
+            bound = self._server.add_insecure_port(f"unix://{path}")
+        except RuntimeError:  # how newer gRPC releases say it
+            bound = 0
+        if not bound:
             raise OSError(f"cannot listen on {path}")
         self._server.start()
         self._inode = os.stat(path).st_ino

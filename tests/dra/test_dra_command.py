@@ -66,6 +66,15 @@ def test_a_bad_command_line_is_one_line_and_status_2(args, says):
     assert done.stderr.count("\n") == 1 and says in done.stderr, done.stderr
 
 
+def test_outside_a_cluster_without_a_kubeconfig_it_says_so_in_one_line(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}
+    done = subprocess.run([sys.executable, "-m", "gemshare_dra", "--node-name", NODE],
+                          capture_output=True, text=True, timeout=60, env=env)
+    assert done.returncode == 1
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert "from the in-cluster service account (no --kubeconfig given)" in done.stderr
+
+
 def test_the_command_publishes_serves_and_stops_on_sigterm(short_tmp_dirs, api_server):
     directory = short_tmp_dirs()
     log = directory / "log"
