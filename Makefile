@@ -264,7 +264,7 @@ constraints:
 LOWEST_VENV ?= $(BUILD)/venv-lowest
 LOWEST_TESTS ?= tests/ctl/test_ctl_help.py tests/ctl/test_ctl_errors.py tests/ctl/test_ctl_config.py \
 	tests/ctl/test_ctl_status.py tests/service/test_scheduler_command_line.py tests/plugin tests/observe \
-	tests/config
+	tests/config tests/dra
 test-lowest: tests-here lib fakecuda
 	$(PYTHON) -m venv $(LOWEST_VENV)
 	$(LOWEST_VENV)/bin/python -m pip install -q -c tests/lowest-versions.txt -e '.[test]'

@@ -22,6 +22,7 @@ import typer
 
 from gemshare_nvs.config.settings import debug_from_environment
 from gemshare_nvs.kubernetes.claim_devices import DRIVER
+from gemshare_nvs.observe.tcp_address import AddressError, bind
 from gemshare_nvs.service import journal, typer_command
 from gemshare_nvs.wire.connection import DEFAULT_SOCKET, socket_path
 from gemshare_plugin.cli import (
@@ -58,6 +59,7 @@ class Options:
     scheduler_socket: str
     library: str
     poll_s: float
+    health: Optional[tuple[str, int]]
     debug: bool
 
 
@@ -131,6 +133,11 @@ def plugin(
     poll_interval: str = typer.Option(
         "10", "--poll-interval", metavar="SECONDS", show_default=False, callback=_poll,
         help="how often the GPUs and the ResourceSlice are looked at (default 10)"),
+    health: Optional[str] = typer.Option(
+        None, "--health", metavar="ADDR:PORT", callback=typer_command.tcp_address,
+        help="answer Kubernetes probes over HTTP: /healthz while the driver's loop runs, "
+             "/readyz while it is registered with the kubelet and its ResourceSlice is put "
+             "(default: off)"),
     debug: bool = typer_command.debug_flag(),
     show_version: bool = typer_command.version_flag(PROG),
 ) -> None:
@@ -140,7 +147,7 @@ def plugin(
                                  "--scheduler-socket PATH", param_hint="'--scheduler-socket'")
     ctx.obj.append(Options(kubeconfig, _node_name(node_name), kubelet_plugins_dir,
                            kubelet_registry_dir, cdi_dir, memory_unit, memory_overcommit,
-                           os.path.normpath(scheduler), library, poll_interval,
+                           os.path.normpath(scheduler), library, poll_interval, health,
                            debug or debug_from_environment()))
 
 
@@ -165,6 +172,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"{PROG}: the DRA driver needs gRPC, protobuf and the Kubernetes client, and "
               f"{missing}; {INSTALL}", file=sys.stderr)
         return 1
+    from gemshare_plugin.health import HealthServer
+
     from .api_server import ApiError, ApiServer
     from .cdi import CdiSpecs, HostPaths, write_preload
     from .claims import Preparer
@@ -176,7 +185,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         handlers=[journal.stderr_handler()])
     try:
         api = ApiServer(options.kubeconfig)
-    except ApiError as error:
+        # Bound before anything starts, so that a taken or foreign address stops the start.
+        health_socket = bind(*options.health, "probes", "--health") if options.health else None
+    except (ApiError, AddressError) as error:
         print(f"{PROG}: {error}", file=sys.stderr)
         return 1
     preload = os.path.join(options.kubelet_plugins_dir, DRIVER, "ld.so.preload")
@@ -198,7 +209,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     signal.signal(signal.SIGINT, stop_on_signal)
     log.info("node %s, API server %s, CDI specs in %s", options.node_name, api.host,
              options.cdi_dir)
-    driver.run(stop)
+    probes = HealthServer(health_socket, driver) if health_socket is not None else None
+    if probes is not None:
+        probes.start()
+    try:
+        driver.run(stop)
+    finally:
+        if probes is not None:
+            probes.stop()
     return 0
 
 

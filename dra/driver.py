@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import dataclass
 
 from .api_server import ApiError
@@ -41,9 +42,19 @@ class Driver:
         self.poll_s = poll_s
         self.state = SliceState()
         self.published = threading.Event()  # the slice is as the GPUs say
+        self.last_round = time.monotonic()  # when the loop last went round (liveness)
 
     def current_inventory(self) -> Inventory:
         return self.state.inventory
+
+    def readiness(self) -> str | None:
+        """None when ready (registered with the kubelet, the slice put), else why not; what
+        plugin/health.py's probes answer."""
+        if not self.services.registered.is_set():
+            return "not registered with the kubelet (yet)"
+        if not self.published.is_set():
+            return "the node's ResourceSlice is not put on the API server"
+        return None
 
     def turn(self) -> bool:
         """One look at the GPUs, the slice and the sockets; False when the API server failed."""
@@ -89,6 +100,7 @@ class Driver:
         try:
             while not stop.is_set():
                 wait = self.poll_s if self.turn() else min(MAX_RETRY_S, max(1.0, wait * 2))
+                self.last_round = time.monotonic()
                 stop.wait(wait)
         finally:
             self.services.stop()

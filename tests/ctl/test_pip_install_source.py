@@ -22,7 +22,7 @@ from ctl_helpers import REPO, skip_if_pypi_unreachable
 from elf_versions import machine, newer_than
 
 VERSION = metadata.version("gemshare")
-COMMANDS = ("gemshare-scheduler", "gemsharectl", "gemshare-device-plugin")
+COMMANDS = ("gemshare-scheduler", "gemsharectl", "gemshare-device-plugin", "gemshare-dra-plugin")
 EXTRA = "pip install 'gemshare[kubernetes]'"
 TIMEOUT = 600
 # What a fresh clone lacks: what make and pip made here, and what tests and editors leave.
@@ -101,6 +101,14 @@ def test_the_device_plugin_without_the_extra_says_in_one_line_which_to_install(v
     assert ran.stderr.splitlines() == [
         "gemshare-device-plugin: the device plugin needs gRPC and protobuf, which are not "
         f"installed (No module named 'google'); {EXTRA}"], ran.stderr
+
+
+def test_the_dra_driver_without_the_extra_says_in_one_line_which_to_install(venv):
+    ran = run(venv, "gemshare-dra-plugin", "--node-name", "node-a")
+    assert ran.returncode == 1
+    assert ran.stderr.splitlines() == [
+        "gemshare-dra-plugin: the DRA driver needs gRPC, protobuf and the Kubernetes client, "
+        "and No module named 'grpc'; pip install 'gemshare[dra]'"], ran.stderr
 
 
 @pytest.mark.parametrize("program", [["bin/gemshare-scheduler"],

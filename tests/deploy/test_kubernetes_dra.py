@@ -79,6 +79,24 @@ def test_the_driver_runs_with_its_options_on_the_kubelets_directories(rendered_d
     assert host_mount(installer, volumes, "/host" + options.library) == options.library
 
 
+def test_the_drivers_probes_ask_where_it_answers_and_no_policy_cuts_it_off(rendered_dra):
+    spec = pod_templates(rendered_dra)[DRIVER_SET]
+    driver = container(spec, "dra-driver")
+    options = dra_cli.parse([*driver["args"], "--node-name", "n"])
+    (port,) = driver["ports"]
+    assert port["containerPort"] == options.health[1] and options.health[0] == "0.0.0.0"
+    assert driver["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": port["name"]}
+    assert driver["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": port["name"]}
+    # The base's NetworkPolicy lets the pods it selects reach nothing: the driver must reach
+    # the API server.
+    (daemonset,) = [obj for obj in rendered_dra if obj["kind"] == "DaemonSet" and
+                    obj["metadata"]["name"] == DRIVER_SET]
+    labels = daemonset["spec"]["template"]["metadata"]["labels"]
+    for policy in (obj for obj in rendered_dra if obj["kind"] == "NetworkPolicy"):
+        selector = policy["spec"]["podSelector"]["matchLabels"]
+        assert not selector.items() <= labels.items(), policy["metadata"]["name"]
+
+
 def test_the_driver_may_do_what_it_does_and_no_more(rendered_dra):
     (role,) = [obj for obj in rendered_dra if obj["kind"] == "ClusterRole"]
     granted = {(group, resource): set(rule["verbs"]) for rule in role["rules"]

@@ -7,8 +7,11 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 
 import pytest
 from dra_helpers import FAKE_NVML_DIR, FOUR_GPUS, NODE, wait_until
@@ -75,8 +78,23 @@ def test_outside_a_cluster_without_a_kubeconfig_it_says_so_in_one_line(tmp_path)
     assert "from the in-cluster service account (no --kubeconfig given)" in done.stderr
 
 
+def probe(port: int, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as refused:
+        return refused.code, refused.read().decode()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def test_the_command_publishes_serves_and_stops_on_sigterm(short_tmp_dirs, api_server):
     directory = short_tmp_dirs()
+    port = free_port()
     log = directory / "log"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FAKE_NVML", "GEMSHARE_"))}
     env.update(PYTHONPATH=str(FAKE_NVML_DIR), FAKE_NVML_GPUS=json.dumps(FOUR_GPUS),
@@ -87,16 +105,21 @@ def test_the_command_publishes_serves_and_stops_on_sigterm(short_tmp_dirs, api_s
              "--kubeconfig", str(api_server.kubeconfig(directory / "kubeconfig")),
              "--kubelet-plugins-dir", str(directory / "plugins"),
              "--kubelet-registry-dir", str(directory / "registry"),
-             "--cdi-dir", str(directory / "cdi"), "--poll-interval", "0.2"],
+             "--cdi-dir", str(directory / "cdi"), "--poll-interval", "0.2",
+             "--health", f"127.0.0.1:{port}"],
             stdout=output, stderr=subprocess.STDOUT, env=env)
     try:
         wait_until(lambda: api_server.slices or process.poll() is not None, "the slice")
         assert process.poll() is None, log.read_text()
         (published,) = api_server.slices.values()
         assert len(published["spec"]["devices"]) == 4
+        assert probe(port, "/healthz") == (200, "ok\n")
+        assert probe(port, "/readyz") == \
+            (503, "not ready: not registered with the kubelet (yet)\n")
         kubelet = StandInDraKubelet(directory / "registry")
         assert kubelet.register().name == "gpu.gemshare.io"
         kubelet.close()
+        wait_until(lambda: probe(port, "/readyz")[0] == 200, "ready once registered")
         assert (directory / "plugins" / "gpu.gemshare.io" / "ld.so.preload").exists()
         process.send_signal(signal.SIGTERM)
         assert process.wait(30) == 0, log.read_text()
