@@ -27,8 +27,24 @@ MAX_RETRY_S = 60.0
 @dataclass
 class SliceState:
     inventory: Inventory = Inventory()
-    published: dict | None = None  # the spec the server last said it keeps
+    sent: dict | None = None  # the spec last put, its generation left out
+    kept: dict | None = None  # the spec the server answered that put with
     owner: dict | None = None
+    dropped_said: bool = False
+
+
+def _content(spec: dict) -> dict:
+    """A slice's spec without its pool's generation: what says whether it changed."""
+    return {**spec, "pool": {key: value for key, value in spec["pool"].items()
+                             if key != "generation"}}
+
+
+def _shares_dropped(sent: dict, kept: dict) -> bool:
+    """Whether the server kept the devices without what lets claims share them (an API server
+    whose DRAConsumableCapacity feature gate is off drops those fields)."""
+    return any(device.get("allowMultipleAllocations") for device in sent.get("devices", [])) \
+        and not any(device.get("allowMultipleAllocations")
+                    for device in kept.get("devices", []))
 
 
 class Driver:
@@ -85,14 +101,24 @@ class Driver:
         generation = (current or {}).get("spec", {}).get("pool", {}).get("generation", 0)
         wanted = resource_slice(self.node, state.inventory, self.capacity, generation,
                                 state.owner)
-        if current is not None and current.get("spec") == wanted["spec"]:
+        # Unchanged: as wanted, or as the server kept what was wanted last time (it may drop
+        # fields it does not serve; putting the slice again would not bring them back).
+        if current is not None and (current.get("spec") == wanted["spec"] or (
+                current.get("spec") == state.kept and _content(wanted["spec"]) == state.sent)):
             self.published.set()
             return
         wanted["spec"]["pool"]["generation"] = generation + 1
         kept = self.api.put_slice(wanted, current)
+        state.sent, state.kept = _content(wanted["spec"]), kept.get("spec")
         log.info("ResourceSlice %s: %d GPUs (pool generation %s)", slice_name(self.node),
                  len(wanted["spec"]["devices"]), kept.get("spec", {}).get("pool", {})
                  .get("generation"))
+        if _shares_dropped(wanted["spec"], kept.get("spec") or {}) and not state.dropped_said:
+            log.warning("the API server kept the GPUs without allowMultipleAllocations: it does "
+                        "not serve consumable capacity (turn on the DRAConsumableCapacity "
+                        "feature gate before Kubernetes 1.36), so each GPU goes to one claim "
+                        "whole")
+            state.dropped_said = True
         self.published.set()
 
     def run(self, stop: threading.Event) -> None:

@@ -37,6 +37,8 @@ class StandInApiServer:
         self.requests: list[str] = []  # "METHOD path"
         self.available = threading.Event()
         self.available.set()
+        # Device fields it drops, as an API server whose DRAConsumableCapacity gate is off does.
+        self.drops: tuple[str, ...] = ()
         self._version = 0
         self._lock = threading.Lock()
         self._http = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -112,6 +114,12 @@ class StandInApiServer:
 
     def _keep(self, name: str, body: dict) -> dict:
         kept = copy.deepcopy(body)
+        for device in kept["spec"].get("devices", []):
+            for field in self.drops:
+                device.pop(field, None)
+            for capacity in device.get("capacity", {}).values():
+                if "requestPolicy" in self.drops:
+                    capacity.pop("requestPolicy", None)
         kept["metadata"]["resourceVersion"] = self._next_version()
         self.slices[name] = kept
         self.puts.append(copy.deepcopy(kept))

@@ -10,7 +10,9 @@ import kubernetes_validate
 import pytest
 from dra_helpers import FOUR_GPUS, GIB, NODE, NODE_UID, wait_until
 
-from gemshare_dra.inventory import GpuInfo, Inventory
+from gemshare_dra.api_server import ApiServer
+from gemshare_dra.driver import Driver
+from gemshare_dra.inventory import GpuInfo, GpuInventory, Inventory
 from gemshare_dra.resource_slice import Capacity, binary_quantity, resource_slice
 
 KUBERNETES_VERSIONS = ("1.34.0", "1.37.0")
@@ -77,6 +79,24 @@ def test_an_api_server_that_comes_back_gets_the_slice_again(dra_node):
     server.available.set()
     wait_until(lambda: server.slices, "the slice put again")
     assert len(dra_node.slice()["spec"]["devices"]) == 4
+
+
+def test_an_api_server_without_consumable_capacity_is_told_and_not_put_again(
+        fake_nvml, api_server, short_tmp_dirs, caplog):
+    class NoSockets:
+        def ensure(self):
+            pass
+
+    api_server.drops = ("allowMultipleAllocations", "requestPolicy")
+    api = ApiServer(str(api_server.kubeconfig(short_tmp_dirs() / "kubeconfig")))
+    driver = Driver(NODE, api, Capacity(GIB), NoSockets(), GpuInventory(fake_nvml))
+    for _ in range(3):
+        assert driver.turn()
+    assert len(api_server.puts) == 1
+    (kept,) = api_server.slices.values()
+    assert "allowMultipleAllocations" not in kept["spec"]["devices"][0]
+    said = [r.getMessage() for r in caplog.records if "consumable capacity" in r.getMessage()]
+    assert len(said) == 1 and "DRAConsumableCapacity" in said[0]
 
 
 def test_overcommit_publishes_more_memory_in_whole_units():
