@@ -191,7 +191,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"{PROG}: {error}", file=sys.stderr)
         return 1
     preload = os.path.join(options.kubelet_plugins_dir, DRIVER, "ld.so.preload")
-    write_preload(preload)
+    try:
+        write_preload(preload)
+    except OSError as exc:
+        print(f"{PROG}: cannot write {preload}, which containers get as /etc/ld.so.preload: "
+              f"{exc.strerror or exc}", file=sys.stderr)
+        return 1
     capacity = Capacity(options.memory_unit, options.memory_overcommit)
     driver = Driver(options.node_name, api, capacity, poll_s=options.poll_s)
     preparer = Preparer(options.node_name, api, driver.current_inventory, capacity,

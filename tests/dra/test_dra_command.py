@@ -92,6 +92,18 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def test_a_plugins_directory_it_cannot_write_is_one_line(tmp_path, api_server):
+    blocked = tmp_path / "plugins"
+    blocked.write_text("a file where the directory should be")
+    done = subprocess.run(
+        [sys.executable, "-m", "gemshare_dra", "--node-name", NODE, "--kubeconfig",
+         str(api_server.kubeconfig(tmp_path / "kubeconfig")), "--kubelet-plugins-dir",
+         str(blocked)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert "which containers get as /etc/ld.so.preload" in done.stderr
+
+
 def test_the_command_publishes_serves_and_stops_on_sigterm(short_tmp_dirs, api_server):
     directory = short_tmp_dirs()
     port = free_port()
