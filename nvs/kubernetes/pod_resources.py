@@ -24,14 +24,11 @@ class PodResourcesClient:
         self.path = path
         self.has_get = True  # until the kubelet says otherwise
 
-    def device_ids(self, namespace: str, pod: str, container: str) -> list[str]:
-        """Every device ID the container was allocated, whatever the resource; [] for a pod
-        or container the kubelet does not list. NodeApiError when it does not answer."""
-        return self.allocated(namespace, pod, container)[0]
-
     def allocated(self, namespace: str, pod: str, container: str) -> tuple[list[str], list[str]]:
-        """The container's device IDs (device plugins) and the CDI device IDs of its claims
-        that our DRA driver prepared (other drivers' count for nothing here)."""
+        """Every device ID the container was allocated, whatever the resource (device
+        plugins), and the CDI device IDs of its claims that our DRA driver prepared (other
+        drivers' count for nothing here); empty for a pod or container the kubelet does not
+        list. NodeApiError when it does not answer."""
         pods = self._pod(namespace, pod) if self.has_get else None
         if pods is None:
             pods = self._list()
