@@ -51,6 +51,22 @@ def test_every_object_and_the_example_fit_the_api_schema(rendered_dra, release):
         kubernetes_validate.validate(obj, release, strict=True)
 
 
+def test_the_driver_and_the_device_plugin_never_run_on_one_node(rendered, rendered_dra):
+    base, dra = pod_templates(rendered), pod_templates(rendered_dra)
+    assert dra["gemshare-device-plugin"]["nodeSelector"] == {
+        **base["gemshare-device-plugin"]["nodeSelector"], "gemshare-device-plugin": "true"}
+    assert "nodeSelector" not in dra[DRIVER_SET]
+    (term,) = dra[DRIVER_SET]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert term["matchExpressions"] == [
+        {"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]},
+        {"key": "gemshare-device-plugin", "operator": "DoesNotExist"}]
+    # Everything else of the base is as the base has it.
+    for name in base:
+        if name != "gemshare-device-plugin":
+            assert dra[name] == base[name]
+
+
 def test_the_classes_select_the_drivers_devices_and_the_whole_one_says_so(rendered_dra):
     classes = {obj["metadata"]["name"]: obj["spec"] for obj in rendered_dra
                if obj["kind"] == "DeviceClass"}
