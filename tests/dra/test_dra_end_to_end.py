@@ -102,13 +102,11 @@ async def test_a_claim_on_the_third_gpu_is_its_containers_budget_whatever_its_en
         kubelet.prepare_claim("ml", "infer-0", "main", name, DRIVER, NODE, third, [cdi_id])
 
         spec = dra_node.cdi_dir / f"gemshare.io-claim_{uid}.json"
-        steps = ["init", "total-mem", "alloc", "a", "1M", "touch-file", None,
-                 "wait-file", str(directory / "go")]
-        programs = []
-        for index in range(2):
-            steps[6] = str(directory / f"ready-{index}")
-            programs.append(program(directory, spec, parse_cdi_id(cdi_id).name, proc, index,
-                                    list(steps)))
+        programs = [program(directory, spec, parse_cdi_id(cdi_id).name, proc, index,
+                            ["init", "total-mem", "alloc", "a", "1M",
+                             "touch-file", str(directory / f"ready-{index}"),
+                             "wait-file", str(directory / "go")])
+                    for index in range(2)]
         for index in range(2):
             await wait_file(directory / f"ready-{index}")
         clients = [await trio.to_thread.run_sync(wait_for_client, running.socket, process.pid)
