@@ -1,8 +1,8 @@
 """The wheel's compiled parts, built by setup.py without make: libnvs.so and the launcher that
 is the wheel's gemshare-scheduler (launcher/beside_script.c).
 
-pip's build needs only Python, a C compiler and the package index: with PORTABLE=1 (the default)
-the compiler is Zig's, from the `ziglang` module that the build backend asked for as a build
+pip's build needs only Python and the package index: with PORTABLE=1 (the default) the
+compiler is Zig's, from the `ziglang` module that the build backend asked for as a build
 requirement, for glibc 2.17 (the library) and static with musl (the launcher); with PORTABLE=0
 it is cc ($CC), for this machine's glibc. The flags are make's own, read from libnvs/build.mk and
 launcher/build.mk (tests/ctl/test_native_build.py holds the two to the same values), so a wheel's
@@ -76,7 +76,8 @@ class Compiler:
         if not self.portable:
             return []
         # Zig turns the undefined-behaviour sanitizer on in some modes; the library never wants it.
-        return ["-target", f"{platform.machine()}-linux-gnu.{self.glibc}", "-fno-sanitize=undefined"]
+        return ["-target", f"{platform.machine()}-linux-gnu.{self.glibc}",
+                "-fno-sanitize=undefined"]
 
     def launcher_target(self) -> list[str]:
         if not self.portable:
@@ -129,10 +130,14 @@ def build_library(chosen: Compiler, output: Path) -> None:
     flags = [*chosen.library_target(), *variable(LIBNVS_MK, "LIBNVS_CFLAGS").split(),
              *variable(LIBNVS_MK, "LIBNVS_LDFLAGS").split()]
     libraries = variable(LIBNVS_MK, "LIBNVS_LIBS").split()
+    # What libnvs/build.mk's LIBNVS_DEPS names: the sources, headers, tables and the rules.
+    headers = sorted(str(path) for pattern in ("*/*.h", "*/*.def")
+                     for path in Path("libnvs").glob(pattern))
     digest = hashlib.sha1()
-    for path in [*sources, *sorted(map(str, Path("libnvs").glob("*/*.[hd]*")))]:
+    for path in [*sources, *headers, str(LIBNVS_MK)]:
         digest.update(Path(path).read_bytes())
-    digest.update(" ".join([*chosen.command, *flags]).encode())
+    # The compiler by name, not by the build environment's passing path: one ID per input.
+    digest.update(" ".join([Path(chosen.command[0]).name, *chosen.command[1:], *flags]).encode())
     run([*chosen.command, *flags, f"-Wl,--build-id=0x{digest.hexdigest()}", "-Wl,--strip-all",
          "-o", str(output), *sources, *libraries], "libnvs.so")
 
