@@ -100,10 +100,20 @@ def compiler() -> Compiler:
     return Compiler((zig, "cc"), portable=True, glibc=variable(LIBNVS_MK, "GLIBC_FLOOR"))
 
 
+def cc_command() -> list[str]:
+    """This machine's C compiler as the environment names it: $CC, or cc."""
+    return shlex.split(os.environ.get("CC") or "cc")
+
+
+def has_cc() -> bool:
+    cc = cc_command()
+    return bool(cc) and shutil.which(cc[0]) is not None
+
+
 def cc_compiler() -> Compiler:
-    """This machine's C compiler, $CC or cc."""
-    cc = shlex.split(os.environ.get("CC") or "cc")
-    if not cc or shutil.which(cc[0]) is None:
+    """This machine's C compiler."""
+    cc = cc_command()
+    if not has_cc():
         raise BuildError(f"this build needs a C compiler, and {cc[0] if cc else 'CC'} is not "
                          f"on PATH: install one (gcc or clang; CC= names another), or build "
                          f"with Zig (leave PORTABLE unset)")
@@ -112,7 +122,8 @@ def cc_compiler() -> Compiler:
 
 def launcher_compiler() -> Compiler:
     """Zig's where it is importable (static with musl, whatever PORTABLE says: the launcher
-    needs no glibc), else cc: an editable install gets no Zig as a build requirement."""
+    needs no glibc), else cc: an editable install gets Zig as a build requirement only where
+    there is no cc."""
     zig = ziglang_compiler()
     return Compiler((zig, "cc"), portable=True) if zig else cc_compiler()
 

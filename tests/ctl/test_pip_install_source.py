@@ -89,10 +89,30 @@ def test_the_installed_library_was_built_here_for_glibc_2_17_with_zig_from_the_b
     assert not (clone / ".tools").exists()
 
 
-def test_the_installed_scheduler_is_a_static_launcher_beside_its_script(venv):
+def launcher_beside_its_script(venv: Path) -> bool:
+    """bin/gemshare-scheduler a static program of this machine, and the script it runs beside
+    it, with the interpreter line pip wrote."""
     launcher, script = venv / "bin" / "gemshare-scheduler", venv / "bin" / "gemshare-scheduler.py"
-    assert machine(launcher) == platform.machine() and is_static(launcher)
-    assert script.read_text().splitlines()[0] == f"#!{venv / 'bin' / 'python'}"
+    return (machine(launcher) == platform.machine() and is_static(launcher) and
+            script.read_text().splitlines()[0] == f"#!{venv / 'bin' / 'python'}")
+
+
+def test_the_installed_scheduler_is_a_static_launcher_beside_its_script(venv):
+    assert launcher_beside_its_script(venv)
+
+
+def test_an_editable_install_without_a_c_compiler_gets_zig_for_its_launcher(
+        clone, tmp_path, no_tools):
+    venv = tmp_path / "editable"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
+                   timeout=TIMEOUT)
+    done = subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"),
+                           "install", "-q", "--disable-pip-version-check", "--no-deps", "-e", "."],
+                          cwd=clone, capture_output=True, text=True, timeout=TIMEOUT,
+                          stdin=subprocess.DEVNULL, env={**os.environ, "PATH": no_tools})
+    skip_if_pypi_unreachable(done, "pip install -e .")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert launcher_beside_its_script(venv)
 
 
 def test_the_extra_is_left_out(venv):
