@@ -21,7 +21,9 @@ room; that is only a preference, so nothing is ever refused on the strength of t
 Otherwise a request's units come from one GPU if any has room for them all. Memory and compute
 units go by best fit: to the GPU with the fewest free units of that resource that still holds
 them all, so that the large free stretches stay whole for the large requests to come (on two
-80 GiB GPUs, 30, 30 and then 60 GiB all fit; spread one a GPU, the 60 would not). Slots, which
+80 GiB GPUs, 30, 30 and then 60 GiB all fit; spread one a GPU, the 60 would not); a GPU with
+another resource all taken comes after those without, so that a container's next resource can
+follow its first. Slots, which
 fragment nothing, go to the GPU with the most room in every resource (its smallest free share
 among the three, as the kubelet last showed them), then the most free slots: programs spread
 over the GPUs and take turns with fewer others. Slots may spill over several GPUs when no one GPU
@@ -69,9 +71,9 @@ def preferred(resource: Resource, available: Sequence[str], must_include: Sequen
     the kubelet takes from `available` too); IDs that do not parse are never offered back.
 
     They come from one GPU with room for them all, tried in this order: the GPUs of the required
-    IDs, those of `first_gpus`, then for memory and compute the fewest free (best fit), for
-    slots by `room` (of a GPU's UUID, the more the sooner) and the most free; last the order
-    offered. When none has room, slots (and units that must keep a required ID) fill the fewest
+    IDs, those of `first_gpus`, then for memory and compute the fewest free (best fit; those
+    with no `room` at all, another resource all taken, after the others), for slots by `room`
+    (of a GPU's UUID, the more the sooner) and the most free; last the order offered. When none has room, slots (and units that must keep a required ID) fill the fewest
     GPUs, required ones first; memory and compute units get None."""
     chosen: list[str] = []
     for device_id in must_include:
@@ -90,7 +92,9 @@ def preferred(resource: Resource, available: Sequence[str], must_include: Sequen
 
     def rank(uuid: str) -> tuple:
         if resource.one_gpu:
-            fit = (len(free[uuid]),)  # only those that hold `wanted` are taken below
+            # Only those that hold `wanted` are taken below. A GPU with another resource all
+            # taken goes last: a container asking for that too could not follow there.
+            fit = (room is not None and room(uuid) == 0, len(free[uuid]))
         else:
             fit = (-(room(uuid) if room else 0.0), -len(free[uuid]))
         return (uuid not in required, uuid not in first_gpus, *fit, offered[uuid])

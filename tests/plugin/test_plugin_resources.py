@@ -182,6 +182,19 @@ def test_memory_and_compute_go_to_the_gpu_with_the_fewest_free_that_holds_them(
                             ids_on(resource, A, range(9)), [], 9) == ids_on(resource, B, range(9))
 
 
+def test_a_gpu_with_another_resource_all_taken_is_the_last_fit(placement):
+    # GPU 0's compute is all taken (the last compute call was offered none of it): a container
+    # asking for memory and compute could not have both there.
+    placement.prefer(CMP, ids_on(CMP, B, range(100)), [], 5)
+    placement.clock.now += 5
+    assert placement.prefer(MEM, ids_on(MEM, A, range(10)) + ids_on(MEM, B, range(50)), [],
+                            5) == ids_on(MEM, B, range(5))
+    placement.clock.now += 5
+    # Where only it holds the request, there it goes.
+    assert placement.prefer(MEM, ids_on(MEM, A, range(60)) + ids_on(MEM, B, range(50)), [],
+                            55) == ids_on(MEM, A, range(55))
+
+
 def test_slots_with_no_container_to_follow_go_to_the_gpu_with_most_room_in_everything(
         placement):
     # GPU 0 has nearly all its compute taken (seen by the last compute call), GPU 1 its memory
