@@ -65,11 +65,11 @@ DROP_IN_EXAMPLES := metrics.conf.example mps.conf.example
 # The README and every page it links, at the same relative paths, so the links work installed.
 DOCS := README.md LICENSE CHANGELOG.md $(wildcard docs/*.md) libnvs/README.md bench/README.md
 # What pip builds the package from: make install and make dist build from a copy of these.
-PYTHON_SOURCES := pyproject.toml setup.py build_backend README.md LICENSE nvs ctl plugin dra
+PYTHON_SOURCES := pyproject.toml setup.py build_backend README.md LICENSE nvs ctl plugin dra launcher
 # The sdist's: the package's and what builds the library and hold-signals, with the units,
 # deploy files and docs: what make lib, make install and make dist need (MANIFEST.in says which
 # of them go in). The fake driver's build rules are the tests', which it leaves out.
-SDIST_SOURCES := $(PYTHON_SOURCES) MANIFEST.in Makefile ship.mk CHANGELOG.md libnvs launcher \
+SDIST_SOURCES := $(PYTHON_SOURCES) MANIFEST.in Makefile ship.mk CHANGELOG.md libnvs \
                  systemd deploy docs bench/README.md man
 VERSION := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' pyproject.toml)
 
@@ -137,7 +137,7 @@ scheduler: lib $(VENV)/.package $(HOLD_SIGNALS)
 # through hold-signals first, so that no signal kills it while Python starts. pip builds a local
 # project in place, so it gets a copy under $(BUILD) to keep build files out of the source tree
 # (one of its own, so that two makes at once do not meet).
-install: ship-lib $(VENV)/.package $(HOLD_SIGNALS) man
+install: ship-lib $(VENV)/.package $(HOLD_SIGNALS) $(WHEEL_LAUNCHER) man
 	@built=$$($(VENV)/bin/python -c '$(PYTHON_VERSION)'); \
 	if [ -z "$(INSTALL_BY_ENV)" ]; then \
 	  pinned=$$($(INSTALL_PYTHON) -c '$(PYTHON_VERSION)') || exit 1; \
@@ -161,6 +161,7 @@ install: ship-lib $(VENV)/.package $(HOLD_SIGNALS) man
 	rm -rf $(DESTDIR)$(PKGDIR)/python
 	source=$$(mktemp -d $(BUILD)/python-src.XXXXXX) && cp -R $(PYTHON_SOURCES) $$source/ && \
 	cp $(BUILD)/ship/libnvs.so $$source/nvs/libnvs.so && \
+	cp $(WHEEL_LAUNCHER) $$source/launcher/gemshare-scheduler && \
 	$(VENV)/bin/python -m pip install -q --disable-pip-version-check --no-warn-script-location \
 		--no-compile --target $(DESTDIR)$(PKGDIR)/python "$$source[kubernetes]" && rm -rf $$source
 	rm -rf $(DESTDIR)$(PKGDIR)/python/bin $(addprefix $(DESTDIR)$(PKGDIR)/python/,$(STRAY))
@@ -171,8 +172,11 @@ install: ship-lib $(VENV)/.package $(HOLD_SIGNALS) man
 	@built=$$($(VENV)/bin/python -c 'import sys; print("%d, %d" % sys.version_info[:2])'); \
 	dotted=$$($(VENV)/bin/python -c '$(PYTHON_VERSION)'); \
 	for name in $(PROGRAMS); do \
-	  case $$name in gemshare-scheduler) first='#!$(PKGDIR)/hold-signals $(INSTALL_PYTHON) -IS';; \
-	    *) first='#!$(LAUNCHER_INTERPRETER) -IS';; esac; \
+	  case $$name in gemshare-scheduler) first='#!$(PKGDIR)/hold-signals $(INSTALL_PYTHON) -IS'; \
+	      run='import runpy; runpy.run_module("gemshare_nvs.daemon", run_name="__main__")';; \
+	    *) first='#!$(LAUNCHER_INTERPRETER) -IS'; \
+	      run="from importlib.metadata import entry_points; (entry,) = entry_points(group=\"console_scripts\", name=\"$$name\"); sys.exit(entry.load()())";; \
+	  esac; \
 	  printf '%s\n' "$$first" \
 	    "# $$name, installed by gemshare's make install; runs from $(PKGDIR)/python." \
 	    'import sys' \
@@ -183,9 +187,7 @@ install: ship-lib $(VENV)/.package $(HOLD_SIGNALS) man
 	    "             f\"install INSTALL_PYTHON={sys.executable} PYTHON={sys.executable} \"" \
 	    "             f\"VENV=.venv-{here}\")" \
 	    'sys.path.insert(0, "$(PKGDIR)/python")' \
-	    'from importlib.metadata import entry_points' \
-	    "(entry,) = entry_points(group=\"console_scripts\", name=\"$$name\")" \
-	    'sys.exit(entry.load()())' > $(DESTDIR)$(BINDIR)/$$name && \
+	    "$$run" > $(DESTDIR)$(BINDIR)/$$name && \
 	  chmod 0755 $(DESTDIR)$(BINDIR)/$$name && echo "installed $(DESTDIR)$(BINDIR)/$$name"; \
 	done
 	@for unit in $(UNITS); do \
@@ -229,14 +231,16 @@ help:
 
 # Each wheel is the package built by pip from a copy of the sources, as for make install, with
 # that architecture's library inside it (stripped: its debug file goes beside the wheel, as
-# libnvs-VERSION-ARCH.so.debug), tagged for the glibc the library needs (manylinux_2_17_ARCH):
-# nothing else in it depends on the machine. The sdist holds the sources a wheel is built from,
-# the library's included (setup.py builds it).
+# libnvs-VERSION-ARCH.so.debug) and its gemshare-scheduler launcher (static), tagged for the
+# glibc the library needs (manylinux_2_17_ARCH): nothing else in it depends on the machine. The
+# sdist holds the sources a wheel is built from, the library's and the launcher's included
+# (setup.py builds them).
 MANYLINUX := manylinux_$(subst .,_,$(GLIBC_FLOOR))
-dist: venv ship-libs sdist
+dist: venv ship-libs wheel-launchers sdist
 	@for arch in $(LIBNVS_ARCHES); do \
 	  source=$$(mktemp -d $(BUILD)/dist-src.XXXXXX) && cp -R $(PYTHON_SOURCES) $$source/ && \
 	  cp $(BUILD)/$$arch/ship/libnvs.so $$source/nvs/libnvs.so && \
+	  cp $(BUILD)/$$arch/launcher/gemshare-scheduler $$source/launcher/gemshare-scheduler && \
 	  $(VENV)/bin/python -m pip wheel -q --disable-pip-version-check --no-deps -w $(DIST) \
 	    --config-settings=--build-option=--plat-name=$(MANYLINUX)_$$arch $$source && \
 	  cp $(BUILD)/$$arch/ship/libnvs.so.debug $(DIST)/libnvs-$(VERSION)-$$arch.so.debug && \

@@ -1,9 +1,7 @@
-/* hold-signals: what runs first when gemshare-scheduler starts. It blocks SIGHUP, SIGUSR1 and
- * SIGUSR2, then execs the scheduler. A blocked signal stays pending, and the mask outlives exec:
- * a reload (SIGHUP) or status request (SIGUSR1, SIGUSR2) sent while the Python interpreter
- * starts is kept for later instead of killing the process by its default action. The scheduler
- * unblocks them once its own handlers are in place (nvs/service/early_signals.py) and acts on
- * each when it serves. SIGTERM and SIGINT keep their usual action: they end a start at once.
+/* hold-signals: what runs first when gemshare-scheduler starts from make install, make
+ * scheduler, the unit and the image. It blocks SIGHUP, SIGUSR1 and SIGUSR2 (held_signals.h),
+ * then execs the scheduler, which takes them over once its handlers are in place and acts on each
+ * when it serves. SIGTERM and SIGINT keep their usual action: they end a start at once.
  *
  *   hold-signals COMMAND [ARG...]
  *   #!/usr/local/lib/gemshare/hold-signals /usr/bin/env python3 -IS     (a script's first line)
@@ -12,20 +10,16 @@
  * argument is split at blanks into the command and its first arguments (which therefore hold
  * none). Built static (launcher/build.mk): no dynamic loader runs before the mask is set. */
 #include <errno.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "held_signals.h"
+
 int main(int argc, char **argv)
 {
-    sigset_t held;
-    sigemptyset(&held);
-    sigaddset(&held, SIGHUP);
-    sigaddset(&held, SIGUSR1);
-    sigaddset(&held, SIGUSR2);
-    sigprocmask(SIG_BLOCK, &held, NULL);
+    block_held_signals();
     if (argc < 2) {
         fprintf(stderr, "usage: hold-signals COMMAND [ARG...]\n");
         return 2;

@@ -18,12 +18,22 @@ tell apart: two containers in a row that ask for different resources (the first 
 next compute only) look like one, and the second is steered to the first's GPU where it has
 room; that is only a preference, so nothing is ever refused on the strength of the guess.
 
-Otherwise a request's units come from one GPU if any has room for them all: the GPU with the
-most room in every resource (its smallest free share among the three, as the kubelet last showed
-them), then the most free units of the one asked for. Pods spread over the GPUs, and the later
-resources of a container likely find room where its first went. Slots may spill over several
-GPUs when no one GPU has enough (a pod may ask for several GPUs that way); memory and compute
-units may not: such a request is refused, saying what each GPU has free.
+Otherwise a request's units come from one GPU if any has room for them all. Memory and compute
+units go by best fit: to the GPU with the fewest free units of that resource that still holds
+them all, so that the large free stretches stay whole for the large requests to come (on two
+80 GiB GPUs, 30, 30 and then 60 GiB all fit; spread one a GPU, the 60 would not); a GPU with
+another resource all taken comes after those without, so that a container's next resource can
+follow its first. Slots, which
+fragment nothing, go to the GPU with the most room in every resource (its smallest free share
+among the three, as the kubelet last showed them), then the most free slots: programs spread
+over the GPUs and take turns with fewer others. Slots may spill over several GPUs when no one GPU
+has enough (a pod may ask for several GPUs that way); memory and compute units may not: such a
+request is refused, saying what each GPU has free.
+
+Best fit is as far as the plugin can go: the kube-scheduler counts only the node's total of
+each resource, so a node can still admit a request that no one of its GPUs holds (on two
+80 GiB GPUs after 8, 45 and 45 GiB, 62 GiB are free, but no more than 35 on either GPU, however
+they were placed). Dynamic Resource Allocation, where the cluster has it, places by GPU.
 """
 
 from __future__ import annotations
@@ -61,9 +71,10 @@ def preferred(resource: Resource, available: Sequence[str], must_include: Sequen
     the kubelet takes from `available` too); IDs that do not parse are never offered back.
 
     They come from one GPU with room for them all, tried in this order: the GPUs of the required
-    IDs, those of `first_gpus`, then by `room` (of a GPU's UUID, the more the sooner), the most
-    free, the order offered. When none has room, slots (and units that must keep a required ID)
-    fill the fewest GPUs, required ones first; memory and compute units get None."""
+    IDs, those of `first_gpus`, then for memory and compute the fewest free (best fit; those
+    with no `room` at all, another resource all taken, after the others), for slots by `room`
+    (of a GPU's UUID, the more the sooner) and the most free; last the order offered. When none has room, slots (and units that must keep a required ID) fill the fewest
+    GPUs, required ones first; memory and compute units get None."""
     chosen: list[str] = []
     for device_id in must_include:
         if resource.parse(device_id) is not None and device_id not in chosen:
@@ -80,8 +91,13 @@ def preferred(resource: Resource, available: Sequence[str], must_include: Sequen
     offered = {uuid: position for position, uuid in enumerate(free)}
 
     def rank(uuid: str) -> tuple:
-        return (uuid not in required, uuid not in first_gpus,
-                -(room(uuid) if room else 0.0), -len(free[uuid]), offered[uuid])
+        if resource.one_gpu:
+            # Only those that hold `wanted` are taken below. A GPU with another resource all
+            # taken goes last: a container asking for that too could not follow there.
+            fit = (room is not None and room(uuid) == 0, len(free[uuid]))
+        else:
+            fit = (-(room(uuid) if room else 0.0), -len(free[uuid]))
+        return (uuid not in required, uuid not in first_gpus, *fit, offered[uuid])
 
     fitting = [uuid for uuid in sorted(free, key=rank) if len(free[uuid]) >= wanted]
     if fitting and (not required or fitting[0] in required):

@@ -59,3 +59,10 @@ def newer_than(path: Path, floor: str) -> dict[str, list[str]]:
     on glibc `floor`."""
     return {version: symbols for version, symbols in glibc_needs(path).items()
             if version_tuple(version) > version_tuple(floor)}
+
+
+def is_static(program: Path) -> bool:
+    """Whether the program names no dynamic loader (PT_INTERP): the kernel starts it itself,
+    and it runs its own first instruction with nothing before it."""
+    with open(program, "rb") as file:
+        return all(segment["p_type"] != "PT_INTERP" for segment in ELFFile(file).iter_segments())

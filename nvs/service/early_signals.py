@@ -6,10 +6,11 @@ action, would kill it: `hold` is called first thing, and keeps them until the se
 when `replay` sends them again to the handlers now in place (a reload, a status line). SIGTERM
 and SIGINT keep their usual action meanwhile: they end a start at once, before the socket exists.
 
-Before `hold`, the interpreter itself starts: the installed command and `make scheduler` run
-it through hold-signals (launcher/hold_signals.c), which blocks the three before the exec, so
-that one sent then stays pending. `hold` unblocks them once its handler is in place, and those
-pending are kept as any other.
+Before `hold`, the interpreter itself starts: every installed command starts it through a
+launcher that blocks the three before the exec (launcher/: hold-signals for make install, make
+scheduler and the image; a wheel's gemshare-scheduler is one itself), so that one sent then
+stays pending. `hold` unblocks them once its handler is in place, and those pending are kept as
+any other. `python -m` has no launcher: a signal during the interpreter's start still kills it.
 """
 
 from __future__ import annotations

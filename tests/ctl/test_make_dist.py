@@ -20,14 +20,14 @@ from pathlib import Path
 
 import pytest
 from ctl_helpers import REPO, make_variables, skip_if_pypi_unreachable
-from elf_versions import MACHINES, machine, newer_than
+from elf_versions import MACHINES, is_static, machine, newer_than
 from elftools.elf.elffile import ELFFile
+from installed_commands import COMMANDS, CONSOLE_SCRIPTS
 
 ARCHITECTURES = sorted(MACHINES)
 TAG = "py3-none-manylinux_2_17_{}"
 VERSION = metadata.version("gemshare")
 BUILD = Path(make_variables()[0].split("=", 1)[1])
-COMMANDS = ("gemshare-scheduler", "gemsharectl", "gemshare-device-plugin", "gemshare-dra-plugin")
 PACKAGED_LIBRARY = "gemshare_nvs/libnvs.so"
 TIMEOUT = 300
 
@@ -107,7 +107,14 @@ def test_each_wheel_carries_its_architectures_portable_library(wheels, tmp_path)
         assert build_id(library) == build_id(debug)
         assert library.stat().st_size < debug.stat().st_size / 2
         scripts = wheel_text(wheel, "entry_points.txt")
-        assert all(f"{command} = " in scripts for command in COMMANDS), scripts
+        assert all(f"{command} = " in scripts for command in CONSOLE_SCRIPTS), scripts
+        # gemshare-scheduler: the launcher, static and of the wheel's architecture.
+        with zipfile.ZipFile(wheel) as archive:
+            launcher = Path(archive.extract(f"gemshare-{VERSION}.data/scripts/gemshare-scheduler",
+                                            tmp_path / arch))
+            assert archive.read(f"gemshare-{VERSION}.data/scripts/gemshare-scheduler.py") \
+                .startswith(b"#!python\n")
+        assert machine(launcher) == arch and is_static(launcher)
 
 
 def test_auditwheel_agrees_with_each_tag(wheels):

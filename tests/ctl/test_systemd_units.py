@@ -11,6 +11,7 @@ import sys
 from pathlib import Path, PurePosixPath
 
 import pytest
+from installed_commands import COMMANDS
 
 from gemshare_nvs.config.settings import (
     DEFAULT_MAX_CLIENTS,
@@ -64,16 +65,11 @@ def read_unit(path: Path) -> dict[str, Section]:
     return sections
 
 
-def console_scripts() -> dict:
-    tomllib = pytest.importorskip("tomllib")
-    return tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
-
-
 def test_service_runs_the_installed_scheduler_as_a_notify_service():
     service = read_unit(SERVICE)["Service"]
     command = PurePosixPath(service["ExecStart"].split()[0])
     assert command.is_absolute()
-    assert command.name == "gemshare-scheduler" and command.name in console_scripts()
+    assert command.name == "gemshare-scheduler" and command.name in COMMANDS
     assert service["Type"] == "notify"
     assert service["Restart"] == "on-failure"
     assert service["RuntimeDirectory"] == "gemshare"

@@ -14,6 +14,7 @@ import sys
 
 import pytest
 from deploy_files import DEPLOY, REPO
+from installed_commands import COMMANDS
 
 try:
     import tomllib
@@ -22,7 +23,7 @@ except ImportError:  # Python 3.10
 
 DOCKERFILE = DEPLOY / "Dockerfile"
 ENTRYPOINT = DEPLOY / "entrypoint.sh"
-SCRIPTS = set(tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"])
+SCRIPTS = COMMANDS
 
 
 def instructions() -> list[tuple[str, str]]:
@@ -105,7 +106,7 @@ def test_entrypoint_and_default_command_are_the_projects():
     assert [dest for sources, dest, _ in copies() if sources == ["deploy/entrypoint.sh"]] \
         == entrypoint
     assert command == ["gemshare-scheduler"]
-    # Each command the entrypoint runs is a console script of the package.
+    # Each command the entrypoint runs is one the package installs.
     runs = re.findall(r"^\s*([\w|-]+)\)\n(?:\s*#.*\n)*\s*exec (?:\"\$HOLD_SIGNALS\" )?"
                       r"\"\$COMMANDS/\$command\"", ENTRYPOINT.read_text(), re.M)
     assert {name for names in runs for name in names.split("|")} == SCRIPTS

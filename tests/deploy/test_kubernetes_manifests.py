@@ -14,6 +14,7 @@ except ImportError:  # Python 3.10
 
 import pytest
 from deploy_files import BASE, DEPLOY, KUBECTL, REPO, parse_yaml, pod_templates, render_with_kubectl
+from installed_commands import COMMANDS
 
 from gemshare_nvs.config import file as config_file
 from gemshare_nvs.service.command_line import parse
@@ -143,7 +144,7 @@ def test_both_daemonsets_run_on_gpu_nodes_and_select_their_own_pods(rendered):
 
 
 def test_every_container_runs_a_command_of_the_image(pods):
-    scripts = set(PROJECT["scripts"])
+    scripts = COMMANDS
     assert {"gemshare-scheduler", "gemshare-device-plugin"} <= scripts
     for name, spec in pods.items():
         for each in [*spec["initContainers"], *spec["containers"]]:

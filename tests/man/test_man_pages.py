@@ -15,11 +15,7 @@ from pathlib import Path
 import pytest
 import typer
 import typer.main
-
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib
+from installed_commands import COMMANDS
 
 REPO = Path(__file__).resolve().parents[2]
 GENERATOR = REPO / "man" / "manpage.py"
@@ -81,8 +77,7 @@ def walk(command, path: str):
 
 
 def test_every_installed_command_has_a_page(pages):
-    scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
-    assert set(pages) == set(manpage.COMMANDS) == set(scripts)
+    assert set(pages) == set(manpage.COMMANDS) == COMMANDS
 
 
 def section(page: str, program: str, path: str) -> str:

@@ -139,11 +139,12 @@ def placement():
 
 
 def steered(placement) -> list[str]:
-    """Memory on GPU 1, then compute, which by its own free units would go to GPU 0."""
-    memory = placement.prefer(MEM, ids_on(MEM, A, range(10)) + ids_on(MEM, B, range(20)), [], 5)
+    """Memory on GPU 1 (the fewer free units that hold it), then compute, which by its own free
+    units would go to GPU 0."""
+    memory = placement.prefer(MEM, ids_on(MEM, A, range(20)) + ids_on(MEM, B, range(10)), [], 5)
     assert memory == ids_on(MEM, B, range(5))
     placement.allocated(MEM, memory)
-    return placement.prefer(CMP, ids_on(CMP, A, range(100)) + ids_on(CMP, B, range(40)), [], 30)
+    return placement.prefer(CMP, ids_on(CMP, A, range(40)) + ids_on(CMP, B, range(100)), [], 30)
 
 
 def test_a_containers_next_resource_follows_the_gpu_of_its_first(placement):
@@ -151,33 +152,59 @@ def test_a_containers_next_resource_follows_the_gpu_of_its_first(placement):
 
 
 def test_a_call_after_the_window_is_another_containers(placement):
-    memory = placement.prefer(MEM, ids_on(MEM, A, range(10)) + ids_on(MEM, B, range(20)), [], 5)
+    memory = placement.prefer(MEM, ids_on(MEM, A, range(20)) + ids_on(MEM, B, range(10)), [], 5)
     placement.allocated(MEM, memory)
     placement.clock.now += 2.5
-    assert placement.prefer(CMP, ids_on(CMP, A, range(100)) + ids_on(CMP, B, range(40)), [],
+    assert placement.prefer(CMP, ids_on(CMP, A, range(40)) + ids_on(CMP, B, range(100)), [],
                             30) == ids_on(CMP, A, range(30))
 
 
 def test_a_resource_the_container_had_starts_the_next_container(placement):
-    memory = placement.prefer(MEM, ids_on(MEM, A, range(10)) + ids_on(MEM, B, range(20)), [], 5)
-    placement.allocated(MEM, memory)
-    compute = placement.prefer(CMP, ids_on(CMP, A, range(100)) + ids_on(CMP, B, range(40)), [],
-                               30)
-    placement.allocated(CMP, compute)  # the first container: memory and compute on GPU 1
-    # The next container's first call is for memory again: it follows nothing.
+    placement.allocated(CMP, steered(placement))  # the first container: all on GPU 1
+    # The next container's first call is for memory again: it follows nothing, and takes the
+    # best fit, GPU 0.
     assert placement.prefer(MEM, ids_on(MEM, A, range(10)) + ids_on(MEM, B, range(15)), [],
                             5) == ids_on(MEM, A, range(5))
 
 
-def test_with_no_container_to_follow_the_gpu_with_most_room_in_everything_goes_first(placement):
-    # GPU 0 has nearly all its compute taken.
-    assert placement.prefer(CMP, ids_on(CMP, A, range(10)) + ids_on(CMP, B, range(100)), [],
-                            5) == ids_on(CMP, B, range(5))
-    placement.clock.now += 5  # what was asked before belongs to no container now
-    # GPU 0 has more memory units free (60 against 50), but less room: its compute is 10% free,
-    # GPU 1's memory 35%.
+@pytest.mark.parametrize("resource", [MEM, CMP])
+def test_memory_and_compute_go_to_the_gpu_with_the_fewest_free_that_holds_them(
+        placement, resource):
+    # GPU 1 has fewer free (12) than GPU 0 (50), and enough for 8: the best fit.
+    available = ids_on(resource, A, range(50)) + ids_on(resource, B, range(12))
+    assert placement.prefer(resource, available, [], 8) == ids_on(resource, B, range(8))
+    placement.clock.now += 5  # a new container
+    # 20 do not fit GPU 1's 12: GPU 0 it is.
+    assert placement.prefer(resource, available, [], 20) == ids_on(resource, A, range(20))
+    placement.clock.now += 5
+    # Where both have as few free, the first offered.
+    assert placement.prefer(resource, ids_on(resource, B, range(9)) +
+                            ids_on(resource, A, range(9)), [], 9) == ids_on(resource, B, range(9))
+
+
+def test_a_gpu_with_another_resource_all_taken_is_the_last_fit(placement):
+    # GPU 0's compute is all taken (the last compute call was offered none of it): a container
+    # asking for memory and compute could not have both there.
+    placement.prefer(CMP, ids_on(CMP, B, range(100)), [], 5)
+    placement.clock.now += 5
+    assert placement.prefer(MEM, ids_on(MEM, A, range(10)) + ids_on(MEM, B, range(50)), [],
+                            5) == ids_on(MEM, B, range(5))
+    placement.clock.now += 5
+    # Where only it holds the request, there it goes.
     assert placement.prefer(MEM, ids_on(MEM, A, range(60)) + ids_on(MEM, B, range(50)), [],
-                            8) == ids_on(MEM, B, range(8))
+                            55) == ids_on(MEM, A, range(55))
+
+
+def test_slots_with_no_container_to_follow_go_to_the_gpu_with_most_room_in_everything(
+        placement):
+    # GPU 0 has nearly all its compute taken (seen by the last compute call), GPU 1 its memory
+    # partly: GPU 1 has the more room, though GPU 0 has more slots free.
+    placement.prefer(CMP, ids_on(CMP, A, range(10)) + ids_on(CMP, B, range(100)), [], 5)
+    placement.clock.now += 5
+    placement.prefer(MEM, ids_on(MEM, A, range(80)) + ids_on(MEM, B, range(50)), [], 8)
+    placement.clock.now += 5
+    assert placement.prefer(SLOT, ids_on(SLOT, A, range(3)) + ids_on(SLOT, B, range(2)), [],
+                            1) == ids_on(SLOT, B, range(1))
 
 
 def test_a_refusal_says_what_each_gpu_has_free(placement):

@@ -7,12 +7,13 @@ TWO_GPUS: GPU 0 (UUID_A) has 80 GiB, GPU 1 (UUID_B) 141 GiB; 1 GiB units unless 
 
 from __future__ import annotations
 
+import json
 import os
 
 import grpc
 import pytest
 from fake_kubelet import AdmissionFailed, FakeKubelet
-from plugin_helpers import HOST_PATHS, UUID_A, UUID_B
+from plugin_helpers import GIB, HOST_PATHS, TWO_GPUS, UUID_A, UUID_B
 
 from gemshare_nvs.kubernetes.device_units import (
     COMPUTE,
@@ -132,22 +133,67 @@ def test_with_mps_the_resources_together_give_each_mount_once(kubelet, plugin):
 
 def test_a_later_resource_follows_the_gpu_of_the_containers_earlier_one(kubelet, plugin):
     plugin()
-    # Other containers hold most of both GPUs' memory and 60 compute units of GPU 1.
-    hold(kubelet, MEMORY_NAME, memory_ids(UUID_A, range(70)) + memory_ids(UUID_B, range(121)))
-    hold(kubelet, COMPUTE_NAME, compute_ids(UUID_B, range(60)))
-    # Memory first: GPU 1 has the larger share of its memory free (20 of 141 against 10 of
-    # 80). Compute alone would now go to GPU 0, the one with more room in everything; it follows
-    # the memory to GPU 1, where it fits.
+    # Other containers hold most of both GPUs' memory and 60 compute units of GPU 0.
+    hold(kubelet, MEMORY_NAME, memory_ids(UUID_A, range(60)) + memory_ids(UUID_B, range(131)))
+    hold(kubelet, COMPUTE_NAME, compute_ids(UUID_A, range(60)))
+    # Memory first: GPU 1 has the fewer units free that hold it (10 against 20). Compute alone
+    # would now go to GPU 0 (40 free against 100); it follows the memory to GPU 1.
     container = kubelet.admit({MEMORY_NAME: 5, COMPUTE_NAME: 30})
     assert gpus_of(container.devices[MEMORY_NAME]) == gpus_of(
         container.devices[COMPUTE_NAME]) == {UUID_B}
     assert container.conflicts == []
-    # Compute first goes where there is the most room (GPU 0: its compute is all free), and
-    # the memory follows it there.
+    # Compute first goes to its best fit, GPU 0, and the memory follows it there.
     kubelet.release(container)
     container = kubelet.admit({COMPUTE_NAME: 30, MEMORY_NAME: 5})
     assert gpus_of(container.devices[COMPUTE_NAME]) == gpus_of(
         container.devices[MEMORY_NAME]) == {UUID_A}
+
+
+@pytest.fixture
+def two_80_gib_gpus(monkeypatch, fake_nvml):
+    monkeypatch.setenv("FAKE_NVML_GPUS", json.dumps(
+        [{**gpu, "total": 80 * GIB} for gpu in TWO_GPUS]))
+
+
+def memory_free_by_gpu(kubelet) -> dict[str, int]:
+    advertised = kubelet.wait_for_stream(resource=MEMORY_NAME).latest
+    taken = kubelet.allocated.get(MEMORY_NAME, set())
+    free = {UUID_A: 0, UUID_B: 0}
+    for ident in set(advertised) - taken:
+        free[parse_unit_id(ident).gpu_uuid] += 1
+    return free
+
+
+def test_shares_are_packed_so_that_a_later_large_one_still_fits(kubelet, plugin,
+                                                                two_80_gib_gpus):
+    """On 2 × 80 GiB, 30, 30 and then 60 GiB: spread one a GPU, the 60 would find 50 on each."""
+    plugin()
+    first, second = kubelet.admit({MEMORY_NAME: 30}), kubelet.admit({MEMORY_NAME: 30})
+    assert gpus_of(first.devices[MEMORY_NAME]) == gpus_of(second.devices[MEMORY_NAME])
+    large = kubelet.admit({MEMORY_NAME: 60})
+    assert gpus_of(large.devices[MEMORY_NAME]) != gpus_of(first.devices[MEMORY_NAME])
+    assert sorted(memory_free_by_gpu(kubelet).values()) == [20, 20]
+
+
+def test_after_8_45_and_45_gib_a_request_goes_where_it_fits_best(kubelet, plugin,
+                                                                 two_80_gib_gpus):
+    """62 GiB stay free, 27 and 35 on the two GPUs whichever way the three were placed: a 40 GiB
+    request is refused saying so (the kube-scheduler, counting the node's total, let it come);
+    20 GiB go to the 27, leaving the 35 whole for the 30 after them."""
+    plugin()
+    for size in (8, 45, 45):
+        kubelet.admit({MEMORY_NAME: size})
+    free = memory_free_by_gpu(kubelet)
+    assert sorted(free.values()) == [27, 35]
+    with pytest.raises(AdmissionFailed) as refused:
+        kubelet.admit({MEMORY_NAME: 40})
+    assert ("no GPU of this node has 40 memory units (40 GiB) free" in str(refused.value) and
+            f"free now: GPU 0 ({UUID_A}): {free[UUID_A]} of 80; GPU 1 ({UUID_B}): "
+            f"{free[UUID_B]} of 80" in str(refused.value)), refused.value
+    tighter = min(free, key=free.get)
+    assert gpus_of(kubelet.admit({MEMORY_NAME: 20}).devices[MEMORY_NAME]) == {tighter}
+    roomier = max(free, key=free.get)
+    assert gpus_of(kubelet.admit({MEMORY_NAME: 30}).devices[MEMORY_NAME]) == {roomier}
 
 
 def test_a_container_whose_gpu_has_no_room_for_its_next_resource_gets_another_and_is_told(

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+from signal_moments import survives_every_moment
 
 LOG_TIMEOUT = 15.0  # only catches hangs
 
@@ -124,3 +125,11 @@ def test_started_through_hold_signals_it_survives_signals_before_its_first_line(
     acted_on_every_held_signal(running)
     assert not blocked_signals(running.process.pid) & set(HELD)  # nor for what it starts later
     assert running.stop() == 0
+
+
+@pytest.mark.parametrize("signum", HELD, ids=lambda signum: signum.name)
+def test_through_hold_signals_each_signal_from_the_first_milliseconds_is_acted_on(
+        scheduler_factory, hold_signals, signum):
+    """As make install's command, make scheduler, the unit and the image start it: sent 1 to
+    50 ms after the exec (SIGUSR1 and SIGUSR2 too, which once killed it in the first 10 ms)."""
+    survives_every_moment(lambda: scheduler_factory(wrapper=[hold_signals], wait=False), signum)
