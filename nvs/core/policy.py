@@ -456,8 +456,15 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
                                  self._link(device).to_host.seconds(hold.drop_evict))
         seconds = elapsed_us / 1e6
         believed = self.residency.moved_out(device, cid, size) if to_host else size
-        if hold is not None and not to_host:  # a holder's memory is all back once it says so
-            self.residency.set(device, cid, client.allocated.get(device, 0))
+        if hold is not None and not to_host:
+            # A holder's memory is all back once it says so, but for what it moved off and did
+            # not bring back: memory it leaves on the host for page faults (libnvs's cold
+            # memory, a server's cleared cache) takes no room on the device.
+            allocated = client.allocated.get(device, 0)
+            left = max(hold.moved_off - size, 0)
+            hold.moved_off = 0
+            there = min(self.residency.of(device, cid) + size, allocated) - left
+            self.residency.set(device, cid, max(there, 0))
             dev.fetching.pop(cid, None)
         # Only bytes it was asked for teach the rates, which set other clients' deadlines too.
         counted = self.credit.counted(device, cid, to_host, believed)
@@ -848,7 +855,8 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
         self.credit.granted(dev.index, cid, fetch)
         # What it moved off itself comes back before it runs, and it says when (MOVED): until
         # then, or twice the time that should take, the link is taken (_one_fetch_at_a_time).
-        coming_back = min(self.residency.brought_back(dev.index, cid), fetch)
+        dev.holders[cid].moved_off = self.residency.brought_back(dev.index, cid)
+        coming_back = min(dev.holders[cid].moved_off, fetch)
         if coming_back > 0:
             dev.fetching[cid] = now + 1.0 + 2 * self._link(dev.index).to_device.seconds(coming_back)
         self.residency.set(dev.index, cid, self.memory_of(cid, dev.index))  # all of it comes back
