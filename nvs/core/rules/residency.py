@@ -1,9 +1,9 @@
 """Where the scheduler believes each client's memory is: bytes on each device, per client.
 
 An estimate built from what the clients report (allocations, and moves to the host) and from the
-lock (a holder brings all of its memory back). It never goes below 0 nor above what the client
-has allocated, whatever a client claims, so a client that lies about its moves can skew only its
-own figure, never the sums of others.
+lock (a holder brings back all it moved off, but for what it says it left on the host). It never
+goes below 0 nor above what the client has allocated, whatever a client claims, so a client that
+lies about its moves can skew only its own figure, never the sums of others.
 """
 
 from __future__ import annotations
