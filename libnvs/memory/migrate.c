@@ -716,6 +716,11 @@ uint64_t gs_migrate_moved_out(int device)
     return gs_device_ok(device) ? gs_mig.out[device].bytes - gs_mig.out[device].cold : 0;
 }
 
+uint64_t gs_migrate_left_on_host(int device)
+{
+    return gs_device_ok(device) ? gs_mig.out[device].cold : 0;
+}
+
 void gs_migrate_granted(int device)
 {
     if (gs_device_ok(device)) {

@@ -67,6 +67,9 @@ bool gs_migrate_unpopulated(int device);
 /* Bytes moved to the host since the lock was last granted that come back at the next grant:
  * cold memory (cold.h) stays on the host. */
 uint64_t gs_migrate_moved_out(int device);
+/* Bytes of cold memory moved to the host since the lock was last granted, counted (the first
+ * time each allocation left): they stay there at the grant. */
+uint64_t gs_migrate_left_on_host(int device);
 /* The lock is granted again: what moved out is counted from here. */
 void gs_migrate_granted(int device);
 
