@@ -14,7 +14,9 @@ LLM_IDLE_S (a range) between its requests. Runs, each from a fresh start:
 - `together`: the same under a capacity that holds them all (two such cards' worth): no switch
   should move anything;
 - `restart`: each server started for one request, the start-up counted, as a setup that stops
-  one server and starts the other at each switch would pay (Ollama, llama-swap).
+  one server and starts the other at each switch would pay (Ollama, llama-swap);
+- `engines`: vLLM as it is (bench/gpu/llm_engine.py), its `gpu_memory_utilization` unchanged,
+  under the shared run's capacity; skipped where BENCH_PYTHON has no vLLM (SGLang is not run).
 
 Every generated token of a shared run is checked against the same server alone. Reported per
 run and server: time to first token p50/p99 (of the requests after an idle span), time per
@@ -32,6 +34,7 @@ import json
 import os
 import random
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -40,6 +43,8 @@ from gpu_runs import attempt, free_mib, inherited, keep_log, launch, private_sch
 from scheduler_log import lock_events, switch_moves
 
 WORKLOAD = Path(__file__).resolve().parent / "gpu" / "llm_server.py"
+ENGINE = Path(__file__).resolve().parent / "gpu" / "llm_engine.py"  # vLLM, where installed
+ENGINE_LABEL = "llm-engine"
 TQ = 30
 SHARE = 0.9  # of the card each server takes, as vLLM's gpu_memory_utilization
 READY_TIMEOUT_S = 300
@@ -105,11 +110,11 @@ def refusal(chosen: dict, free: list[int]) -> str | None:
 
 
 def server_command(python: str, directory: Path, chosen: dict, index: int,
-                   times: list[float]) -> list[str]:
+                   times: list[float], workload: Path | None = None) -> list[str]:
     """Server `index`'s command line, its schedule written beside its output."""
     directory.mkdir(parents=True, exist_ok=True)
     (directory / f"schedule-{index}.json").write_text(json.dumps(times))
-    return [python, str(WORKLOAD), "--params-b", str(chosen["params_b"]),
+    return [python, str(workload or WORKLOAD), "--params-b", str(chosen["params_b"]),
             "--card-mib", str(chosen["card_mib"]), "--share", str(chosen["share"]),
             "--seed", str(chosen["seed"] + index), "--prompt", str(chosen["prompt"]),
             "--new-tokens", str(chosen["new_tokens"]),
@@ -117,7 +122,7 @@ def server_command(python: str, directory: Path, chosen: dict, index: int,
 
 
 def run_servers(python: str, env: dict, directory: Path, chosen: dict,
-                arrivals: list) -> list[dict]:
+                arrivals: list, workload: Path | None = None) -> list[dict]:
     """The servers, each with its arrivals, from one go moment once all are ready; what each
     printed."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -125,7 +130,7 @@ def run_servers(python: str, env: dict, directory: Path, chosen: dict,
     processes = []
     try:
         for index, times in enumerate(arrivals):
-            command = server_command(python, directory, chosen, index, times)
+            command = server_command(python, directory, chosen, index, times, workload)
             processes.append(launch(command + ["--ready", str(directory / f"ready-{index}"),
                                                "--go", str(go)], env,
                                     directory / f"server-{index}"))
@@ -247,9 +252,41 @@ def alone_run(python: str, directory: Path, chosen: dict, arrivals: list) -> dic
     return {**figures(servers), "raw": servers}
 
 
+def missing(python: str, modules: str, what: str) -> str | None:
+    """Why `python` cannot run a part's programs, or None: it must import `modules`."""
+    try:
+        done = subprocess.run([python, "-c", f"import {modules}"], capture_output=True,
+                              timeout=300)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"could not ask {python} for {what}: {exc}"
+    return None if done.returncode == 0 else f"{what} is not installed for {python}"
+
+
+def engine_missing(python: str) -> str | None:
+    """Why the engines' run cannot be made, or None: vLLM must be importable by `python`."""
+    return missing(python, "vllm", "vLLM")
+
+
+def engines_run(python: str, library: Path, directory: Path, chosen: dict,
+                arrivals: list) -> dict:
+    """vLLM servers as they are, each with its gpu_memory_utilization unchanged, under the
+    shared run's capacity; a memory_limit rule shows each the card it was told of, which it
+    then takes 90% of, as the servers above do."""
+    config = directory.parent / "engines.toml"
+    config.write_text(f'[[rule]]\nmatch = {{ label = "{ENGINE_LABEL}" }}\n'
+                      f'memory_limit = "{chosen["card_mib"]}MiB"\n')
+    with private_scheduler(library, directory, args=["--config", str(config)], tq=TQ,
+                           anti_thrash="on", capacity_mib=chosen["card_mib"]) as (scheduler, env):
+        servers = run_servers(python, {**env, "GEMSHARE_LABEL": ENGINE_LABEL}, directory,
+                              chosen, arrivals, ENGINE)
+        scheduler.check_running()
+    return {**figures(servers), **lock_events(scheduler.log_path.read_text())}
+
+
 def measure(python: str, library: Path, directory: Path) -> dict:
     chosen = settings()
-    reason = refusal(chosen, free_mib())
+    reason = refusal(chosen, free_mib()) or missing(python, "torch, transformers",
+                                                    "PyTorch with transformers")
     if reason:
         print(f"llm_servers skipped: {reason}", file=sys.stderr)
         return {**chosen, "skipped": reason}
@@ -266,6 +303,13 @@ def measure(python: str, library: Path, directory: Path) -> dict:
                                directory / name, chosen, arrivals, capacity, reference)
     result["restart"] = attempt("llm servers, restart per switch", restart_line, restart_run,
                                 python, directory / "restart", chosen)
+    absent = engine_missing(python)
+    if absent:
+        print(f"llm servers, vLLM: skipped ({absent})", file=sys.stderr)
+        result["engines"] = {"skipped": absent}
+    else:
+        result["engines"] = attempt("llm servers, vLLM", run_line, engines_run, python, library,
+                                    directory / "engines", chosen, arrivals)
     return result
 
 
@@ -305,3 +349,8 @@ def print_llm_servers(part: dict) -> None:
             print(run_line(f"llm servers, {name}", part[name]))
     if "restart" in part:
         print(restart_line("llm servers, restart per switch", part["restart"]))
+    engines = part.get("engines", {})
+    if "skipped" in engines:
+        print(f"llm servers, vLLM: skipped ({engines['skipped']})")
+    elif engines:
+        print(run_line("llm servers, vLLM", engines))

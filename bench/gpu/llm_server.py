@@ -60,18 +60,29 @@ def clear(tensor: torch.Tensor) -> None:
     torch.cuda.synchronize()
 
 
+def kv_pairs(cache) -> list:
+    """Each layer's (keys, values) of transformers' cache, whichever version made it."""
+    if hasattr(cache, "layers"):  # 4.54 and later
+        return [(layer.keys, layer.values) for layer in cache.layers]
+    if hasattr(cache, "key_cache"):
+        return list(zip(cache.key_cache, cache.value_cache))
+    return list(cache.to_legacy_cache() if hasattr(cache, "to_legacy_cache") else cache)
+
+
 class Server:
     def __init__(self, options):
         started = time.perf_counter()
-        torch.use_deterministic_algorithms(True)
+        torch.use_deterministic_algorithms(True, warn_only=True)
         torch.manual_seed(options.seed)
         self.config = config_for(options.params_b)
+        torch.set_default_dtype(torch.bfloat16)  # built in bf16: no fp32 copy held in cache
         with torch.device("cuda"):
-            self.model = LlamaForCausalLM(self.config).to(torch.bfloat16).eval()
+            self.model = LlamaForCausalLM(self.config).eval()
+        torch.set_default_dtype(torch.float32)
         self.prompt, self.new_tokens, self.seed = options.prompt, options.new_tokens, options.seed
         self.weights_bytes = sum(p.numel() * p.element_size() for p in self.model.parameters())
         self.generate(self.prompt_tokens(-1))  # the profile pass, as vLLM's
-        free, total = torch.cuda.mem_get_info()
+        _, total = torch.cuda.mem_get_info()
         card = min(total, options.card_mib << 20)
         self.pool_bytes = int(options.share * card) - torch.cuda.memory_reserved()
         if self.pool_bytes <= 0:
@@ -103,8 +114,7 @@ class Server:
 
     def keep(self, cache) -> None:
         """Writes the request's keys and values into the pool's next slots, wrapping around."""
-        layers = cache.to_legacy_cache() if hasattr(cache, "to_legacy_cache") else cache
-        for keys, values in layers:
+        for keys, values in kv_pairs(cache):
             for part in (keys, values):
                 raw = part.contiguous().view(torch.uint8).flatten()
                 if raw.numel() > self.pool_bytes:

@@ -75,3 +75,16 @@ def test_a_token_that_differs_from_alone_or_a_request_lost_fails_the_check(chang
     else:
         run.pop()
     assert llm_servers.tokens_match(run, alone) is False
+
+
+def test_the_vllm_run_is_skipped_saying_why_where_vllm_cannot_be_imported():
+    assert llm_servers.engine_missing("false") == "vLLM is not installed for false"
+    assert "could not ask /nonexistent/python" in llm_servers.engine_missing("/nonexistent/python")
+
+
+def test_the_part_is_skipped_saying_why_where_its_python_has_no_transformers(monkeypatch,
+                                                                            tmp_path):
+    monkeypatch.setattr(llm_servers, "free_mib", lambda: [143000])
+    result = llm_servers.measure("false", Path("/nonexistent/libnvs.so"), tmp_path)
+    assert result["skipped"] == "PyTorch with transformers is not installed for false"
+    assert not list(tmp_path.iterdir())  # nothing ran
