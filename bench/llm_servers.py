@@ -11,8 +11,8 @@ LLM_IDLE_S (a range) between its requests. Runs, each from a fresh start:
 - `alone`: the servers with no layer on the real card, which holds them all (the ideal);
 - `shared`: under libnvs.so and a scheduler whose --capacity-mib is the card they were told
   of, in mode `on`: only one server's reservation fits, so every switch makes room;
-- `together`: the same under a capacity that holds them all (two such cards' worth): no switch
-  should move anything;
+- `together`: the same in mode `auto` under a capacity that holds them all (two such cards'
+  worth): all hold the card at once, and nothing moves;
 - `restart`: each server started for one request, the start-up counted, as a setup that stops
   one server and starts the other at each switch would pay (Ollama, llama-swap);
 - `engines`: vLLM as it is (bench/gpu/llm_engine.py), its `gpu_memory_utilization` unchanged,
@@ -213,8 +213,8 @@ def tokens_match(servers: list[dict], alone: list[dict]) -> bool:
 
 
 def shared_run(python: str, library: Path, directory: Path, chosen: dict, arrivals: list,
-               capacity_mib: int, alone: list[dict]) -> dict:
-    with private_scheduler(library, directory, tq=TQ, anti_thrash="on",
+               capacity_mib: int, mode: str, alone: list[dict]) -> dict:
+    with private_scheduler(library, directory, tq=TQ, anti_thrash=mode,
                            capacity_mib=capacity_mib) as (scheduler, env):
         servers = run_servers(python, env, directory, chosen, arrivals)
         scheduler.check_running()
@@ -222,6 +222,7 @@ def shared_run(python: str, library: Path, directory: Path, chosen: dict, arriva
     keep_log(log, "LLM_LOGS", f"{directory.name}.log")
     switches = switch_moves(log, warm_up=0)
     return {**figures(servers, alone), **lock_events(log), "capacity_mib": capacity_mib,
+            "mode": mode,
             "switches": len(switches),
             "switch_bytes_median": statistics.median(switches) if switches else None,
             "switch_bytes_max": max(switches, default=None),
@@ -298,9 +299,10 @@ def measure(python: str, library: Path, directory: Path) -> dict:
     if reference is None:
         return result
     one_card = chosen["card_mib"]
-    for name, capacity in (("shared", one_card), ("together", chosen["servers"] * one_card)):
+    for name, capacity, mode in (("shared", one_card, "on"),
+                                 ("together", chosen["servers"] * one_card, "auto")):
         result[name] = attempt(f"llm servers, {name}", run_line, shared_run, python, library,
-                               directory / name, chosen, arrivals, capacity, reference)
+                               directory / name, chosen, arrivals, capacity, mode, reference)
     result["restart"] = attempt("llm servers, restart per switch", restart_line, restart_run,
                                 python, directory / "restart", chosen)
     absent = engine_missing(python)

@@ -214,7 +214,7 @@ SCENARIOS: tuple[Scenario, ...] = (
         "llm_servers",
         "two Llama-architecture servers (3B, bf16, random weights), each sizing its KV cache "
         "to 90% of a 32 GiB card, serving requests alternately after idle spans of 5-15 s, "
-        "under --capacity-mib 32768, `on`, TQ 30",
+        "under --capacity-mib 32768, `on`, TQ 30; fitting together: `auto` under twice that",
         (bound("time to first token after an idle span, p50", "<=", 1.0, "s", "llm_servers",
                ("shared", "ttft_p50_s")),
          bound("time to first token after an idle span, p99", "<=", 1.5, "s", "llm_servers",
