@@ -57,6 +57,39 @@ def test_a_cleared_cache_leaves_first_counts_once_and_stays_on_the_host(scripted
         (p.MOVED_TO_HOST, 96 * MiB), (0, 0), (p.MOVED_TO_HOST, 8 * MiB), (0, 8 * MiB)]
 
 
+def test_what_the_program_faulted_back_of_a_cleared_cache_is_all_that_moves_out(
+        scripted_migrating):
+    gpu, scheduler = scripted_migrating
+    # Moves at a rate, so that the fake counts what each migration and fault really moved.
+    gpu.base_env.update(FAKECUDA_MIGRATE_GBPS="50")
+    gpu.device_mem = DEVICE
+    steps = ["init", *ALLOCATIONS, "launch", 100, "sync", "touch-file", gpu.path("ran"),
+             "wait-file", gpu.path("again"), "fill-part", "cache", "32M", "4M", 9, "sync",
+             "touch-file", gpu.path("ran-again"), "wait-file", gpu.path("last"), "launch", 100,
+             "sync"]
+    program = gpu.start(steps, env=NO_EARLY_RELEASE)
+    scheduler.turn(program, gpu.path("ran"))
+    for round_ in (1, 2):
+        scheduler.drop(program.pid, 8 * MiB)
+        scheduler.wait_for(program.pid, p.LockReleased, count=round_)
+        if round_ == 1:
+            gpu.path("again").touch()
+            scheduler.turn(program, gpu.path("ran-again"), others_ran=True)
+    result = scheduler.last_turn(program, gpu.path("last"), others_ran=True)
+    events = gpu.events()
+    ptr = result.pointers()
+    # The request wrote 4 MiB of the cache, on the host: the driver's faults brought those
+    # pages back, and the next move out of the whole cache moved just them.
+    faulted = [int(e["faulted"]) for e in events if e.pid == result.pid
+               and e.name == "exec_end" and e.get("faulted", "0") != "0"]
+    assert faulted == [4 * MiB], faulted
+    cache_out = [e["seq"] for e in fakelog.prefetches(events, result.pid, to_host=True)
+                 if int(e["ptr"], 16) == ptr["cache"]]
+    moved = {e["seq"]: int(e["moved"]) for e in events if e.pid == result.pid
+             and e.name == "exec_end" and e.get("op") == "prefetch"}
+    assert [moved[seq] for seq in cache_out] == [96 * MiB, 4 * MiB]
+
+
 def test_a_cleared_cache_is_never_staged_and_keeps_what_the_program_wrote(scripted):
     gpu, scheduler = scripted  # moves by copy to staging memory, where they can
     gpu.base_env.update(GEMSHARE_POPULATE="0")
