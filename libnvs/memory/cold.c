@@ -51,9 +51,9 @@ static void gs_cold_read_ring(void)
     for (; gs_cold.tail < head; gs_cold.tail++) {
         struct gs_cold_slot *slot = &gs_ring[gs_cold.tail % GS_COLD_RING];
         uint64_t seq = atomic_load_explicit(&slot->seq, memory_order_acquire);
-        uint64_t ptr = atomic_load_explicit(&slot->ptr, memory_order_relaxed);
-        uint64_t bytes = atomic_load_explicit(&slot->bytes, memory_order_relaxed);
-        atomic_thread_fence(memory_order_acquire);
+        /* Acquire loads: the second look at seq below cannot come before them. */
+        uint64_t ptr = atomic_load_explicit(&slot->ptr, memory_order_acquire);
+        uint64_t bytes = atomic_load_explicit(&slot->bytes, memory_order_acquire);
         if (seq < gs_cold.tail + 1)
             break; /* still being written (its call has left the gate): read it next time */
         if (seq > gs_cold.tail + 1 || atomic_load_explicit(&slot->seq, memory_order_relaxed) != seq)
