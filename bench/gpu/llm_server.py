@@ -112,6 +112,7 @@ class Server:
             tokens.append(int(token))
         return tokens, first, cache
 
+    @torch.no_grad()
     def keep(self, cache) -> None:
         """Writes the request's keys and values into the pool's next slots, wrapping around."""
         for keys, values in kv_pairs(cache):
