@@ -15,7 +15,7 @@
 # make bench-cpu    benchmarks on the fake driver, no GPU needed (bench/README.md)
 # make bench-soak   a long run compressed into minutes: memory, descriptors, handoff latency
 # make bench-abuse  what one unprivileged local user can take from the others
-# make bench-gpu    the scenario registry on a real GPU and its table (BENCH_SET=1|2: one half)
+# make bench-gpu    the scenario registry on a real GPU and its table (BENCH_SET=1|2|3: one third)
 # make device-python  the packages for a GPU machine that reaches no package index
 # make clean        remove build/ and dist/
 # make distclean    also remove what make downloads: Zig (.tools) and the virtualenv (.venv)
@@ -283,9 +283,9 @@ test-lowest: tests-here lib fakecuda
 # make bench-abuse what one unprivileged local user (uid 65534 when run as root) can take from
 #                  the others: control connections, the log, metrics, reloads, start-up
 # make bench-gpu   the scenario registry (bench/scenarios.py) on a real GPU, then its table:
-#                  BENCH_SET=1 and BENCH_SET=2 are its two halves, each sized for under nine
-#                  minutes on one H200 (default: both, one after the other; with BENCH_ONLY, those
-#                  parts alone);
+#                  BENCH_SET=1, 2 and 3 are its three commands, each sized for under nine
+#                  minutes on one H200 (default: all three, one after the other; with BENCH_ONLY,
+#                  those parts alone);
 #                  BENCH_PYTHON is the Python with PyTorch
 BENCH_PYTHON ?= python3
 BENCH_SET ?= $(if $(BENCH_ONLY),,all)

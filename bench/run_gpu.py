@@ -4,14 +4,16 @@ Environment: BENCH_JSON=path (write the results there), BENCH_PYTHON (the Python
 for the workloads; default: this one), BENCH_ROUNDS (A/B rounds, default 7), SWAP_GIB (default 4;
 keep it well under 8 and under the card's free memory), BENCH_ONLY (a comma-separated subset of
 launch_rate, train_steps, swapin, interactive, two_jobs_s, oversub, notebooks, beside_trainer,
-multi_gpu, mps, classroom; default all), BENCH_SET (1, 2 or all: the parts and settings of the
-scenario registry's commands, bench/scenarios.py; what the environment sets besides wins);
+multi_gpu, mps, classroom, llm_servers; default all), BENCH_SET (1, 2, 3 or all: the parts and
+settings of the scenario registry's commands, bench/scenarios.py; what the environment sets
+besides wins);
 OVERSUB_GIB, OVERSUB_PASSES, OVERSUB_CAPACITY_MIB and OVERSUB_GAPS for the part oversub
 (bench/oversub.py); NOTEBOOKS_* for the part notebooks (bench/notebooks.py); BESIDE_* for the
 part beside_trainer (bench/beside_trainer.py); MULTI_GPU_* for the part multi_gpu
 (bench/multi_gpu.py, which needs two GPUs); MPS_* for the part mps (bench/mps.py, which needs
 nvidia-cuda-mps-control on PATH); CLASSROOM_* for the part classroom (bench/classroom.py, whose
-`auto --mps` runs need it too). After the parts' lines, the
+`auto --mps` runs need it too); LLM_* for the part llm_servers (bench/llm_servers.py, whose
+servers need `transformers` beside PyTorch). After the parts' lines, the
 registry's table: scenario by bound, figure, bound and verdict (bench/scenario_table.py).
 """
 
@@ -51,6 +53,7 @@ if __name__ == "__main__":
 
 import beside_trainer  # noqa: E402
 import classroom  # noqa: E402
+import llm_servers  # noqa: E402
 import mps  # noqa: E402
 import multi_gpu  # noqa: E402
 import notebooks  # noqa: E402
@@ -150,7 +153,7 @@ def sharing(library: Path, directory: Path, tq: int, anti_thrash: str = "on"):
 
 # What BENCH_ONLY may name (comma-separated); all of them by default.
 PARTS = ("launch_rate", "train_steps", "swapin", "interactive", "two_jobs_s", "oversub",
-         "notebooks", "beside_trainer", "multi_gpu", "mps", "classroom")
+         "notebooks", "beside_trainer", "multi_gpu", "mps", "classroom", "llm_servers")
 
 
 def chosen_parts() -> set[str]:
@@ -172,11 +175,13 @@ def main() -> int:
     parts = chosen_parts()
     beside = beside_trainer.settings() if "beside_trainer" in parts else None
     lesson = classroom.settings() if "classroom" in parts else None
-    if "mps" in parts:
-        try:
+    try:  # before anything runs, as for the other parts' settings
+        if "mps" in parts:
             mps.loop_setups()
-        except ValueError as exc:  # before anything runs, as for the other parts' settings
-            raise SystemExit(str(exc)) from None
+        if "llm_servers" in parts:
+            llm_servers.settings()
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from None
     signal.signal(signal.SIGTERM, leave)
     library = BUILD / "libnvs.so"
     if not library.exists():
@@ -249,6 +254,10 @@ def main() -> int:
             results["classroom"] = classroom.measure(PYTHON, library, directory / "classroom",
                                                      lesson)
             began = lap(took, "classroom", began)
+        if "llm_servers" in parts:
+            results["llm_servers"] = llm_servers.measure(PYTHON, library,
+                                                         directory / "llm_servers")
+            began = lap(took, "llm_servers", began)
     print_table(results)
     results["registry"] = print_registry(results)
     if os.environ.get("BENCH_JSON"):
@@ -300,6 +309,8 @@ def print_table(results: dict) -> None:
         print(json.dumps(results["mps"], indent=1))
     if "classroom" in results:
         classroom.print_classroom(results["classroom"])
+    if "llm_servers" in results:
+        llm_servers.print_llm_servers(results["llm_servers"])
 
 
 def print_swap(swap: dict) -> None:

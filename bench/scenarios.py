@@ -210,6 +210,23 @@ SCENARIOS: tuple[Scenario, ...] = (
                ("sets", "*", "on", "intact"), ("sets", "*", "auto", "intact"))),
         (LIBNVS + "test_move_by_copy.py::"
          "test_many_handoffs_with_the_real_scheduler_keep_every_byte",)),
+    Scenario(
+        "llm_servers",
+        "two Llama-architecture servers (3B, bf16, random weights), each sizing its KV cache "
+        "to 90% of a 32 GiB card, serving requests alternately after idle spans of 5-15 s, "
+        "under --capacity-mib 32768, `on`, TQ 30; fitting together: `auto` under twice that",
+        (bound("time to first token after an idle span, p50", "<=", 1.0, "s", "llm_servers",
+               ("shared", "ttft_p50_s")),
+         bound("time to first token after an idle span, p99", "<=", 1.5, "s", "llm_servers",
+               ("shared", "ttft_p99_s")),
+         bound("time per output token / alone", "<=", 1.05, "x", "llm_servers",
+               ("shared", "tpot_ratio")),
+         bound("fitting together: time to first token / alone", "<=", 1.05, "x",
+               "llm_servers", ("together", "ttft_ratio")),
+         bound("every token as the server alone", "is", True, "", "llm_servers",
+               ("shared", "tokens_match"), ("together", "tokens_match"))),
+        (LIBNVS + "test_llm_servers.py::"
+         "test_a_request_after_an_idle_span_waits_only_for_the_memory_it_touched",)),
 )
 
 # What each `make bench-gpu BENCH_SET=N` runs on one GPU, and the part settings the registry's
@@ -224,12 +241,20 @@ SETS: dict[int, dict] = {
         "env": {"BENCH_ROUNDS": "3", "OVERSUB_GAPS": "0,0.2,1", "OVERSUB_PASSES": "12",
                 "CLASSROOM_SETUPS": "on,auto_mps_low",
                 "MPS_ONLY": "loops", "MPS_SETUPS": "mps,auto_mps", "MPS_SECONDS": "5"}},
+    # Inference servers: their start-ups (each run starts the servers afresh) are the least
+    # certain part.
+    3: {"parts": ("llm_servers",),
+        "env": {"LLM_SERVERS": "2", "LLM_PARAMS_B": "3", "LLM_CARD_MIB": "32768",
+                "LLM_REQUESTS": "5", "LLM_IDLE_S": "5,15"}},
 }
 # Estimated seconds of each part with the settings above, on one H200, from the parts' earlier
 # runs (docs/benchmarks.md) and their programs' lengths; a run's JSON has the real ones
 # (`part_seconds`).
 PART_SECONDS = {"notebooks": 370, "beside_trainer": 105, "mps": 30, "launch_rate": 65,
-                "train_steps": 40, "oversub": 195, "classroom": 190}
+                "train_steps": 40, "oversub": 195, "classroom": 190,
+                # four runs (alone, shared, together, restart), each about a minute: the
+                # schedule's 47 s and the servers' start (not yet measured on a GPU)
+                "llm_servers": 300}
 SET_LIMIT_S = 540  # under nine minutes, a lent machine's command each
 
 
@@ -248,8 +273,8 @@ def sets_of(scenario: Scenario) -> tuple[int, ...]:
 
 
 def set_settings(which: str) -> dict:
-    """The environment `BENCH_SET=which` stands for: "1", "2" or "all" (both, one after the
-    other); BENCH_ONLY names its parts. A clear error for anything else."""
+    """The environment `BENCH_SET=which` stands for: "1", "2", "3" or "all" (every one, one
+    after the other); BENCH_ONLY names its parts. A clear error for anything else."""
     chosen = sorted(SETS) if which == "all" else [int(which)] if which.isdigit() else []
     if not chosen or any(number not in SETS for number in chosen):
         raise ValueError(f"BENCH_SET is {which!r}; choose from "

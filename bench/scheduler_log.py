@@ -45,3 +45,28 @@ def eviction_answers(log: str) -> list[float]:
         elif "to the host" in rest and client in asked:
             answers.append((at - asked.pop(client)).total_seconds())
     return answers
+
+
+GRANT = re.compile(r"\bgrant client (\d+) ")
+MOVED_BYTES = re.compile(r"\bmoved client (\d+) .*?: device \d+, (\d+) bytes to the (host|device)")
+
+
+def switch_moves(log: str, warm_up: int = 2) -> list[int]:
+    """Bytes moved (out and in) by each switch from one client to another, in order: a switch
+    runs from a grant to a client other than the last one granted up to the next such grant.
+    From the first switch after `warm_up` clients have each moved memory out once: their first
+    move out may carry memory that stays on the host afterwards (libnvs's cold memory)."""
+    switches: list[int] = []
+    last, out_once, counting = None, set(), False
+    for line in log.splitlines():
+        if (grant := GRANT.search(line)) and grant[1] != last:
+            last = grant[1]
+            counting = counting or len(out_once) >= warm_up
+            if counting:
+                switches.append(0)
+        elif moved := MOVED_BYTES.search(line):
+            if moved[3] == "host":
+                out_once.add(moved[1])
+            if counting and switches:
+                switches[-1] += int(moved[2])
+    return switches

@@ -30,6 +30,7 @@ enum gs_kind {
     GS_KIND_CAPTURE,
     GS_KIND_SUBMIT,
     GS_KIND_SPAN,
+    GS_KIND_SET,
     GS_KIND_CALLED,
 };
 

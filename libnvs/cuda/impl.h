@@ -17,6 +17,7 @@
 #define GS_IMPL_CAPTURE(symbol, params) GS_IMPL_DECL(symbol, params)
 #define GS_IMPL_SUBMIT(symbol, params)
 #define GS_IMPL_SPAN(symbol, params)
+#define GS_IMPL_SET(symbol, params)
 #define GS_IMPL_CALLED(symbol, params)
 #define GS_ENTRY(kind, symbol, lookup, since, per_thread, stream, params, args)                  \
     GS_IMPL_##kind(symbol, params)

@@ -2,6 +2,7 @@
  * interpose.c) and its per-thread twin, and the exported symbols that name them (wrap.h). */
 #include "entry/wrap.h"
 #include "gate/gate.h"
+#include "memory/cold.h"
 
 /* SUBMIT: pass the device's gate, forward to the function the lookup handed out, leave the gate. */
 #define GS_SUBMIT_HOOK(entry, name, variant, stream, params, args)                               \
@@ -33,10 +34,30 @@
     }                                                                                            \
     GS_EXPORT_ALIAS(name)
 
+/* SET: a SUBMIT that tells the memory code what it cleared, once the driver took it. `fill` is
+ * (stream, destination, value, bytes). */
+#define GS_SET_STREAM(stream, dst, value, bytes) (stream)
+#define GS_SET_NOTE(stream, dst, value, bytes) gs_cold_note_set((dst), (value) == 0, (bytes))
+#define GS_SET_HOOK(entry, name, variant, fill, params, args)                                    \
+    CUresult gs_hook_##name params                                                               \
+    {                                                                                            \
+        int gate = gs_gate_enter();                                                              \
+        if (gate < 0)                                                                            \
+            gate = gs_gate_wait(variant, (CUstream)GS_SET_STREAM fill);                          \
+        CUresult result = GS_REAL(entry, variant) args;                                          \
+        gs_gate_exit(gate);                                                                      \
+        if (result == CUDA_SUCCESS)                                                              \
+            GS_SET_NOTE fill;                                                                    \
+        return result;                                                                           \
+    }                                                                                            \
+    GS_EXPORT_ALIAS(name)
+
 #define GS_DEFINE_SUBMIT(symbol, per_thread, stream, params, args)                               \
     GS_MAKE(GS_SUBMIT_HOOK, symbol, per_thread, stream, params, args)
 #define GS_DEFINE_SPAN(symbol, per_thread, sides, params, args)                                  \
     GS_MAKE(GS_SPAN_HOOK, symbol, per_thread, sides, params, args)
+#define GS_DEFINE_SET(symbol, per_thread, fill, params, args)                                    \
+    GS_MAKE(GS_SET_HOOK, symbol, per_thread, fill, params, args)
 /* Every other kind hands over to its gs_impl_ function. */
 #define GS_DEFINE_ALLOC(symbol, per_thread, stream, params, args)                                \
     GS_MAKE(GS_DELEGATE_HOOK, symbol, per_thread, stream, params, args)

@@ -20,6 +20,7 @@
 #define GS_BY_CAPTURE(lookup, rest, none) rest
 #define GS_BY_SUBMIT(lookup, rest, none) rest
 #define GS_BY_SPAN(lookup, rest, none) rest
+#define GS_BY_SET(lookup, rest, none) rest
 #define GS_BY_CALLED(lookup, rest, none) none
 
 /* make(entry, name, variant, stream, params, args) for the entry's wrapper and its twin's. */

@@ -114,12 +114,16 @@ void gs_handoff_drain(struct gs_session *s, int device, uint64_t bytes)
 void gs_handoff_move_back(struct gs_session *s, int device, uint32_t grant_flags)
 {
     uint64_t out = gs_migrate_moved_out(device);
+    uint64_t left = gs_migrate_left_on_host(device); /* cold memory: it stays there */
     bool fresh = gs_migrate_unpopulated(device); /* allocated while we could not run */
     gs_migrate_granted(device);
     bool staged = gs_migrate_staged(device);
     if (!staged && ((out == 0 && !fresh && !(grant_flags & GS_GRANT_OTHERS_RAN)) ||
-                    !gs_config()->unified_memory))
+                    !gs_config()->unified_memory)) {
+        if (left > 0) /* nothing comes back: the scheduler hears that none of it did */
+            gs_send_moved(s, device, GS_MOVED_DONE, 0, 0);
         return;
+    }
     bool quiet = gs_capture_hold_off(staged ? GS_RESTORE_CAPTURE_WAIT_MS : 0);
     if (!quiet && !staged) {
         gs_debug("a CUDA graph capture is running: no prefetch, page faults bring the memory back");
@@ -131,9 +135,13 @@ void gs_handoff_move_back(struct gs_session *s, int device, uint32_t grant_flags
     if (quiet)
         gs_capture_allow();
     gs_moved_on(s);
-    /* What we had moved out is what came back. Without it the prefetch covered memory that was
-     * there already, and a rate from it would be fiction: the scheduler hears nothing then. */
-    if (done.waited && done.ranges > 0 && out > 0)
+    /* What we had moved out is what came back, but for cold memory, which stays on the host.
+     * Without either the prefetch covered memory that was there already, and a rate from it
+     * would be fiction: the scheduler hears nothing then. With cold memory out it always hears
+     * what came back, 0 bytes when nothing was waited for. */
+    bool arrived = done.waited && done.ranges > 0 && out > 0;
+    if (arrived || left > 0)
         gs_send_moved(s, device, GS_MOVED_DONE | (done.failed ? GS_MOVED_FAILED : 0),
-                      done.failed && done.bytes < out ? done.bytes : out, done.elapsed_us);
+                      !arrived ? 0 : done.failed && done.bytes < out ? done.bytes : out,
+                      arrived ? done.elapsed_us : 0);
 }

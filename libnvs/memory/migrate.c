@@ -24,6 +24,7 @@
 #include "gate/contexts.h"
 #include "gate/gate.h"
 #include "gate/wake.h"
+#include "memory/cold.h"
 #include "memory/memory.h"
 #include "memory/staging.h"
 #include "wire/gemshare_protocol.h"
@@ -48,6 +49,7 @@ struct gs_moved_out {
     uint64_t bytes;
     uint64_t stamp;
     uint64_t offset;
+    uint64_t cold; /* of bytes, cold memory's: it stays on the host at the grant */
 };
 
 /* A piece of an allocation, moved with one call (or a copy and a discard). */
@@ -60,6 +62,8 @@ struct gs_chunk {
     void *host; /* its staging memory, when it goes by copy */
     CUevent done;
     bool freed; /* the program freed its allocation while it moved: nothing to move or wait for */
+    bool cold;  /* cold memory (cold.h): migrated whatever the rest does, outside the order */
+    bool counted; /* its bytes count as moved: on the device as far as we know */
 };
 
 /* The chunks that went by copy and wait in staging memory, per device. */
@@ -261,6 +265,15 @@ static bool gs_submit_chunk(struct gs_mover *mv, struct gs_chunk *c, CUstream st
 
 static void gs_arrived(struct gs_mover *mv, const struct gs_chunk *c)
 {
+    if (c->cold) { /* outside the oldest-first order; counted the first time it leaves */
+        if (c->counted) {
+            mv->result.bytes += c->size;
+            gs_mig.out[mv->device].bytes += c->size;
+            gs_mig.out[mv->device].cold += c->size;
+        }
+        gs_cold_sent_away(mv->device, c->stamp);
+        return;
+    }
     mv->result.bytes += c->size;
     if (!mv->to_host)
         return;
@@ -306,7 +319,7 @@ static void gs_stage(struct gs_mover *mv, struct gs_chunk *chunks, size_t n)
     size_t *sizes = gs_copy_usable() ? malloc(n * sizeof *sizes) : NULL;
     size_t count = 0;
     for (size_t i = 0; sizes && i < n; i++)
-        if (chunks[i].converted)
+        if (chunks[i].converted && !chunks[i].cold)
             sizes[count++] = chunks[i].size;
     if (count > 0 && st->count + count > st->cap) {
         size_t cap = st->count + count + 64;
@@ -325,7 +338,7 @@ static void gs_stage(struct gs_mover *mv, struct gs_chunk *chunks, size_t n)
                      "migrates the rest (about %.1f GB/s)", ready, count, mv->device,
                      gs_migrate_bps(mv->device) / 1e9);
         for (size_t i = 0, taken = 0; i < n && taken < ready; i++)
-            if (chunks[i].converted) {
+            if (chunks[i].converted && !chunks[i].cold) {
                 if ((chunks[i].host = gs_staging_take(mv->device, chunks[i].size)) == NULL)
                     break; /* the host gave what it could: the rest migrates */
                 taken++;
@@ -412,7 +425,8 @@ static bool gs_plan_add(struct gs_plan *plan, const struct gs_managed *a, uint64
         }
         uint64_t size = to - at < GS_MOVE_CHUNK ? to - at : GS_MOVE_CHUNK;
         plan->chunks[plan->count++] = (struct gs_chunk){
-            a->ptr + at, size, a->ctx, a->stamp, at + size, a->converted, NULL, NULL, false};
+            a->ptr + at, size, a->ctx, a->stamp, at + size, a->converted, NULL, NULL, false,
+            false, false};
         at += size;
     }
     plan->ranges++;
@@ -454,7 +468,8 @@ static uint64_t gs_unstaged(int device)
     struct gs_managed *list = gs_memory_managed(device, false, &n);
     uint64_t bytes = 0;
     for (size_t i = 0; i < n; i++)
-        bytes += list[i].size;
+        if (!gs_cold_is(device, list[i].stamp)) /* never staged */
+            bytes += list[i].size;
     free(list);
     const struct gs_staged *st = &gs_mig.staged[device];
     for (size_t i = 0; i < st->count; i++)
@@ -471,6 +486,32 @@ static void gs_prepare_all(int device)
         gs_staging_prepare_ahead(device, gs_unstaged(device), gs_wake);
 }
 
+/* Cold memory goes first and all of it, whatever was asked, by migration: the driver moves only
+ * the pages the program faulted back, and the rest costs a look at its page tables. Only an
+ * allocation that has not left since it became cold counts toward `left` and the bytes moved:
+ * of one that has, what came back is the driver's to know. Returns the cold bytes planned. */
+static uint64_t gs_plan_cold(struct gs_plan *plan, int device, const struct gs_managed *list,
+                             size_t n, uint64_t *left)
+{
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!gs_cold_is(device, list[i].stamp))
+            continue;
+        size_t first = plan->count;
+        if (!gs_plan_add(plan, &list[i], 0, list[i].size))
+            break;
+        bool counted = !gs_cold_away(device, list[i].stamp);
+        for (size_t c = first; c < plan->count; c++) {
+            plan->chunks[c].cold = true;
+            plan->chunks[c].counted = counted;
+        }
+        if (counted)
+            *left -= list[i].size < *left ? list[i].size : *left;
+        bytes += list[i].size;
+    }
+    return bytes;
+}
+
 /* Oldest first: libnvs approximates "recently used" by "recently allocated", so what stays on
  * the device is what the program most likely touches first when it returns, and it comes back
  * first too (gs_migrate_in goes newest first). The program's own managed memory goes too: the
@@ -485,7 +526,11 @@ struct gs_move gs_migrate_out(int device, uint64_t bytes, const struct gs_move_p
     const struct gs_moved_out *out = &gs_mig.out[device];
     struct gs_plan plan = {0};
     uint64_t left = gs_round_up(bytes);
+    gs_cold_refresh(device, list, n);
+    uint64_t cold = gs_plan_cold(&plan, device, list, n, &left);
     for (size_t i = 0; i < n && left > 0; i++) {
+        if (gs_cold_is(device, list[i].stamp))
+            continue;
         uint64_t from = list[i].stamp < out->stamp    ? list[i].size
                         : list[i].stamp == out->stamp ? out->offset
                                                       : 0;
@@ -501,10 +546,11 @@ struct gs_move gs_migrate_out(int device, uint64_t bytes, const struct gs_move_p
     gs_learn_migration(&mv);
     gs_prepare_all(device); /* for the rest of it, should the next move out want it */
     gs_debug("moved %llu bytes (%zu ranges, oldest first) of managed memory to the host from "
-             "device %d in %llu us%s; %llu bytes out since the last grant",
+             "device %d in %llu us%s; %llu bytes out since the last grant; %llu bytes of cold "
+             "memory migrated first, moving only what page faults brought back",
              (unsigned long long)mv.result.bytes, mv.result.ranges, device,
              (unsigned long long)mv.result.elapsed_us, mv.result.failed ? ", then failed" : "",
-             (unsigned long long)out->bytes);
+             (unsigned long long)out->bytes, (unsigned long long)cold);
     return mv.result;
 }
 
@@ -555,9 +601,12 @@ struct gs_move gs_migrate_in(int device, const struct gs_move_progress *progress
     size_t n;
     struct gs_managed *list = gs_sorted(device, false, gs_newest_first, &n);
     struct gs_plan plan = {0};
-    uint64_t budget = gs_memory_device_total(device) / 16 * 15, left_out = 0;
+    uint64_t budget = gs_memory_device_total(device) / 16 * 15, left_out = 0, cold = 0;
+    gs_cold_refresh(device, list, n);
     for (size_t i = 0; i < n; i++) {
-        if (list[i].size > budget)
+        if (gs_cold_is(device, list[i].stamp))
+            cold += list[i].size; /* page faults bring what the program uses of it */
+        else if (list[i].size > budget)
             left_out += list[i].size;
         else if (gs_plan_add(&plan, &list[i], 0, list[i].size))
             budget -= list[i].size;
@@ -567,12 +616,13 @@ struct gs_move gs_migrate_in(int device, const struct gs_move_progress *progress
     free(list);
     gs_plan_run(&mv, &plan);
     gs_debug("prefetching %llu bytes (%zu allocations, newest first) back to device %d: %s in "
-             "%llu us%s; %llu bytes over 15/16 of the device left to page faults; %llu bytes "
-             "copied back from staging memory in %llu us",
+             "%llu us%s; %llu bytes over 15/16 of the device and %llu bytes of cold memory left "
+             "to page faults; %llu bytes copied back from staging memory in %llu us",
              (unsigned long long)mv.result.bytes, mv.result.ranges, device,
              mv.wait ? "arrived" : "submitted", (unsigned long long)mv.result.elapsed_us,
              mv.result.failed ? ", then failed" : "", (unsigned long long)left_out,
-             (unsigned long long)back.bytes, (unsigned long long)back.elapsed_us);
+             (unsigned long long)cold, (unsigned long long)back.bytes,
+             (unsigned long long)back.elapsed_us);
     mv.result.bytes += back.bytes;
     mv.result.elapsed_us += back.elapsed_us;
     mv.result.ranges += back.ranges;
@@ -663,13 +713,18 @@ bool gs_migrate_unpopulated(int device)
 
 uint64_t gs_migrate_moved_out(int device)
 {
-    return gs_device_ok(device) ? gs_mig.out[device].bytes : 0;
+    return gs_device_ok(device) ? gs_mig.out[device].bytes - gs_mig.out[device].cold : 0;
+}
+
+uint64_t gs_migrate_left_on_host(int device)
+{
+    return gs_device_ok(device) ? gs_mig.out[device].cold : 0;
 }
 
 void gs_migrate_granted(int device)
 {
     if (gs_device_ok(device)) {
-        gs_mig.out[device] = (struct gs_moved_out){0, 0, 0};
+        gs_mig.out[device] = (struct gs_moved_out){0, 0, 0, 0};
         atomic_store(&gs_unpopulated[device], false);
     }
 }
@@ -680,4 +735,5 @@ void gs_migrate_after_fork_child(void)
     for (int d = 0; d < GS_MAX_DEVICES; d++)
         atomic_store(&gs_unpopulated[d], false);
     gs_staging_after_fork_child();
+    gs_cold_after_fork_child();
 }

@@ -30,7 +30,8 @@ struct gs_move_progress {
 /* Moves `bytes` (GS_EVICT_ALL: all) of this process's managed memory on the device to the host
  * (converted memory by copy to staging memory where it can), the program's own managed memory
  * included, least recently allocated first, and waits until it is there. What moved out since
- * the lock was last granted is not moved again. */
+ * the lock was last granted is not moved again. Cold memory (cold.h) goes first, all of it, by
+ * migration. */
 struct gs_move gs_migrate_out(int device, uint64_t bytes, const struct gs_move_progress *progress);
 
 /* Copies what went to staging memory back (always waiting: it is not on the device until then),
@@ -63,8 +64,12 @@ void gs_migrate_populate(CUdeviceptr ptr, size_t size, int device);
  * brought there (gs_migrate_in does; gs_migrate_granted forgets it). */
 bool gs_migrate_unpopulated(int device);
 
-/* Bytes moved to the host since the lock was last granted. */
+/* Bytes moved to the host since the lock was last granted that come back at the next grant:
+ * cold memory (cold.h) stays on the host. */
 uint64_t gs_migrate_moved_out(int device);
+/* Bytes of cold memory moved to the host since the lock was last granted, counted (the first
+ * time each allocation left): they stay there at the grant. */
+uint64_t gs_migrate_left_on_host(int device);
 /* The lock is granted again: what moved out is counted from here. */
 void gs_migrate_granted(int device);
 

@@ -399,7 +399,7 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
         client.allocated[device] = allocated
         dev = self.devices.get(device)
         if self.mode is p.Mode.OFF or (dev is not None and cid in dev.holders):
-            self.residency.set(device, cid, allocated)  # it runs: its memory is on the device
+            self.residency.running(device, cid, allocated)  # it runs: its memory is there
         else:
             self.residency.shrink_to(device, cid, allocated)
         actions = [Log(f"memory {client}: device {device} {allocated} bytes allocated",
@@ -456,8 +456,15 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
                                  self._link(device).to_host.seconds(hold.drop_evict))
         seconds = elapsed_us / 1e6
         believed = self.residency.moved_out(device, cid, size) if to_host else size
-        if hold is not None and not to_host:  # a holder's memory is all back once it says so
-            self.residency.set(device, cid, client.allocated.get(device, 0))
+        if hold is not None and not to_host:
+            # A holder's memory is all back once it says so, but for what it moved off and did
+            # not bring back: memory it leaves on the host for page faults (libnvs's cold
+            # memory, a server's cleared cache) takes no room on the device. A move out it
+            # reported only after its grant (an EVICT's, crossing the grant) came back too.
+            moved_off = hold.moved_off + self.residency.brought_back(device, cid)
+            self.residency.came_back(device, cid, moved_off, size,
+                                     client.allocated.get(device, 0))
+            hold.moved_off = 0
             dev.fetching.pop(cid, None)
         # Only bytes it was asked for teach the rates, which set other clients' deadlines too.
         counted = self.credit.counted(device, cid, to_host, believed)
@@ -554,7 +561,7 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
                 gang.turn_devices = None
             for cid, client in self.clients.items():  # all run now, so all of it comes back
                 for device, allocated in client.allocated.items():
-                    self.residency.set(device, cid, allocated)
+                    self.residency.running(device, cid, allocated)
                 for device in client.last_grant:  # and each runs beside the others
                     client.last_grant[device] = -1
         else:
@@ -848,10 +855,12 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
         self.credit.granted(dev.index, cid, fetch)
         # What it moved off itself comes back before it runs, and it says when (MOVED): until
         # then, or twice the time that should take, the link is taken (_one_fetch_at_a_time).
-        coming_back = min(self.residency.brought_back(dev.index, cid), fetch)
+        dev.holders[cid].moved_off = self.residency.brought_back(dev.index, cid)
+        coming_back = min(dev.holders[cid].moved_off, fetch)
         if coming_back > 0:
             dev.fetching[cid] = now + 1.0 + 2 * self._link(dev.index).to_device.seconds(coming_back)
-        self.residency.set(dev.index, cid, self.memory_of(cid, dev.index))  # all of it comes back
+        # All of it comes back, but for what it said it leaves on the host.
+        self.residency.running(dev.index, cid, self.memory_of(cid, dev.index))
         flags = (p.GRANT_AFTER_WAIT if wait.queued else 0) | (p.GRANT_SHARED if shared else 0) | \
             (p.GRANT_OTHERS_RAN if others_ran else 0)
         after = f" after waiting {waited:.3f} s" if wait.queued else ""

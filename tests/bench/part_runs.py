@@ -17,6 +17,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "bench"))
 import beside_trainer  # noqa: E402
 import classroom  # noqa: E402
+import llm_servers  # noqa: E402
 import mps  # noqa: E402
 import multi_gpu  # noqa: E402
 import notebooks  # noqa: E402
@@ -109,9 +110,20 @@ def two_gpus(directory: Path, patch) -> dict:
     return multi_gpu.measure(PYTHON, LIBRARY, directory)
 
 
+def servers(directory: Path, patch) -> dict:
+    patch.setattr(llm_servers, "WORKLOAD", STANDINS / "llm_server.py")
+    patch.setattr(llm_servers, "free_mib", lambda: FREE)
+    # The stand-ins need no PyTorch; vLLM is absent, so its run is skipped, as without it.
+    patch.setattr(llm_servers, "missing", lambda python, modules, what: None
+                  if modules != "vllm" else f"{what} is not installed for {python}")
+    for name, value in {"LLM_REQUESTS": "2", "LLM_IDLE_S": "0.2,0.4"}.items():
+        patch.setenv(name, value)
+    return llm_servers.measure(PYTHON, LIBRARY, directory)
+
+
 RUNS = {"launch_rate": launch_rate, "train_steps": train_steps, "beside_trainer": beside,
         "classroom": lesson, "oversub": pair, "notebooks": cells, "mps": loops,
-        "multi_gpu": two_gpus}
+        "multi_gpu": two_gpus, "llm_servers": servers}
 
 
 def run_part(part: str, directory: Path) -> dict:

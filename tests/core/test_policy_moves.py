@@ -144,6 +144,47 @@ def test_a_holders_memory_is_all_on_the_device_once_it_says_it_moved_back():
     assert driver.policy.residency.of(0, 1) == 14 * G
     driver.moved(1, 2 * G, to_host=False, seconds=0.1)
     assert driver.policy.residency.of(0, 1) == 16 * G
+    # That late move out came back with it: its next turn away and back brings all of it.
+    driver.advance_to_deadline()
+    out = drop_bytes(driver, 1)
+    driver.moved(1, out, to_host=True, seconds=0.1)
+    driver.release(1)
+    driver.request(1)
+    driver.take_sent()
+    driver.advance_to_deadline()
+    driver.moved(2, drop_bytes(driver, 2), to_host=True, seconds=0.2)
+    driver.release(2)
+    driver.moved(1, out, to_host=False, seconds=0.1)
+    assert driver.holders() == [1] and driver.policy.residency.of(0, 1) == 16 * G
+
+
+def test_memory_a_holder_leaves_on_the_host_takes_no_room_once_it_says_so():
+    """libnvs leaves a server's cleared cache on the host at a grant: the scheduler believes
+    what came back, not all it moved off, so the next switch asks only for that room."""
+    driver = pair()
+    driver.advance_to_deadline()  # 1 is dropped for 2
+    driver.moved(1, 16 * G, to_host=True, seconds=0.4)  # all of it off, the cache included
+    driver.release(1)
+    driver.request(1)
+    driver.take_sent()
+    driver.advance_to_deadline()  # 2 is dropped for 1, and moves off the room 1 needs
+    driver.moved(2, drop_bytes(driver, 2), to_host=True, seconds=0.2)
+    driver.release(2)
+    assert driver.holders() == [1]
+    driver.moved(1, 2 * G, to_host=False, seconds=0.05)  # only its 2 GiB of weights came back
+    assert driver.policy.residency.of(0, 1) == 2 * G
+    # Its next turn away and back moves only those 2 GiB: the cache stays on the host.
+    driver.request(2)
+    driver.advance_to_deadline()
+    assert drop_bytes(driver, 1) <= 2 * G
+    driver.moved(1, 2 * G, to_host=True, seconds=0.05)
+    driver.release(1)
+    driver.request(1)
+    driver.take_sent()
+    driver.advance_to_deadline()
+    driver.moved(2, drop_bytes(driver, 2), to_host=True, seconds=0.2)
+    driver.release(2)
+    assert driver.holders() == [1] and driver.policy.residency.of(0, 1) == 2 * G
 
 
 def test_the_quantum_runs_from_when_the_memory_is_back_at_most_once_more():

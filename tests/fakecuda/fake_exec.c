@@ -114,6 +114,20 @@ static size_t migrate(const struct fake_op *op)
     return moved;
 }
 
+/* Page faults: a kernel (the fill kernel, a memset) that touches managed pages on the host
+ * brings them to the device first, at FAKECUDA_MIGRATE_GBPS, as the driver's faults do. Returns
+ * the bytes it brought. */
+static size_t fault_in(uintptr_t p, size_t len)
+{
+    if (len == 0 || !fake_is_managed(p))
+        return 0;
+    size_t faulted = fake_managed_move(p, len, false);
+    double gbps = fake_config()->migrate_gbps;
+    if (gbps > 0 && faulted > 0)
+        fake_sleep_us((uint64_t)((double)faulted / (gbps * 1e3)));
+    return faulted;
+}
+
 /* The base of the allocation that holds p, or 0. */
 static uintptr_t alloc_base(uintptr_t p)
 {
@@ -153,13 +167,22 @@ void fake_execute(const struct fake_op *op, uint64_t seq, uint64_t stream_id, CU
         return;
     }
     size_t moved = 0; /* bytes a prefetch moved: a test tells moves from no-ops by it, not by time */
+    size_t faulted = 0; /* bytes a kernel's page faults brought to the device */
     switch (op->kind) {
     case FAKE_OP_KERNEL:
-        if (op->u.kernel.fill_len)
+        if (op->u.kernel.fill_len) {
+            faulted = fault_in(op->u.kernel.fill_ptr, op->u.kernel.fill_len);
             memset((void *)op->u.kernel.fill_ptr, op->u.kernel.fill_value, op->u.kernel.fill_len);
+        }
         break;
     case FAKE_OP_COPY: run_copy(op); break;
-    case FAKE_OP_SET: run_set(op); break;
+    case FAKE_OP_SET:
+        faulted = fault_in(op->u.set.dst, op->u.set.height > 1
+                                              ? op->u.set.pitch * (op->u.set.height - 1) +
+                                                    op->u.set.width * (size_t)op->u.set.elem
+                                              : op->u.set.width * (size_t)op->u.set.elem);
+        run_set(op);
+        break;
     case FAKE_OP_HOST_FN:
         if (op->u.host.fn)
             op->u.host.fn(op->u.host.user);
@@ -180,9 +203,9 @@ void fake_execute(const struct fake_op *op, uint64_t seq, uint64_t stream_id, CU
     }
     if (op->duration_us)
         fake_sleep_us(op->duration_us);
-    fake_log("exec_end", "seq=%llu op=%s stream=%llu device=%d moved=%zu",
+    fake_log("exec_end", "seq=%llu op=%s stream=%llu device=%d moved=%zu faulted=%zu",
              (unsigned long long)seq, op_name(op), (unsigned long long)stream_id, (int)device,
-             moved);
+             moved, faulted);
 }
 
 static void *worker_main(void *arg)

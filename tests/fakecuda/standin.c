@@ -40,6 +40,7 @@ static const char usage[] =
     "  write NAME BYTE | check NAME BYTE   copy bytes in / copy out and verify\n"
     "  touch NAME BYTE           write through the pointer from the host (managed memory)\n"
     "  fill NAME BYTE            the fake's \"fill\" kernel over the buffer\n"
+    "  fill-part NAME OFFSET SIZE BYTE   the same over a part of it\n"
     "  memset NAME BYTE | memset-async NAME WORD\n"
     "  prefetch NAME | prefetch-host NAME   cuMemPrefetchAsync to this device / to the host\n"
     "  launch US | launch-ex US | launches N US   \"sleep\" kernels of US microseconds\n"
@@ -430,12 +431,15 @@ static void step_write_check(struct buffer *b, int value, bool check)
         report(r, "write", "name=%s bytes=%zu", b->name, width * height);
 }
 
-static void step_fill(struct buffer *b, int value)
+/* The fill kernel over [offset, offset + len) of the buffer. */
+static void step_fill(struct buffer *b, size_t offset, size_t len, int value, const char *step)
 {
-    size_t len = b->size;
-    void *params[] = {&b->ptr, &len, &value};
+    CUdeviceptr at = b->ptr + (offset < b->size ? offset : b->size);
+    if (len > b->size - (at - b->ptr))
+        len = b->size - (at - b->ptr);
+    void *params[] = {&at, &len, &value};
     CUresult r = api.cuLaunchKernel(fill_fn, 1, 1, 1, 1, 1, 1, 0, stream, params, NULL);
-    report(r, "fill", "name=%s value=%d", b->name, value);
+    report(r, step, "name=%s value=%d bytes=%zu", b->name, value, len);
 }
 
 static void step_prefetch(struct buffer *b, bool to_host)
@@ -790,7 +794,12 @@ static bool run_step(int *i, int argc, char **argv)
         say("touch name=%s bytes=%zu", b->name, b->size);
     } else if (strcmp(step, "fill") == 0) {
         struct buffer *b = find_buffer(ARG());
-        step_fill(b, (int)strtol(ARG(), NULL, 0));
+        step_fill(b, 0, b->size, (int)strtol(ARG(), NULL, 0), "fill");
+    } else if (strcmp(step, "fill-part") == 0) {
+        struct buffer *b = find_buffer(ARG());
+        size_t offset = parse_size(ARG());
+        size_t len = parse_size(ARG());
+        step_fill(b, offset, len, (int)strtol(ARG(), NULL, 0), "fill-part");
     } else if (strcmp(step, "memset") == 0) {
         struct buffer *b = find_buffer(ARG());
         unsigned char v = (unsigned char)strtol(ARG(), NULL, 0);

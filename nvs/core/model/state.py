@@ -73,6 +73,7 @@ class Hold:
     moved_grew_at: float = float("-inf")  # and when that count last grew
     lending: bool = False  # its idle hint hands its next idle gap to the waiter (gap_rules.py)
     lender: int | None = None  # granted in that client's idle gap, which it gives back
+    moved_off: int = 0  # what it said it moved off since it last held: its grant took all back
 
 
 @dataclass

@@ -1,9 +1,9 @@
 """Where the scheduler believes each client's memory is: bytes on each device, per client.
 
 An estimate built from what the clients report (allocations, and moves to the host) and from the
-lock (a holder brings all of its memory back). It never goes below 0 nor above what the client
-has allocated, whatever a client claims, so a client that lies about its moves can skew only its
-own figure, never the sums of others.
+lock (a holder brings back all it moved off, but for what it says it left on the host). It never
+goes below 0 nor above what the client has allocated, whatever a client claims, so a client that
+lies about its moves can skew only its own figure, never the sums of others.
 """
 
 from __future__ import annotations
@@ -18,6 +18,9 @@ class Residency:
         # (device, client) -> bytes it said it moved to the host since it last held the device:
         # what it brings back, and reports, at its next grant
         self._moved_out: dict[tuple[int, int], int] = {}
+        # (device, client) -> bytes it moved off and said it left on the host when it ran again
+        # (libnvs's cold memory): not on the device while it runs, until it says otherwise
+        self._on_host: dict[tuple[int, int], int] = {}
 
     def of(self, device: int, cid: int) -> int:
         return self._devices.get(device, {}).get(cid, 0)
@@ -65,6 +68,21 @@ class Residency:
         (moved_off), which is returned and forgotten."""
         return self._moved_out.pop((device, cid), 0)
 
+    def running(self, device: int, cid: int, allocated: int) -> None:
+        """The client runs on the device: all its memory is there but what it left on the host."""
+        left = min(self._on_host.get((device, cid), 0), allocated)
+        self.set(device, cid, allocated - left)
+
+    def came_back(self, device: int, cid: int, moved_off: int, size: int,
+                  allocated: int) -> None:
+        """A holder that had moved `moved_off` bytes off says `size` came back: the rest stays
+        on the host while it runs."""
+        key = (device, cid)
+        left = self._on_host.get(key, 0) + max(moved_off - size, 0)
+        if left > 0:
+            self._on_host[key] = min(left, allocated)
+        self.running(device, cid, allocated)
+
     def presume_gone(self, device: int, cid: int, size: int) -> None:
         """Bytes a client was asked to move and did not confirm: the driver's page faults will
         push them out for whoever runs next, so they count as gone; a late report of the same
@@ -76,14 +94,14 @@ class Residency:
     def renumber(self, cid: int, moves: dict[int, int | None]) -> None:
         """The client's devices are known by other numbers now (old -> new; None: unknown)."""
         mine = {device: clients[cid] for device, clients in self._devices.items() if cid in clients}
-        self.forget(cid)
+        self.forget(cid)  # what it left on the host too: believed all back, as before it said
         for device, size in renumbered(mine, moves).items():
             self.set(device, cid, size)
 
     def forget(self, cid: int) -> None:
         for device in [d for d, clients in self._devices.items() if cid in clients]:
             self.set(device, cid, 0)
-        for table in (self._presumed, self._moved_out):
+        for table in (self._presumed, self._moved_out, self._on_host):
             for key in [key for key in table if key[1] == cid]:
                 del table[key]
 
