@@ -208,7 +208,8 @@ def _start(settings: Settings, rate_limit: PeerRateLimit, listening: Listening) 
         return 2
     start = configuration.started
     try:
-        node = node_lookups(start["cri_socket"], start["pod_resources_socket"], settings.proc)
+        node = node_lookups(start["cri_socket"], start["pod_resources_socket"], settings.proc,
+                            start["node_identity_socket"])
     except GrpcMissing as missing:  # a socket was given: running without it would be a surprise
         print(f"gemshare-scheduler: {missing}", file=sys.stderr)
         return 2

@@ -67,6 +67,12 @@ class NodeLookup:
         return NodeIdentity(ref.container_id, labels.pod, labels.namespace, labels.container,
                             labels.pod_uid or ref.pod_uid, gpus, problem), problem
 
+    def status(self) -> dict:
+        """The sockets asked, for status."""
+        return {"cri_socket": self.cri.path if self.cri else None,
+                "pod_resources_socket": self.pod_resources.path if self.pod_resources else None,
+                "node_identity_socket": None}
+
     def close(self) -> None:
         for client in (self.cri, self.pod_resources):
             if client is not None:

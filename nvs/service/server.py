@@ -162,7 +162,8 @@ class Server:
         self.configuration = configuration or Configuration.start(settings)
         start = self.configuration.started
         self.node = node_lookups(start["cri_socket"], start["pod_resources_socket"],
-                                 settings.proc) if node is UNSET else node
+                                 settings.proc, start["node_identity_socket"]) \
+            if node is UNSET else node
         self.policy = Policy(start["tq"], start["anti_thrash"], start["grace_ms"] / 1000,
                              settings.max_clients,
                              reserve_bytes=start["context_reserve_mib"] << 20,
@@ -624,7 +625,8 @@ class Server:
         """Where programs' containers are learnt from (null sockets: from nowhere), and what
         their compute units cap."""
         asked = self.node.status() if self.node is not None else \
-            {"cri_socket": None, "pod_resources_socket": None, "containers_known": 0}
+            {"cri_socket": None, "pod_resources_socket": None, "node_identity_socket": None,
+             "containers_known": 0}
         return {**asked, "compute_cap": self.configuration.started["compute_cap"]}
 
     def mps_status(self) -> dict:

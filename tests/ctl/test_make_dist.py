@@ -27,7 +27,8 @@ ARCHITECTURES = sorted(MACHINES)
 TAG = "py3-none-manylinux_2_17_{}"
 VERSION = metadata.version("gemshare")
 BUILD = Path(make_variables()[0].split("=", 1)[1])
-COMMANDS = ("gemshare-scheduler", "gemsharectl", "gemshare-device-plugin", "gemshare-dra-plugin")
+COMMANDS = ("gemshare-scheduler", "gemsharectl", "gemshare-device-plugin", "gemshare-dra-plugin",
+            "gemshare-node-identity")
 PACKAGED_LIBRARY = "gemshare_nvs/libnvs.so"
 TIMEOUT = 300
 

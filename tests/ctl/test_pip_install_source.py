@@ -22,7 +22,8 @@ from ctl_helpers import REPO, skip_if_pypi_unreachable
 from elf_versions import machine, newer_than
 
 VERSION = metadata.version("gemshare")
-COMMANDS = ("gemshare-scheduler", "gemsharectl", "gemshare-device-plugin", "gemshare-dra-plugin")
+COMMANDS = ("gemshare-scheduler", "gemsharectl", "gemshare-device-plugin", "gemshare-dra-plugin",
+            "gemshare-node-identity")
 EXTRA = "pip install 'gemshare[kubernetes]'"
 TIMEOUT = 600
 # What a fresh clone lacks: what make and pip made here, and what tests and editors leave.
