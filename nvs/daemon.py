@@ -106,7 +106,8 @@ async def _serve_metrics(sock, server: Server) -> None:
     # part of the time it takes to start.
     from .observe.metrics import registry_for
     from .observe.metrics_http import serve
-    await serve(sock, registry_for(server.policy, trio.current_time, server.mps_status))
+    await serve(sock, registry_for(server.policy, trio.current_time, server.mps_status),
+                server.readiness)
 
 
 def _announce(settings: Settings, start: dict, listening: Listening) -> None:

@@ -13,6 +13,7 @@ import socket
 from ..core.model.container import NodeIdentity
 from .cgroups import ContainerRef
 from .identity_wire import question, read_answer, read_line
+from .node import is_socket
 
 # The service asks the runtime, then the kubelet, each within node.CALL_TIMEOUT_S.
 ANSWER_TIMEOUT_S = 2.2
@@ -37,6 +38,11 @@ class IdentityClient:
             why = exc.strerror if isinstance(exc, OSError) and exc.strerror else \
                 str(exc) or exc.__class__.__name__
             return None, f"the node-identity service at {self.path} did not answer ({why})"
+
+    def missing(self) -> list[str]:
+        """The service's socket, in words, when it is not there now (readiness)."""
+        return [] if is_socket(self.path) else \
+            [f"the node-identity service's socket {self.path} is missing"]
 
     def status(self) -> dict:
         """The sockets asked, for status: the service's, none of the node's daemons."""

@@ -17,7 +17,6 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import stat
 import struct
 import threading
 
@@ -45,10 +44,7 @@ class IdentityServer:
 
     def readiness(self) -> str | None:
         """Why the scheduler's pod is not ready, or None: a socket given that is not there."""
-        missing = [f"{what} socket {path} is missing" for what, client in (
-            ("the container runtime's", self.lookup.cri),
-            ("the kubelet's pod-resources", self.lookup.pod_resources))
-            if client is not None and not _is_socket(path := client.path)]
+        missing = self.lookup.missing()
         if self.lookup.cri is None:
             missing.insert(0, f"none of {' and '.join(DEFAULT_CRI_SOCKETS)} exists (the "
                               "container runtime's socket; --cri-socket names another)")
@@ -100,9 +96,3 @@ class IdentityServer:
         finally:
             self._slots.release()
 
-
-def _is_socket(path: str) -> bool:
-    try:
-        return stat.S_ISSOCK(os.stat(path).st_mode)
-    except OSError:
-        return False

@@ -107,6 +107,11 @@ class NodeLookups:
         """The sockets asked, for status."""
         return {**self.lookup.status(), "containers_known": len(self._known)}
 
+    def readiness(self) -> str | None:
+        """Why the scheduler cannot name programs in pods now (a socket it was given is
+        missing), or None."""
+        return "; ".join(self.lookup.missing()) or None
+
     async def serve(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Run the lookups that registrations start, until cancelled."""
         self._threads = trio.CapacityLimiter(LOOKUP_THREADS)

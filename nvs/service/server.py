@@ -621,6 +621,11 @@ class Server:
                                        extra=extra),
                           STATUS_ROOM)
 
+    def readiness(self) -> str | None:
+        """Why the scheduler is not ready (its metrics' /readyz), or None: a node socket it was
+        given is missing, so programs in pods would go unnamed, with no budget."""
+        return self.node.readiness() if self.node is not None else None
+
     def kubernetes_status(self) -> dict:
         """Where programs' containers are learnt from (null sockets: from nowhere), and what
         their compute units cap."""

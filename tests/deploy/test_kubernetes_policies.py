@@ -16,6 +16,7 @@ import pytest
 from deploy_files import BASE, parse_yaml, pod_templates
 
 from gemshare_nvs.observe.metrics_http import PATH as METRICS_PATH
+from gemshare_nvs.observe.metrics_http import READY_PATH
 from gemshare_nvs.observe.tcp_address import parse_address
 from gemshare_plugin.health import LIVENESS, READINESS
 
@@ -106,7 +107,7 @@ def test_the_schedulers_probes_ask_its_metrics_where_it_serves_them(rendered):
     scheduler, identity = pod_templates(rendered)[SCHEDULER]["containers"]
     port = parse_address(option(scheduler["args"], "--metrics"))[1]
     assert probe_ports(scheduler, "livenessProbe") == (METRICS_PATH, port)
-    assert probe_ports(scheduler, "readinessProbe") == (METRICS_PATH, port)
+    assert probe_ports(scheduler, "readinessProbe") == (READY_PATH, port)
     # And the pod's readiness is node-identity's too: not ready while the runtime's socket is
     # missing.
     port = parse_address(option(identity["args"], "--health"))[1]
