@@ -72,7 +72,8 @@ def _database_member(uid: int, gid: int, entry: grp.struct_group) -> bool:
 # Why a control connection from a pod is refused: every GPU pod has the scheduler's socket
 # mounted, and what the control protocol offers (settings, other programs' terms, a status
 # naming every tenant of the node) is the node operator's, not a tenant's.
-FROM_A_POD = ("control requests are refused from inside a pod ({where}): a pod's programs may "
+FROM_A_POD_PREFIX = "control requests are refused from inside a pod"
+FROM_A_POD = (FROM_A_POD_PREFIX + " ({where}): a pod's programs may "
               "only register and take the GPU's lock; run gemsharectl on the node, or in the "
               "scheduler's own pod (kubectl -n gemshare-system exec ds/gemshare-scheduler -c "
               "scheduler -- gemsharectl status)")

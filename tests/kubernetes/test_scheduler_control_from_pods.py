@@ -5,6 +5,7 @@ node's own users and the scheduler's own pod (kubectl exec) keep them (docs/secu
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -90,9 +91,12 @@ async def test_the_hosts_users_and_the_schedulers_own_pod_keep_control(inprocess
     assert status["ok"] is True
 
 
-def gemsharectl_in_a_pod(node, socket, container_id: str) -> subprocess.CompletedProcess:
-    """`gemsharectl status` run by a process placed in `container_id` before it connects."""
-    command = [sys.executable, "-m", "gemshare_ctl", "--socket", str(socket), "status"]
+def gemsharectl_in_a_pod(node, socket, container_id: str,
+                         *args: str) -> subprocess.CompletedProcess:
+    """`gemsharectl ARGS` (status) run by a process placed in `container_id` before it
+    connects."""
+    command = [sys.executable, "-m", "gemshare_ctl", *(args or ("status",)), "--socket",
+               str(socket)]
     waiting = subprocess.Popen(["sh", "-c", 'read go && exec "$@"', "sh", *command],
                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
@@ -108,3 +112,16 @@ async def test_gemsharectl_in_a_pod_says_why_it_is_refused(inprocess_scheduler, 
     assert result.returncode == 3, result  # gemsharectl's exit status for permission denied
     assert "refused from inside a pod" in result.stderr
     assert "gemsharectl on the node" in result.stderr
+
+
+async def test_doctor_in_a_pod_says_the_scheduler_answers_and_gives_no_status(
+        inprocess_scheduler, node):
+    running = await inprocess_scheduler(**node.settings())
+    node.container(TRAINER, "ml", "train-0", "main")
+    result = await trio.to_thread.run_sync(gemsharectl_in_a_pod, node, running.socket, TRAINER,
+                                           "doctor", "--json")
+    checks = {check["name"]: check for check in json.loads(result.stdout)["checks"]}
+    assert checks["scheduler"]["status"] == "ok", checks["scheduler"]
+    assert "from inside a pod it gives no status" in checks["scheduler"]["what"]
+    assert checks["control"]["status"] == "ok"
+    assert "from inside a pod nobody may change settings" in checks["control"]["what"]
