@@ -45,6 +45,14 @@ class Options:
     debug: bool
 
 
+def _runtime_socket(text: Optional[str]) -> Optional[str]:
+    """An absolute path, never "" (none): the service is there to ask the runtime."""
+    if text is not None and not text.startswith("/"):
+        raise typer.BadParameter(f"give the container runtime's socket as an absolute path, or "
+                                 f"leave the option out for the first that exists, not {text!r}")
+    return typer_command.checked_text(CRI_SOCKET, "cri_socket", "--cri-socket")(text)
+
+
 app = typer_command.plain_app(PROG)
 
 
@@ -62,7 +70,7 @@ def identity(
              "--node-identity-socket"),
     cri_socket: Optional[str] = typer.Option(
         None, "--cri-socket", metavar="PATH",
-        callback=typer_command.checked_text(CRI_SOCKET, "cri_socket", "--cri-socket"),
+        callback=_runtime_socket,
         help="the container runtime's CRI socket (default: the first that exists of "
              f"{' and '.join(DEFAULT_CRI_SOCKETS)})"),
     pod_resources_socket: str = typer.Option(
@@ -81,10 +89,6 @@ def identity(
 ) -> None:
     if not listen:
         raise typer.BadParameter("give the path to answer on", param_hint="'--socket'")
-    if cri_socket == "":
-        raise typer.BadParameter("the service asks the container runtime: give its socket, "
-                                 "or leave the option out to use the first that exists",
-                                 param_hint="'--cri-socket'")
     ctx.obj.append(Options(listen, cri_socket, pod_resources_socket, health,
                            debug or debug_from_environment()))
 

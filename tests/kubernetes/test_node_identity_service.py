@@ -173,3 +173,17 @@ def test_a_missing_runtime_socket_makes_the_pod_not_ready(short_tmp_dirs):
     finally:
         command.terminate()
         command.wait(DEADLINE)
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--cri-socket", ""], "give the container runtime's socket as an absolute path"),
+    (["--cri-socket", "run/containerd.sock"], "as an absolute path"),
+    (["--socket", "identity.sock"], "--socket must be an absolute path"),
+    (["--health", "nowhere"], "--health"),
+])
+def test_a_bad_command_line_is_one_line_and_status_2(args, says):
+    done = subprocess.run([sys.executable, "-m", "gemshare_nvs.identity_daemon", *args],
+                          capture_output=True, text=True, timeout=DEADLINE)
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and says in done.stderr, done.stderr
+    assert done.stderr.startswith("gemshare-node-identity: ")
