@@ -52,7 +52,8 @@ SCHEDULER_ARGS ?=
 # another.
 SCHEDULER_STATE_DIR ?= $(BUILD)/state
 SCHEDULER_CONFIG ?=
-PROGRAMS := gemshare-scheduler gemsharectl gemshare-device-plugin gemshare-dra-plugin
+PROGRAMS := gemshare-scheduler gemsharectl gemshare-device-plugin gemshare-dra-plugin \
+	gemshare-node-identity
 # What dependencies put at the top of the package folder that is no part of what they provide:
 # nvidia-ml-py's sample program would be importable as a module named `example`.
 STRAY := example.py

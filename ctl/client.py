@@ -10,8 +10,9 @@ import errno
 import os
 from pathlib import Path
 
+from gemshare_nvs import protocol
 from gemshare_nvs.config import control
-from gemshare_nvs.wire.connection import Connection, SchedulerUnavailable
+from gemshare_nvs.wire.connection import Connection, RefusedByScheduler, SchedulerUnavailable
 
 from . import socket_access
 from .errors import CtlError, ExitCode
@@ -75,6 +76,12 @@ def request(path: Path, body: dict, timeout: float, refused: str = "refused the 
         try:
             deadline = control.sender_deadline(timeout)
             reply = connection.request({**body, control.DEADLINE_KEY: deadline})
+        except RefusedByScheduler as exc:
+            if exc.code != protocol.ErrorCode.PERMISSION:
+                raise CtlError(f"{exc}. Check the scheduler's log (journalctl -u "
+                               "gemshare-scheduler).", ExitCode.UNREACHABLE) from None
+            raise CtlError(f"the scheduler on {path} refused: {exc.text}",
+                           ExitCode.PERMISSION) from None
         except SchedulerUnavailable as exc:
             raise CtlError(f"{exc}. Check the scheduler's log (journalctl -u gemshare-scheduler).",
                            ExitCode.UNREACHABLE) from None

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from gemshare_nvs.config.settings import DEFAULT_CONTROL_GROUP
 from gemshare_nvs.library import NAME as LIBRARY, LibraryMissing, library_path
-from gemshare_nvs.service.permissions import may_control
+from gemshare_nvs.service.permissions import FROM_A_POD_PREFIX, may_control
 from gemshare_nvs.version import version
 from gemshare_nvs.wire.connection import DEFAULT_SOCKET
 
@@ -61,13 +61,15 @@ def as_json(checks: list[Check]) -> str:
 def run_checks(socket: Path, timeout: float, pid: int | None = None,
                library: Path | None = None) -> list[Check]:
     checks, status = scheduler_checks(socket, timeout)
+    in_a_pod = any(check.what.endswith(IN_A_POD) for check in checks)
     found, loads = library_checks(library)
     checks += loads
     checks += gpu_checks(gpu_probe())
     if status is not None:
         checks += mps_checks(status)
     checks += preload_checks(found)
-    checks.append(control_check(status, socket))
+    checks.append(Check("control", OK, "from inside a pod nobody may change settings: run "
+                        "gemsharectl on the node") if in_a_pod else control_check(status, socket))
     if pid is not None:
         checks += program_checks(pid, status, socket)
     return checks
@@ -82,12 +84,20 @@ def _uptime(seconds: float) -> str:
     return f"{seconds:.0f} s"
 
 
+IN_A_POD = ("from inside a pod it gives no status, only registration and the lock, so "
+            "whether it knows a program is for 'gemsharectl status' on the node")
+
+
 def scheduler_checks(socket: Path, timeout: float) -> tuple[list[Check], dict | None]:
     """Whether a scheduler answers on `socket`, and its version beside gemsharectl's; the
     status it gave (None when none answered)."""
     try:
         status = client.read_status(socket, timeout)
     except CtlError as error:
+        if error.exit_code == ExitCode.PERMISSION and FROM_A_POD_PREFIX in error.message:
+            # It answered: a pod's programs may register, never read status (security.md).
+            return [Check("scheduler", OK, f"gemshare-scheduler answers on {socket}; "
+                          f"{IN_A_POD}")], None
         if error.exit_code == ExitCode.PERMISSION:
             fix = "ask an administrator for access to the socket and its directory, or run as root"
         elif error.exit_code == ExitCode.INVALID:  # a socket path no socket can have

@@ -3,6 +3,7 @@
 #   gemshare-scheduler [OPTIONS]      (the default)
 #   gemshare-device-plugin [OPTIONS]
 #   gemshare-dra-plugin [OPTIONS]
+#   gemshare-node-identity [OPTIONS]
 #   gemsharectl [OPTIONS]
 # As root, with the host's directories mounted under HOST_ROOT:
 #   install-library HOST_ROOT         put libnvs.so at HOST_ROOT/usr/local/lib/gemshare/libnvs.so,
@@ -49,7 +50,7 @@ case "$command" in
         # As the installed command does: SIGHUP, SIGUSR1 and SIGUSR2 wait while Python starts
         # (under hostPID, kill -HUP from the node would otherwise end a starting scheduler).
         exec "$HOLD_SIGNALS" "$COMMANDS/$command" "$@" ;;
-    gemshare-device-plugin|gemshare-dra-plugin|gemsharectl)
+    gemshare-device-plugin|gemshare-dra-plugin|gemshare-node-identity|gemsharectl)
         exec "$COMMANDS/$command" "$@" ;;
     install-library|prepare-scheduler|prepare-host)
         if [ $# -ne 1 ]; then

@@ -1,5 +1,5 @@
 """What the DRA driver asks of the API server, through the official Kubernetes client: put the
-node's ResourceSlice, read a ResourceClaim, find the Node that owns the slice.
+node's ResourceSlice, read a ResourceClaim, find the Node that owns the slice, its version.
 
 Objects travel as plain JSON (`_preload_content=False`): the client's models of a release may
 lack fields a newer API server sends (consumed capacity, share IDs), and a model drops what it
@@ -60,6 +60,7 @@ class ApiServer:
         self._api = client.ApiClient(configuration)
         self._resource = client.ResourceV1Api(self._api)
         self._core = client.CoreV1Api(self._api)
+        self._version = client.VersionApi(self._api)
         self._api_exception = kubernetes.client.exceptions.ApiException
 
     def _call(self, what: str, method, *args, **kwargs) -> dict:
@@ -77,6 +78,10 @@ class ApiServer:
         except Exception as exc:  # the server not reached: urllib3's errors, a refused socket
             raise ApiError(f"{what}: {self.host} not reached ({type(exc).__name__}: {exc})") \
                 from None
+
+    def version(self) -> dict:
+        """/version: the server's major, minor and gitVersion."""
+        return self._call("reading the API server's version", self._version.get_code)
 
     def node_owner(self, node: str) -> dict:
         """The ownerReference that ties an object to the Node `node`."""

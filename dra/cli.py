@@ -178,6 +178,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from .cdi import CdiSpecs, HostPaths, write_preload
     from .claims import Preparer
     from .driver import Driver
+    from .extended_resources import served_here
     from .resource_slice import Capacity
     from .server import KubeletServices
 
@@ -214,6 +215,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     signal.signal(signal.SIGINT, stop_on_signal)
     log.info("node %s, API server %s, CDI specs in %s", options.node_name, api.host,
              options.cdi_dir)
+    log.info("extended resources: %s", served_here(api))
     probes = HealthServer(health_socket, driver) if health_socket is not None else None
     if probes is not None:
         probes.start()

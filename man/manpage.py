@@ -30,6 +30,7 @@ COMMANDS = {
     "gemsharectl": "gemshare_ctl.app:app",
     "gemshare-device-plugin": "gemshare_plugin.cli:app",
     "gemshare-dra-plugin": "gemshare_dra.cli:app",
+    "gemshare-node-identity": "gemshare_nvs.identity_daemon:app",
 }
 SECTION = 1
 

@@ -106,7 +106,8 @@ async def _serve_metrics(sock, server: Server) -> None:
     # part of the time it takes to start.
     from .observe.metrics import registry_for
     from .observe.metrics_http import serve
-    await serve(sock, registry_for(server.policy, trio.current_time, server.mps_status))
+    await serve(sock, registry_for(server.policy, trio.current_time, server.mps_status),
+                server.readiness)
 
 
 def _announce(settings: Settings, start: dict, listening: Listening) -> None:
@@ -208,7 +209,8 @@ def _start(settings: Settings, rate_limit: PeerRateLimit, listening: Listening) 
         return 2
     start = configuration.started
     try:
-        node = node_lookups(start["cri_socket"], start["pod_resources_socket"], settings.proc)
+        node = node_lookups(start["cri_socket"], start["pod_resources_socket"], settings.proc,
+                            start["node_identity_socket"])
     except GrpcMissing as missing:  # a socket was given: running without it would be a surprise
         print(f"gemshare-scheduler: {missing}", file=sys.stderr)
         return 2

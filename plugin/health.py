@@ -7,26 +7,24 @@
   has them all registered with the kubelet whose socket is there now; 503 with the reason
   otherwise (no kubelet, a refusal), naming the resource.
 
-Answered by a small threaded HTTP server beside the plugin's loop: the probes read two of the
-loop's attributes and never wait on it.
+Answered by a small threaded HTTP server beside the plugin's loop (observe/probe_http.py of the
+scheduler's package): the probes read two of the loop's attributes and never wait on it.
 """
 
 from __future__ import annotations
 
 import logging
 import socket
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from gemshare_nvs.observe.probe_http import LIVENESS, READINESS, ProbeServer
 
 from .lifecycle import Plugin
 
 log = logging.getLogger("gemshare-device-plugin")
 
-LIVENESS = "/healthz"
-READINESS = "/readyz"
+__all__ = ["LIVENESS", "READINESS", "HealthServer", "verdict"]
 DEFAULT_STUCK_AFTER_S = 60.0
-REQUEST_TIMEOUT_S = 5.0
 
 
 def verdict(plugin: Plugin, path: str, stuck_after: float) -> tuple[int, str]:
@@ -42,41 +40,10 @@ def verdict(plugin: Plugin, path: str, stuck_after: float) -> tuple[int, str]:
     return 404, f"the probes are {LIVENESS} and {READINESS}"
 
 
-class HealthServer:
-    """Serves the probes on a socket bound beforehand (so a bad address stops the start)."""
+class HealthServer(ProbeServer):
+    """The probes of `plugin` (or anything with its `last_round` and `readiness()`: the DRA
+    driver) on a socket bound beforehand."""
 
     def __init__(self, sock: socket.socket, plugin: Plugin,
                  stuck_after: float = DEFAULT_STUCK_AFTER_S):
-        class Handler(BaseHTTPRequestHandler):
-            timeout = REQUEST_TIMEOUT_S  # a peer that says nothing holds a thread this long
-
-            def do_GET(self):
-                code, text = verdict(plugin, self.path.split("?", 1)[0], stuck_after)
-                body = (text + "\n").encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "text/plain; charset=utf-8")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format, *args):  # probes every few seconds: not news
-                pass
-
-        self._server = ThreadingHTTPServer(sock.getsockname()[:2], Handler,
-                                           bind_and_activate=False)
-        self._server.socket.close()
-        self._server.socket = sock
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="health",
-                                        daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-        host, port = self._server.socket.getsockname()[:2]
-        log.info("answering probes on http://%s:%d%s and %s",
-                 f"[{host}]" if ":" in host else host, port, LIVENESS, READINESS)
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(REQUEST_TIMEOUT_S)
+        super().__init__(sock, lambda path: verdict(plugin, path, stuck_after), log)

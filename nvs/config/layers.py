@@ -18,7 +18,7 @@ LIVE = ("tq", "anti_thrash", "min_slice_ms")
 # Settings read when the scheduler starts: a reload that changes them says they wait for a
 # restart.
 AT_START = ("grace_ms", "capacity_mib", "context_reserve_mib", "mps", "mps_pipe_directory",
-            "cri_socket", "pod_resources_socket", "compute_cap")
+            "cri_socket", "pod_resources_socket", "node_identity_socket", "compute_cap")
 DEFAULT, COMMAND_LINE, GEMSHARECTL = "default", "command line", "gemsharectl"
 
 
@@ -32,6 +32,7 @@ def command_line_layer(settings: Settings) -> dict[str, tuple[object, str]]:
               "mps_pipe_directory": settings.mps_pipe_directory,
               "cri_socket": settings.cri_socket,
               "pod_resources_socket": settings.pod_resources_socket,
+              "node_identity_socket": settings.node_identity_socket,
               "compute_cap": settings.compute_cap}
     return {name: (value, COMMAND_LINE if name in settings.given else DEFAULT)
             for name, value in values.items()}

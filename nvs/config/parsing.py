@@ -36,6 +36,7 @@ from .settings import (
     MEMORY_LIMIT,
     MIN_SLICE_MS,
     MPS_PRIORITY,
+    NODE_IDENTITY_SOCKET,
     POD_RESOURCES_SOCKET,
     SM_SHARE,
     TQ,
@@ -58,7 +59,8 @@ SETTING_CHECKS = {
     "grace_ms": GRACE_MS.check, "capacity_mib": CAPACITY_MIB.check,
     "context_reserve_mib": CONTEXT_RESERVE_MIB.check, "mps": check_flag("mps"),
     "mps_pipe_directory": check_pipe_directory, "cri_socket": CRI_SOCKET,
-    "pod_resources_socket": POD_RESOURCES_SOCKET, "compute_cap": COMPUTE_CAP.check,
+    "pod_resources_socket": POD_RESOURCES_SOCKET, "node_identity_socket": NODE_IDENTITY_SOCKET,
+    "compute_cap": COMPUTE_CAP.check,
 }
 TERM_CHECKS = {"weight": WEIGHT.check, "gpu_limit": GPU_LIMIT.check,
                "memory_limit": MEMORY_LIMIT.check, "sm_share": SM_SHARE.check,

@@ -233,6 +233,7 @@ def check_socket(name: str):
 
 CRI_SOCKET = check_socket("cri_socket")
 POD_RESOURCES_SOCKET = check_socket("pod_resources_socket")
+NODE_IDENTITY_SOCKET = check_socket("node_identity_socket")
 
 
 def check_flag(name: str):
@@ -281,6 +282,9 @@ class Settings:
     # its units from (docs/kubernetes.md); None: the default where it exists, "": none.
     cri_socket: str | None = None
     pod_resources_socket: str | None = None
+    # Or the node-identity service's, which asks them for it (a sidecar of the scheduler's
+    # pod: gemshare-node-identity); None or "": none, the two above are asked directly.
+    node_identity_socket: str | None = None
     compute_cap: str = CAP_OFF  # what a container's compute units cap besides its weight
     proc: Path = Path("/proc")  # where each program's cgroup is read (tests give their own)
     # The settings above that the command line named, as the config file names them: the rest

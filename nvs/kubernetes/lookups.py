@@ -29,6 +29,7 @@ from ..core.model.container import (
 from ..core.model.text import printable
 from .cgroups import PROC, ContainerRef, container_of
 from .grpc_calls import GrpcMissing
+from .identity_client import IdentityClient
 from .node import NodeLookup, chosen_sockets
 
 log = logging.getLogger("gemshare.scheduler")
@@ -57,11 +58,19 @@ def described(identity: NodeIdentity) -> str:
 
 
 def node_lookups(cri: str | None, pod_resources: str | None,
-                 proc: Path = PROC) -> NodeLookups | None:
-    """The lookups for the sockets the settings give (node.chosen_sockets), or None where no
-    CRI socket is given or found: then every program is known by what it says, as outside
-    Kubernetes, except those whose cgroup names a pod (who_is). GrpcMissing when a socket was
-    given and gRPC is not installed."""
+                 proc: Path = PROC, identity_service: str | None = None) -> NodeLookups | None:
+    """The lookups for the sockets the settings give: the node-identity service's where one is
+    given (which asks the other two for us), else the runtime's and the kubelet's
+    (node.chosen_sockets); None where none is given or found: then every program is known by
+    what it says, as outside Kubernetes, except those whose cgroup names a pod (who_is).
+    GrpcMissing when a socket was given and gRPC is not installed."""
+    if identity_service:
+        if cri or pod_resources:
+            log.warning("--cri-socket and --pod-resources-socket are left to the node-identity "
+                        "service at %s, which asks them", identity_service)
+        log.info("programs' containers and their units from the node-identity service at %s",
+                 identity_service)
+        return NodeLookups(IdentityClient(identity_service), proc)
     cri_path, pod_resources_path = chosen_sockets(cri, pod_resources)
     if not cri_path:
         if pod_resources_path:
@@ -83,7 +92,7 @@ def node_lookups(cri: str | None, pod_resources: str | None,
 
 
 class NodeLookups:
-    def __init__(self, lookup: NodeLookup, proc: Path = PROC, wait_s: float = REGISTER_WAIT_S,
+    def __init__(self, lookup: NodeLookup | IdentityClient, proc: Path = PROC, wait_s: float = REGISTER_WAIT_S,
                  unnamed_retry_s: float = UNNAMED_RETRY_S):
         self.lookup = lookup
         self.proc = proc
@@ -96,10 +105,12 @@ class NodeLookups:
 
     def status(self) -> dict:
         """The sockets asked, for status."""
-        return {"cri_socket": self.lookup.cri.path if self.lookup.cri else None,
-                "pod_resources_socket": self.lookup.pod_resources.path
-                if self.lookup.pod_resources else None,
-                "containers_known": len(self._known)}
+        return {**self.lookup.status(), "containers_known": len(self._known)}
+
+    def readiness(self) -> str | None:
+        """Why the scheduler cannot name programs in pods now (a socket it was given is
+        missing), or None."""
+        return "; ".join(self.lookup.missing()) or None
 
     async def serve(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Run the lookups that registrations start, until cancelled."""

@@ -8,6 +8,7 @@ Blocking, each call within a short deadline: lookups.py runs these off the event
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Callable
 
 from ..core.model.container import NodeIdentity
@@ -33,6 +34,13 @@ def chosen_sockets(cri: str | None, pod_resources: str | None,
     if pod_resources is None:
         pod_resources = DEFAULT_POD_RESOURCES_SOCKET if exists(DEFAULT_POD_RESOURCES_SOCKET) else ""
     return cri, pod_resources
+
+
+def is_socket(path: str) -> bool:
+    try:
+        return stat.S_ISSOCK(os.stat(path).st_mode)
+    except OSError:
+        return False
 
 
 class NodeLookup:
@@ -66,6 +74,19 @@ class NodeLookup:
                           f"devices ({error})"
         return NodeIdentity(ref.container_id, labels.pod, labels.namespace, labels.container,
                             labels.pod_uid or ref.pod_uid, gpus, problem), problem
+
+    def missing(self) -> list[str]:
+        """The sockets it was given that are not there now, in words (readiness)."""
+        return [f"{what} socket {client.path} is missing" for what, client in (
+            ("the container runtime's", self.cri),
+            ("the kubelet's pod-resources", self.pod_resources))
+            if client is not None and not is_socket(client.path)]
+
+    def status(self) -> dict:
+        """The sockets asked, for status."""
+        return {"cri_socket": self.cri.path if self.cri else None,
+                "pod_resources_socket": self.pod_resources.path if self.pod_resources else None,
+                "node_identity_socket": None}
 
     def close(self) -> None:
         for client in (self.cri, self.pod_resources):

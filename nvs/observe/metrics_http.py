@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import socket
+from collections.abc import Callable
 
 import trio
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -26,6 +27,7 @@ from .tcp_address import bound_address
 log = logging.getLogger("gemshare.scheduler")
 
 PATH = "/metrics"
+READY_PATH = "/readyz"  # 503 with the reason while the scheduler is not ready
 MAX_HEAD_BYTES = 8192  # a scrape's request line and headers are a few hundred bytes
 HEAD_SECONDS = 2.0  # to send them, from connecting
 ANSWER_SECONDS = 10.0  # then to take the whole answer
@@ -33,8 +35,10 @@ MAX_SCRAPES = 64  # connections served at once
 MAX_PER_PEER = 16  # of them from one address
 
 
-async def serve(sock: socket.socket, registry: CollectorRegistry) -> None:
-    """Answer scrapes on `sock` until cancelled; the socket is closed on the way out."""
+async def serve(sock: socket.socket, registry: CollectorRegistry,
+                readiness: Callable[[], str | None] = lambda: None) -> None:
+    """Answer scrapes on `sock` until cancelled, and READY_PATH from `readiness()` (None:
+    ready; else why not); the socket is closed on the way out."""
     listener = trio.SocketListener(trio.socket.from_stdlib_socket(sock))
     log.info("serving metrics on http://%s%s", bound_address(sock), PATH)
     slots = ScrapeSlots(MAX_SCRAPES, MAX_PER_PEER)
@@ -51,7 +55,7 @@ async def serve(sock: socket.socket, registry: CollectorRegistry) -> None:
             if scrape is None:  # every slot answers a request: this one waits for none
                 await trio.aclose_forcefully(stream)
                 continue
-            nursery.start_soon(_serve_one, stream, registry, slots, scrape)
+            nursery.start_soon(_serve_one, stream, registry, readiness, slots, scrape)
 
 
 def _peer_address(stream: trio.SocketStream) -> str:
@@ -61,11 +65,11 @@ def _peer_address(stream: trio.SocketStream) -> str:
         return ""
 
 
-async def _serve_one(stream: trio.SocketStream, registry: CollectorRegistry,
+async def _serve_one(stream: trio.SocketStream, registry: CollectorRegistry, readiness,
                      slots: ScrapeSlots, scrape: Scrape) -> None:
     try:
         with scrape.scope:
-            await _answer(stream, registry, scrape)
+            await _answer(stream, registry, readiness, scrape)
     except Exception:  # a bug must cost one scrape, not the scheduler (nor flood the log)
         log.exception("metrics: internal error answering a scrape",
                       extra={"peer": f"metrics peer {scrape.peer}"})
@@ -74,7 +78,7 @@ async def _serve_one(stream: trio.SocketStream, registry: CollectorRegistry,
         await trio.aclose_forcefully(stream)
 
 
-async def _answer(stream: trio.SocketStream, registry: CollectorRegistry,
+async def _answer(stream: trio.SocketStream, registry: CollectorRegistry, readiness,
                   scrape: Scrape) -> None:
     head = None
     try:
@@ -84,7 +88,7 @@ async def _answer(stream: trio.SocketStream, registry: CollectorRegistry,
             return  # closed, too much, too slow
         scrape.reading = False  # from here on its slot is not given away
         with trio.move_on_after(ANSWER_SECONDS):
-            await stream.send_all(_response(head, registry))
+            await stream.send_all(_response(head, registry, readiness))
     except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
         pass  # the scraper went away
 
@@ -103,13 +107,18 @@ async def _read_head(stream: trio.SocketStream) -> bytes | None:
     return head
 
 
-def _response(head: bytes, registry: CollectorRegistry) -> bytes:
+def _response(head: bytes, registry: CollectorRegistry, readiness) -> bytes:
     request = head.split(b"\n", 1)[0].split()
     if len(request) != 3:
         return _reply(400, "Bad Request", b"bad request line\n")
     method, target = request[0], request[1].split(b"?", 1)[0]
     if method not in (b"GET", b"HEAD"):
         return _reply(405, "Method Not Allowed", b"only GET\n", extra="Allow: GET, HEAD\r\n")
+    if target == READY_PATH.encode():
+        why = readiness()
+        return _reply(200, "OK", b"ok\n", head_only=method == b"HEAD") if why is None else \
+            _reply(503, "Service Unavailable", f"not ready: {why}\n".encode(),
+                   head_only=method == b"HEAD")
     if target != PATH.encode():
         return _reply(404, "Not Found", f"the metrics are at {PATH}\n".encode())
     try:

@@ -30,6 +30,7 @@ from ..config.settings import (
     MAX_CLIENTS_PER_USER,
     MIN_SLICE_MS,
     MODE_LABELS,
+    NODE_IDENTITY_SOCKET,
     POD_RESOURCES_SOCKET,
     TQ,
     Settings,
@@ -50,7 +51,8 @@ LAYERED = {"tq": "tq", "anti_thrash": "mode", "min_slice_ms": "min_slice_ms",
            "grace_ms": "grace_ms", "context_reserve_mib": "context_reserve_mib",
            "capacity_mib": "capacity_mib", "mps": "mps",
            "mps_pipe_directory": "mps_pipe_directory", "cri_socket": "cri_socket",
-           "pod_resources_socket": "pod_resources_socket", "compute_cap": "compute_cap"}
+           "pod_resources_socket": "pod_resources_socket",
+           "node_identity_socket": "node_identity_socket", "compute_cap": "compute_cap"}
 
 
 def _checked(number: WholeNumber):
@@ -162,6 +164,13 @@ def scheduler(
         help="the kubelet's pod-resources socket, asked what memory and compute units each "
              f"container was allocated; \"\" for none (default: {DEFAULT_POD_RESOURCES_SOCKET}"
              " where it exists)"),
+    node_identity_socket: Optional[str] = typer.Option(
+        None, "--node-identity-socket", metavar="PATH",
+        callback=typer_command.checked_text(NODE_IDENTITY_SOCKET, "node_identity_socket",
+                                            "--node-identity-socket"),
+        help="ask the node-identity service on this socket (gemshare-node-identity, in a "
+             "container beside the scheduler's) for each program's container and units, "
+             "instead of the CRI and pod-resources sockets (default: none)"),
     compute_cap: Optional[str] = typer.Option(
         None, "--compute-cap", metavar="|".join(COMPUTE_CAPS),
         callback=typer_command.checked_text(COMPUTE_CAP.check, "compute_cap", "--compute-cap"),
@@ -180,6 +189,7 @@ def scheduler(
               "anti_thrash": anti_thrash, "mps_pipe_directory": mps_pipe_directory,
               "mps": True if mps or mps_pipe_directory is not None else None,
               "cri_socket": cri_socket, "pod_resources_socket": pod_resources_socket,
+              "node_identity_socket": node_identity_socket,
               "compute_cap": compute_cap}
     given = frozenset(name for name, value in values.items() if value is not None)
     # Handed back through ctx.obj, a list: a standalone run drops what the command returns.

@@ -34,7 +34,13 @@ from ..config.settings import Settings
 from ..core.model.actions import Close, Log, Send
 from ..core.model.container import NAMED_BY_NODE, NAMED_BY_PROGRAM, NOT_NAMED_YET, NodeIdentity
 from ..core.policy import Policy
-from ..kubernetes.lookups import NodeLookups, node_lookups, who_is
+from ..kubernetes.cgroups import container_of
+from ..kubernetes.lookups import (
+    REGISTER_WAIT_S,
+    NodeLookups,
+    node_lookups,
+    who_is,
+)
 from ..observe.status import build_status, encoded_size, fit_status
 from ..version import version
 from ..wire.conversation import CLIENT, CONTROL, next_kind
@@ -43,7 +49,7 @@ from . import fair_slots
 from .connect_rate import ROOT, ConnectRate
 from .gpus import Gpus
 from .mps import MpsControl
-from .permissions import may_control
+from .permissions import may_control, pod_control_refusal
 
 log = logging.getLogger("gemshare.scheduler")
 
@@ -156,7 +162,8 @@ class Server:
         self.configuration = configuration or Configuration.start(settings)
         start = self.configuration.started
         self.node = node_lookups(start["cri_socket"], start["pod_resources_socket"],
-                                 settings.proc) if node is UNSET else node
+                                 settings.proc, start["node_identity_socket"]) \
+            if node is UNSET else node
         self.policy = Policy(start["tq"], start["anti_thrash"], start["grace_ms"] / 1000,
                              settings.max_clients,
                              reserve_bytes=start["context_reserve_mib"] << 20,
@@ -187,6 +194,9 @@ class Server:
         self.max_connections = settings.max_clients + settings.max_control + \
             settings.max_view_only
         self._refusing = 0
+        # The scheduler's own pod, whose containers (kubectl exec) may send control requests.
+        own = container_of(os.getpid(), settings.proc)
+        self._own_pod_uid = own.pod_uid if own is not None else None
 
     async def serve(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Serve until cancelled; `started` once accepting."""
@@ -446,7 +456,11 @@ class Server:
     async def _admit_control(self, conn: Conn) -> None:
         """Control connections are capped on their own, so that the replies being built and
         queued at once stay bounded whatever the client limit, and shared so that no user
-        outside the control group can take them all (fair_slots.py)."""
+        outside the control group can take them all (fair_slots.py). A process in a pod may only
+        register: it is refused before it is counted, so that pods hold no control slot."""
+        why = await self._from_a_pod(conn)
+        if why is not None:
+            raise p.ProtocolError(why, p.ErrorCode.PERMISSION)
         conn.privileged, conn.unprivileged_why = await trio.to_thread.run_sync(
             may_control, conn.uid, conn.gid, conn.peer.groups, self.settings.control_group,
             os.geteuid())
@@ -455,6 +469,15 @@ class Server:
                                          self.settings.max_control)
         if why is not None:
             raise p.ProtocolError(why, p.ErrorCode.TOO_MANY_CLIENTS)
+
+    async def _from_a_pod(self, conn: Conn) -> str | None:
+        """Why `conn`'s process may send no control request, being in a pod; else None."""
+        ref, read = None, False
+        with trio.move_on_after(REGISTER_WAIT_S):
+            ref = await trio.to_thread.run_sync(container_of, conn.pid, self.settings.proc,
+                                                abandon_on_cancel=True)
+            read = True
+        return pod_control_refusal(conn.pid, ref, read, self._own_pod_uid)
 
     async def _control(self, conn: Conn, body: dict) -> dict:
         try:
@@ -598,11 +621,17 @@ class Server:
                                        extra=extra),
                           STATUS_ROOM)
 
+    def readiness(self) -> str | None:
+        """Why the scheduler is not ready (its metrics' /readyz), or None: a node socket it was
+        given is missing, so programs in pods would go unnamed, with no budget."""
+        return self.node.readiness() if self.node is not None else None
+
     def kubernetes_status(self) -> dict:
         """Where programs' containers are learnt from (null sockets: from nowhere), and what
         their compute units cap."""
         asked = self.node.status() if self.node is not None else \
-            {"cri_socket": None, "pod_resources_socket": None, "containers_known": 0}
+            {"cri_socket": None, "pod_resources_socket": None, "node_identity_socket": None,
+             "containers_known": 0}
         return {**asked, "compute_cap": self.configuration.started["compute_cap"]}
 
     def mps_status(self) -> dict:

@@ -37,6 +37,16 @@ class SchedulerUnavailable(Exception):
     """No scheduler answers on the socket; the message says which path and what to do."""
 
 
+class RefusedByScheduler(SchedulerUnavailable):
+    """The scheduler answered with ERROR: `code` is its ErrorCode (PERMISSION: this process
+    may not ask, from where it is), `text` its words."""
+
+    def __init__(self, code: int, text: str):
+        super().__init__(f"the scheduler refused the request: {text}")
+        self.code = code
+        self.text = text
+
+
 class Connection:
     def __init__(self, path: str | os.PathLike, timeout: float = 5.0):
         self.path = Path(path)
@@ -110,7 +120,7 @@ class Connection:
         while True:
             message, reply_seq = self.recv()
             if isinstance(message, protocol.Error):
-                raise SchedulerUnavailable(f"the scheduler refused the request: {message.text}")
+                raise RefusedByScheduler(message.code, message.text)
             if isinstance(message, protocol.ControlReply) and reply_seq == seq:
                 return message.body
 

@@ -263,4 +263,5 @@ def test_other_bad_toml_beside_rules_gets_no_bracket_hint():
 
 def test_a_long_unknown_key_is_quoted_short():
     error = refusal(f"{'x' * 500} = 1\n")
-    assert len(error.message) < 250
+    assert len(error.message) < 300  # the key cut short; the rest lists the keys a file takes
+    assert "x" * 100 not in error.message

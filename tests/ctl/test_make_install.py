@@ -178,7 +178,8 @@ def test_the_plugins_default_library_is_where_make_install_puts_it():
     assert f" {DEFAULT_LIBRARY}\n" in dry_run.stdout  # PREFIX=/usr/local by default
 
 
-COMMANDS = ("gemshare-scheduler", "gemsharectl", "gemshare-device-plugin")
+COMMANDS = ("gemshare-scheduler", "gemsharectl", "gemshare-device-plugin", "gemshare-dra-plugin",
+            "gemshare-node-identity")
 
 
 def test_the_man_pages_are_installed_where_man_looks(staged):

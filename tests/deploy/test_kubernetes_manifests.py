@@ -150,7 +150,7 @@ def test_every_container_runs_a_command_of_the_image(pods):
         for each in [*spec["initContainers"], *spec["containers"]]:
             command = each["command"]
             assert command[0] in scripts or command[0] == "/usr/local/bin/gemshare-entrypoint"
-        assert [c["command"][0] for c in spec["containers"]] == [name]
+        assert spec["containers"][0]["command"][0] == name
 
 
 def test_scheduler_arguments_are_its_own_and_its_paths_are_mounted(pods):
@@ -171,27 +171,40 @@ def test_scheduler_arguments_are_its_own_and_its_paths_are_mounted(pods):
     assert volumes[mount["name"]]["configMap"]["name"] == "gemshare-config"
 
 
-def test_the_scheduler_reaches_the_node_sockets_read_only(pods):
+def test_node_identity_alone_reaches_the_node_sockets_read_only(pods):
     spec = pods[SCHEDULER]
     scheduler, volumes = container(spec, "scheduler"), volumes_of(spec)
-    given = options(scheduler["args"])
+    identity = container(spec, "node-identity")
+    assert identity["command"] == ["gemshare-node-identity"]
+    given = options(identity["args"])
     assert given["--pod-resources-socket"] == POD_RESOURCES_SOCKET
     # No --cri-socket: the default finds whichever runtime the node has, both being mounted.
     assert "--cri-socket" not in given
-    mounts = {m["mountPath"]: m for m in scheduler["volumeMounts"]}
+    mounts = {m["mountPath"]: m for m in identity["volumeMounts"]}
     for socket in (POD_RESOURCES_SOCKET, *CRI_SOCKETS):
         # At its host path, through its directory (a restarted kubelet or runtime makes a new
         # socket file, which only a directory's mount shows), read-only.
-        assert host_mount(scheduler, volumes, socket) == socket
+        assert host_mount(identity, volumes, socket) == socket
         directory = str(PurePosixPath(socket).parent)
         assert mounts[directory]["readOnly"] is True
-    for socket in CRI_SOCKETS:  # the runtimes' unmounts must reach the scheduler's container
+        # The scheduler's container, which serves the socket every GPU pod has, has none.
+        assert not any(PurePosixPath(m["mountPath"]) in PurePosixPath(socket).parents
+                       for m in scheduler["volumeMounts"]), (socket, scheduler["volumeMounts"])
+    for socket in CRI_SOCKETS:  # the runtimes' unmounts must reach the container
         assert mounts[str(PurePosixPath(socket).parent)]["mountPropagation"] == "HostToContainer"
+    # The scheduler asks node-identity on a socket of a volume only the two mount.
+    asked = options(scheduler["args"])["--node-identity-socket"]
+    assert "--cri-socket" not in options(scheduler["args"])
+    assert parse(scheduler["args"]).node_identity_socket == asked == given["--socket"]
+    directory = str(PurePosixPath(asked).parent)
+    (shared,) = {m["name"] for m in scheduler["volumeMounts"] if m["mountPath"] == directory}
+    assert mounts[directory]["name"] == shared and "emptyDir" in volumes[shared]
     assert spec["hostPID"] is True  # /proc/PID/cgroup of every pod's programs
     # Those sockets answer root alone; nothing else of root's is kept.
-    context = scheduler["securityContext"]
-    assert (context["runAsUser"], context["runAsNonRoot"]) == (0, False)
-    assert context["capabilities"] == {"drop": ["ALL"]}
+    for each in (scheduler, identity):
+        context = each["securityContext"]
+        assert (context["runAsUser"], context["runAsNonRoot"]) == (0, False)
+        assert context["capabilities"] == {"drop": ["ALL"]}
     (prepare,) = spec["initContainers"]  # which hands the directories to root
     assert {e["name"]: e["value"] for e in prepare["env"]} == {"SCHEDULER_USER": "root"}
 

@@ -16,6 +16,7 @@ import pytest
 from deploy_files import BASE, parse_yaml, pod_templates
 
 from gemshare_nvs.observe.metrics_http import PATH as METRICS_PATH
+from gemshare_nvs.observe.metrics_http import READY_PATH
 from gemshare_nvs.observe.tcp_address import parse_address
 from gemshare_plugin.health import LIVENESS, READINESS
 
@@ -50,7 +51,10 @@ def test_only_the_scheduler_shares_the_hosts_process_ids(rendered):
     shared = {name for name, spec in pod_templates(rendered).items() if spec.get("hostPID")}
     assert shared == {SCHEDULER}
     spec = pod_templates(rendered)[SCHEDULER]
-    assert [c["name"] for c in spec["containers"]] == ["scheduler"]
+    # hostPID is the pod's: beside the scheduler only node-identity, which must make the
+    # scheduler's pod not ready when the runtime's socket is missing (so it cannot be a pod
+    # of its own), and which takes container IDs, never pids.
+    assert [c["name"] for c in spec["containers"]] == ["scheduler", "node-identity"]
     for spec in pod_templates(rendered).values():
         assert not spec.get("hostNetwork") and not spec.get("hostIPC")
 
@@ -100,10 +104,15 @@ def option(args: list, name: str) -> str:
 
 
 def test_the_schedulers_probes_ask_its_metrics_where_it_serves_them(rendered):
-    (scheduler,) = pod_templates(rendered)[SCHEDULER]["containers"]
+    scheduler, identity = pod_templates(rendered)[SCHEDULER]["containers"]
     port = parse_address(option(scheduler["args"], "--metrics"))[1]
     assert probe_ports(scheduler, "livenessProbe") == (METRICS_PATH, port)
-    assert probe_ports(scheduler, "readinessProbe") == (METRICS_PATH, port)
+    assert probe_ports(scheduler, "readinessProbe") == (READY_PATH, port)
+    # And the pod's readiness is node-identity's too: not ready while the runtime's socket is
+    # missing.
+    port = parse_address(option(identity["args"], "--health"))[1]
+    assert probe_ports(identity, "livenessProbe") == (LIVENESS, port)
+    assert probe_ports(identity, "readinessProbe") == (READINESS, port)
 
 
 def test_the_plugins_probes_ask_its_health_endpoint_where_it_serves_it(rendered):

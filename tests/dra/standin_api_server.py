@@ -1,6 +1,6 @@
 """A stand-in Kubernetes API server for the DRA driver's tests: plain HTTP on 127.0.0.1, serving
 the REST paths the official client uses for what the driver reads and writes (a Node, cluster
-ResourceSlices, namespaced ResourceClaims, all resource.k8s.io/v1), with resourceVersions,
+ResourceSlices, namespaced ResourceClaims, all resource.k8s.io/v1; /version, as `version` says), with resourceVersions,
 conflicts and 404s as the real one gives them. It records every slice put, serves the claims a
 test adds, and can be taken away (`available` cleared: it answers 503, as a server restarting).
 
@@ -21,6 +21,7 @@ RESOURCE = "/apis/resource.k8s.io/v1"
 SLICES = re.compile(rf"{RESOURCE}/resourceslices(?:/(?P<name>[^/?]+))?")
 CLAIM = re.compile(rf"{RESOURCE}/namespaces/(?P<namespace>[^/]+)/resourceclaims/(?P<name>[^/?]+)")
 NODE = re.compile(r"/api/v1/nodes/(?P<name>[^/?]+)")
+VERSION = "/version"
 
 
 def _status(code: int, reason: str, message: str) -> dict:
@@ -39,6 +40,7 @@ class StandInApiServer:
         self.available.set()
         # Device fields it drops, as an API server whose DRAConsumableCapacity gate is off does.
         self.drops: tuple[str, ...] = ()
+        self.version = {"major": "1", "minor": "37", "gitVersion": "v1.37.0"}  # /version's answer
         self._version = 0
         self._lock = threading.Lock()
         self._http = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -77,6 +79,8 @@ class StandInApiServer:
     def _answer(self, method: str, path: str, body: dict | None) -> tuple[int, dict]:
         if not self.available.is_set():
             return 503, _status(503, "ServiceUnavailable", "the server is restarting")
+        if method == "GET" and path.rstrip("/") == VERSION:  # the client asks /version/
+            return 200, self.version
         if method == "GET" and (match := NODE.fullmatch(path)):
             uid = self.nodes.get(match["name"])
             if uid is None:

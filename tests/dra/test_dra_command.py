@@ -126,6 +126,10 @@ def test_the_command_publishes_serves_and_stops_on_sigterm(short_tmp_dirs, api_s
         (published,) = api_server.slices.values()
         assert len(published["spec"]["devices"]) == 4
         assert probe(port, "/healthz") == (200, "ok\n")
+        # One line at start on how pods asking the extended resources are served: the stand-in
+        # says it is 1.37.
+        said = [line for line in log.read_text().splitlines() if "extended resources:" in line]
+        assert len(said) == 1 and "Kubernetes 1.37" in said[0] and "device plugin" in said[0]
         assert probe(port, "/readyz") == \
             (503, "not ready: not registered with the kubelet (yet)\n")
         kubelet = StandInDraKubelet(directory / "registry")

@@ -113,6 +113,7 @@ async def test_without_the_node_sockets_programs_in_no_pod_are_what_they_say(
     assert (pod["namespace"], pod["pod"], pod["identity_from"]) == \
         ("", "", "node: not named yet")
     assert status["kubernetes"] == {"cri_socket": None, "pod_resources_socket": None,
+                                    "node_identity_socket": None,
                                     "containers_known": 0, "compute_cap": "off"}
     assert node.runtime.calls == [] and node.kubelet.calls == []
 

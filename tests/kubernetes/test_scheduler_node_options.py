@@ -68,6 +68,7 @@ def test_the_settings_are_shown_with_where_they_came_from(scheduler_factory):
     with running.connect() as control:
         status = control.request({"op": "status"})["status"]
     assert status["kubernetes"] == {"cri_socket": None, "pod_resources_socket": None,
+                                    "node_identity_socket": None,
                                     "containers_known": 0, "compute_cap": "gpu_limit"}
     assert status["settings_from"]["compute_cap"] == "command line"
     assert status["settings_from"]["pod_resources_socket"] == "default"

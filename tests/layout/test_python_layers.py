@@ -30,6 +30,7 @@ MAY_IMPORT = {
                 "protocol", "version"},
     "daemon": {"service", "config", "wire", "observe", "kubernetes", "core", "core.rules",
                "core.model", "protocol", "version"},
+    "identity_daemon": {"service", "config", "observe", "kubernetes", "version"},
 }
 MAX_SOURCES_PER_FOLDER = 16
 

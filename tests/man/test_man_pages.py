@@ -22,7 +22,8 @@ GENERATOR = REPO / "man" / "manpage.py"
 # How each command runs from this Python, for its --help.
 RUN = {"gemshare-scheduler": ["-m", "gemshare_nvs.daemon"], "gemsharectl": ["-m", "gemshare_ctl"],
        "gemshare-device-plugin": ["-m", "gemshare_plugin"],
-       "gemshare-dra-plugin": ["-m", "gemshare_dra"]}
+       "gemshare-dra-plugin": ["-m", "gemshare_dra"],
+       "gemshare-node-identity": ["-m", "gemshare_nvs.identity_daemon"]}
 # The requests and macros a page may use: the man macros' own, nothing of groff's alone.
 MACROS = {"TH", "SH", "SS", "TP", "PP", "BR", "nf", "fi", "ad", "nh"}
 GROFF = shutil.which("groff")
