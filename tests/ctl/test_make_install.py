@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from ctl_helpers import REPO, make_variables, skip_if_pypi_unreachable
+from installed_commands import COMMANDS
 
 from gemshare_nvs.service.readiness import wait_until_listening
 from gemshare_plugin.cli import DEFAULT_LIBRARY
@@ -177,9 +178,6 @@ def test_the_plugins_default_library_is_where_make_install_puts_it():
     assert dry_run.returncode == 0, dry_run.stderr
     assert f" {DEFAULT_LIBRARY}\n" in dry_run.stdout  # PREFIX=/usr/local by default
 
-
-COMMANDS = ("gemshare-scheduler", "gemsharectl", "gemshare-device-plugin", "gemshare-dra-plugin",
-            "gemshare-node-identity")
 
 
 def test_the_man_pages_are_installed_where_man_looks(staged):
