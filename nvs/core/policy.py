@@ -85,7 +85,7 @@ from __future__ import annotations
 import copy
 import math
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 from .. import protocol as p
 from .model.actions import Close, Log, Send
@@ -97,28 +97,27 @@ from .model.device_identity import (
     out_of_range,
     too_many_devices,
 )
+from .model.decision import Decision
 from .model.state import Client, Device, Hold, Registration, Wait
 from .model.terms import Identity, Terms, no_rules
 from .model.text import (
     GONE,
-    GPU_LIMIT,
     IDLE,
     MEMORY,
     MODE,
-    QUANTUM,
     RELEASED,
     REVOKED,
-    SHARE,
     listed,
     mib,
     printable,
 )
+from .pipeline import CLAIMED, DROP_DECISIONS, STAGES, Pipeline, Stage
 from .rules.admission import Budget, Waiting, admitted, kept
 from .rules.budgets import KUBELET_SOURCE, BudgetRules, Budgets, node_names, said_otherwise
 from .rules.capacity import Capacity, renumbered
 from .rules.cost import GB, LINK_CEILING_BPS, Link
 from .rules.credit import MoveCredit
-from .rules.gang_rules import GangRules
+from .rules.gang_rules import GangRules, with_gang
 from .rules.gangs import DEFAULT_GANG_TIMEOUT_S, Gangs
 from .rules.gap_rules import GapRules
 from .rules.gaps import Gaps, idle_waited_s
@@ -162,7 +161,11 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
                  rules: Callable[[Identity], Terms] = no_rules,
                  min_slice_ms: int = DEFAULT_MIN_SLICE_MS,
                  gang_timeout_s: float = DEFAULT_GANG_TIMEOUT_S, mps: bool = False,
-                 link_priors: dict[int, float] | None = None, compute_cap: str = CAP_OFF):
+                 link_priors: dict[int, float] | None = None, compute_cap: str = CAP_OFF,
+                 stages: Sequence[Stage] = STAGES):
+        """`stages`: the decision pipeline's stages in precedence order (pipeline.py); only a
+        test of that order gives others."""
+        self.pipeline = Pipeline(stages)
         self.tq = tq
         self.min_slice_ms = min_slice_ms
         self.rules = rules
@@ -192,6 +195,7 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
         # client is the one most likely to ask next, so what handing the device to it would
         # cost is the switch cost; and status says why it ended.
         self.last_end: dict[int, tuple[int, str]] = {}
+        self.last_drop: dict[int, Decision] = {}  # device -> the decision of its last drop
         self.mps_enabled = mps  # the scheduler runs MPS (--mps)
         self.mps_pipe: str | None = None  # the MPS control daemon's pipe directory, while it runs
         self.compute_cap = compute_cap  # what compute units cap besides the weight (budgets.py)
@@ -344,18 +348,25 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
             return [Log(f"request {client}: device {device}, keeping its lower devices")]
         if cid in dev.holders or cid in dev.waiters:
             return [Log(f"repeated request from {client} for device {device}", debug=True)]
-        dev.waiters[cid] = Wait(now, queued=False, keeping=keeping)
+        wait = dev.waiters[cid] = Wait(now, queued=False, keeping=keeping)
         self.gaps.requested(cid, device, now)
-        returning, actions = self._returning(dev, cid, now)
+        placed = self.pipeline.arrive(self, dev, cid, now)
+        wait.placed_by = placed.decision if placed else None
+        actions = placed.actions if placed else []
         actions += self._gang_outgrows_turn(cid, dev, now) + self._settle(dev, now)
         waiting = ""
         if cid in dev.waiters:  # not granted at once: it waits behind someone
-            dev.waiters[cid].queued = True
+            wait.queued = True
             client.waits += 1
             waiting = f", {len(dev.waiters)} waiting"
-            if not returning:  # one coming back to a loan has its place already
-                actions += self._claim_share(dev, cid, now)
-        return [Log(f"request {client}: device {device}{waiting}{returning}")] + actions
+            if placed is None:  # one placed on arrival (back to a loan) has its place already
+                placed = self.pipeline.queue(self, dev, cid, now)
+                actions += placed.actions if placed else []
+                wait.placed_by = placed.decision if placed else None
+        words = placed.words if placed else ""
+        if cid in dev.waiters:
+            words += self.pipeline.holds_back(self, dev, cid, now).logged()
+        return [Log(f"request {client}: device {device}{waiting}{words}")] + actions
 
     def lock_released(self, cid: int, device: int, reason: int, now: float,
                       idle_us: int = 0) -> list:
@@ -665,7 +676,17 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
             link_prior_bps=self.link_priors.get(index),
             slices={cid: now - hold.granted_at for cid, hold in holds.items()},
             turns={cid: hold.turn_s for cid, hold in holds.items()},
-            last_end=self.last_end.get(index))
+            last_end=self.last_end.get(index),
+            decisions=self._decisions(dev, now) if dev else {},
+            last_drop=self.last_drop.get(index))
+
+    def _decisions(self, dev: Device, now: float) -> dict[int, Decision]:
+        """Client -> the decision that stands for it on the device: its grant (or its drop), or
+        what keeps it waiting."""
+        decisions = {cid: hold.dropped_by or hold.granted_by for cid, hold in dev.holders.items()
+                     if hold.dropped_by or hold.granted_by}
+        return decisions | {cid: self.pipeline.holds_back(self, dev, cid, now)
+                            for cid in dev.waiters}
 
     def _client_snapshot(self, cid: int, client: Client, now: float) -> ClientSnapshot:
         holding = [dev.holders[cid] for dev in self.devices.values() if cid in dev.holders]
@@ -753,6 +774,7 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
             # the minimum slice of what the device holds once room is asked for.
             pressed = self._press_claim(dev, first, now)
             if pressed:
+                dev.waiters[first].placed_by = CLAIMED
                 actions += pressed + self._end_turns(dev, now)
         actions += self._idle_hints(dev, now)
         # A device nobody uses is forgotten (a gang's settling may have done so already), but
@@ -774,16 +796,10 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
                 continue
             if first is not None:
                 self._shorten_turn(dev, cid, hold, first, now)
-            turn_over = first is not None and not self._waits_above(cid, dev.index)
-            if turn_over and now >= hold.quantum_end:
-                actions += self._drop(dev, cid, now, f"quantum over, {len(dev.waiters)} waiting",
-                                      QUANTUM)
-            elif turn_over and now >= hold.preempt_at:
-                actions += self._drop(dev, cid, now, f"slice over for {self.clients[first]}, "
-                                      "under its share", SHARE)
-            elif now >= self._limit_reached_at(cid, dev.index):
-                limit = self.clients[cid].terms.gpu_limit
-                actions += self._drop(dev, cid, now, f"gpu limit {limit:g} reached", GPU_LIMIT)
+            ended = self.pipeline.end_turn(self, dev, cid, hold, first, now)
+            if ended is not None:
+                actions += self._drop(dev, cid, now, ended.detail or ended.why, ended.reason,
+                                      ended)
         return actions
 
     def _waits_above(self, cid: int, device: int) -> bool:
@@ -807,23 +823,29 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
 
     # ----- lock changes ------------------------------------------------------------------------
 
-    def _drop(self, dev: Device, cid: int, now: float, why: str, reason: str) -> list:
+    def _drop(self, dev: Device, cid: int, now: float, why: str, reason: str,
+              decision: Decision | None = None) -> list:
+        """`decision`: the stage's, where it gave one; else the usual one for `reason`."""
+        decision = decision or DROP_DECISIONS[reason]
         hold = dev.holders[cid]
         evict = self._evict_on_drop(dev, cid, now)
         self.credit.asked_out(dev.index, cid, evict)
         if evict:
             self.tallies.evicted(dev.index)
         hold.dropped_at, hold.drop_reason, hold.drop_evict = now, reason, evict
+        hold.dropped_by = decision
         hold.revoke_at = now + self.grace_s + self._link(dev.index).to_host.seconds(evict)
         ordinal = self.clients[cid].numbering.own_ordinal(dev.index)
         return [Send(cid, p.DropLock(ordinal, 0, evict)),
                 Log(f"drop {self.clients[cid]}: device {dev.index} {why}"
-                    f"{f', evict {mib(evict)} to the host' if evict else ''}")] + \
+                    f"{f', evict {mib(evict)} to the host' if evict else ''}"
+                    f"{decision.logged()}")] + \
             self._drop_gang(cid, now, reason)
 
     def _grant(self, dev: Device, cid: int, now: float, shared: bool) -> list:
         client = self.clients[cid]
         wait = dev.waiters[cid]
+        decision = self.pipeline.grants(self, dev, cid, wait, now)  # before the loan's end
         waited = self._end_wait(dev, cid, now)
         if wait.queued:
             self.tallies.waited(dev.index, waited)
@@ -836,7 +858,7 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
             ending = self._gang_drop_reason(gang)
         turn, lender, loan_words = self._loan_terms(dev, cid, turn, now)
         dev.holders[cid] = Hold(granted_at=now, quantum_end=now + turn, turn_s=turn,
-                                lender=lender)
+                                lender=lender, granted_by=decision)
         dev.readied_ahead = False
         self.usage.meter(cid, dev.index).start(now)
         client.revoked = False
@@ -858,9 +880,10 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
         beside = f", shared ({mib(self.memory_of(cid, dev.index))} allocated)" if shared else ""
         ordinal = client.numbering.own_ordinal(dev.index)
         actions = [Send(cid, p.LockGranted(ordinal, flags, round(turn * 1000))),
-                   Log(f"grant {client}: device {dev.index}{after}{beside}{loan_words}")]
+                   Log(f"grant {client}: device {dev.index}{after}{beside}{loan_words}"
+                       f"{decision.logged()}")]
         if ending is not None:  # it joins its gang's drain: their collectives may need it
-            actions += self._drop(dev, cid, now, f"with {gang}", ending)
+            actions += self._drop(dev, cid, now, f"with {gang}", ending, with_gang(ending))
         return actions
 
     def _revoke(self, dev: Device, cid: int, now: float, why: str = "") -> list:
@@ -881,6 +904,11 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
     def _end_hold(self, dev: Device, cid: int, now: float, why: str,
                   client: Client | None = None) -> float:
         self.last_end[dev.index] = (cid, why)
+        dropped_by = dev.holders[cid].dropped_by
+        if dropped_by is not None:
+            self.last_drop[dev.index] = dropped_by
+        else:
+            self.last_drop.pop(dev.index, None)
         dev.fetching.pop(cid, None)
         if cid in self.clients:  # not one leaving: its gaps are forgotten
             self.gaps.hold_ended(cid, dev.index, now)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .container import NAMED_BY_PROGRAM, NodeIdentity
+from .decision import Decision
 from .device_identity import Numbering
 from .terms import Identity, Terms
 
@@ -73,6 +74,8 @@ class Hold:
     moved_grew_at: float = float("-inf")  # and when that count last grew
     lending: bool = False  # its idle hint hands its next idle gap to the waiter (gap_rules.py)
     lender: int | None = None  # granted in that client's idle gap, which it gives back
+    granted_by: Decision | None = None  # the stage that granted it, and why (pipeline.py)
+    dropped_by: Decision | None = None  # once dropped: the stage that dropped it, and why
 
 
 @dataclass
@@ -83,6 +86,9 @@ class Wait:
     room_readied: bool = False  # idle clients were asked for room while it waited for holders
     keeping: bool = False  # REQUEST_KEEPING: it keeps its lower devices until granted
     passed: bool = False  # a waiter under its share went ahead of it (share_rules.py)
+    # the stage that put it ahead, placing it in the queue or having a holder drop for it, where
+    # one did (pipeline.py)
+    placed_by: Decision | None = None
 
 
 @dataclass

@@ -26,9 +26,17 @@ import math
 
 from ... import protocol as p
 from ..model.actions import Close, Log
+from ..model.decision import DROPPED, Decision
 from ..model.state import Client, Device
 from ..model.text import QUANTUM, listed, printable
 from .gangs import MAX_GANG_SIZE, Gang
+
+GANGS = "gangs"  # the stage of the decision pipeline these rules are (pipeline.py)
+
+
+def with_gang(reason: str) -> Decision:
+    """The drop of a member whose gang's turn is being dropped, for `reason`."""
+    return Decision(GANGS, DROPPED, "with its gang", reason)
 
 
 class GangRules:
@@ -124,7 +132,9 @@ class GangRules:
         for other in self._member_devices(gang):
             for cid, hold in other.holders.items():
                 if cid in gang.members and hold.dropped_at is None:
-                    return self._drop(other, cid, now, f"quantum over for {gang}", QUANTUM)
+                    return self._drop(other, cid, now, f"quantum over for {gang}", QUANTUM,
+                                      Decision(GANGS, DROPPED, "its gang's quantum over",
+                                               QUANTUM))
         return []
 
     def _drop_gang(self, cid: int, now: float, reason: str) -> list:
@@ -136,7 +146,8 @@ class GangRules:
         for dev in self._member_devices(gang):
             for member, hold in list(dev.holders.items()):
                 if member in gang.members and hold.dropped_at is None:
-                    actions += self._drop(dev, member, now, f"with {gang}", reason)
+                    actions += self._drop(dev, member, now, f"with {gang}", reason,
+                                          with_gang(reason))
         return actions
 
     def _gang_let_go(self, cid: int, now: float, after_drop: bool = True) -> list:
@@ -169,7 +180,9 @@ class GangRules:
             for member, hold in other.holders.items():
                 if member in gang.members and hold.dropped_at is None:
                     return self._drop(other, member, now, f"{self.clients[cid]} of {gang} needs "
-                                      f"device {dev.index}, held by another", QUANTUM)
+                                      f"device {dev.index}, held by another", QUANTUM,
+                                      Decision(GANGS, DROPPED, "its gang needs another device",
+                                               QUANTUM))
         return []
 
     def _leave_gang(self, client: Client, now: float) -> list:

@@ -113,11 +113,11 @@ class GapRules:
             return rest, None, f", back from its idle gap, {rest:.3f} s of its turn left"
         return turn, loan.lender, f", in the idle gap of {self.clients[loan.lender]}"
 
-    def _returning(self, dev: Device, cid: int, now: float) -> tuple[str, list]:
+    def _returning(self, dev: Device, cid: int, now: float) -> tuple[str, list, str | None]:
         """A request, just queued, from a lender back from its gap (to the front, and whoever
         holds on its loan drops) or from a client that gave the device back to one (to the
-        front, behind a lender still waiting): words for the request's log line, and the
-        drops."""
+        front, behind a lender still waiting): words for the request's log line, the drops,
+        and where it was placed (None: it was not, it is no one coming back)."""
         loan = self._loan(dev, now)
         if loan is not None and loan.lender == cid:
             self._queue_behind(dev, cid, None)
@@ -130,12 +130,14 @@ class GapRules:
                         dev.displaced[other] = loan.until
                         actions += self._drop(dev, other, now, f"{self.clients[cid]} is back "
                                               "from its idle gap", GAP)
-            return f", back from its idle gap, {loan.until - now:.3f} s of its turn left", actions
+            return (f", back from its idle gap, {loan.until - now:.3f} s of its turn left",
+                    actions, "first: back from its idle gap")
         until = dev.displaced.pop(cid, None)
         if until is None or now >= until:
-            return "", []
+            return "", [], None
         self._queue_behind(dev, cid, loan.lender if loan is not None else None)
-        return ", first again: it gave the device back to the client whose gap it filled", []
+        return (", first again: it gave the device back to the client whose gap it filled", [],
+                "first again: it gave the device back to a lender")
 
     def _fits_beside_holders(self, dev: Device, cid: int) -> bool:
         """Whether `cid` may hold the device beside those holding it and not asked to drop

@@ -84,7 +84,7 @@ class ShareRules:
             hold.quantum_end -= hold.turn_s - turn
             hold.turn_s = turn
 
-    def _claim_share(self, dev: Device, cid: int, now: float) -> list:
+    def _claim_share(self, dev: Device, cid: int, now: float) -> tuple[bool, list]:
         """A waiter that has had clearly less than its share when it asks goes ahead of the
         waiters clearly busier than it, while each it passes has waited under a TQ and, if that
         one gave its last turn back by itself, has not been passed before in this wait; at the
@@ -95,9 +95,11 @@ class ShareRules:
         one after another made it wait 6 s for a 0.1 s cell. A program whose turns are cut short
         (a trainer, dropped at the end of each) wants all the GPU it can get and may be passed
         by every program under its share during its first TQ of waiting: held to one pass, the
-        second of a class of notebooks queued behind a trainer waited out its quantum."""
+        second of a class of notebooks queued behind a trainer waited out its quantum.
+
+        Returns whether it went ahead of anyone, and the drops that follow."""
         if cid in self.gangs.of_client:  # a gang is granted as a whole, in its members' order
-            return []
+            return False, []
         mine = self._weighted_usage(cid, dev.index, now)
         passed = []  # from the back of the queue: usually none, so the queue is not walked
         oldest = now  # the longest-waiting of them: after earlier passes, not always the first
@@ -110,7 +112,8 @@ class ShareRules:
                     break
                 passed.append(other)
                 oldest = min(oldest, dev.waiters[other].since)
-        if passed and now - oldest < self.tq:
+        ahead = bool(passed) and now - oldest < self.tq
+        if ahead:
             first = passed[-1]
             order = [other for other in dev.waiters if other != cid]
             place = order.index(first)
@@ -119,9 +122,9 @@ class ShareRules:
             for other in passed:
                 dev.waiters[other].passed = True
         if next(iter(dev.waiters)) != cid:
-            return []
+            return ahead, []
         pressed = self._press_claim(dev, cid, now)
-        return pressed + self._settle(dev, now) if pressed else []
+        return ahead, pressed + self._settle(dev, now) if pressed else []
 
     def _press_claim(self, dev: Device, cid: int, now: float) -> list:
         """Waiter `cid`, at the front, has the holders clearly busier than it drop once they have
