@@ -111,7 +111,8 @@ from .model.text import (
     mib,
     printable,
 )
-from .pipeline import CLAIMED, DROP_DECISIONS, STAGES, Pipeline, Stage
+from .model.stage import Stage
+from .pipeline import CLAIMED, DROP_DECISIONS, STAGES, Pipeline
 from .rules.admission import Budget, Waiting, admitted, kept
 from .rules.budgets import KUBELET_SOURCE, BudgetRules, Budgets, node_names, said_otherwise
 from .rules.capacity import Capacity, renumbered
@@ -119,7 +120,7 @@ from .rules.cost import GB, LINK_CEILING_BPS, Link
 from .rules.credit import MoveCredit
 from .rules.gang_rules import GangRules, with_gang
 from .rules.gangs import DEFAULT_GANG_TIMEOUT_S, Gangs
-from .rules.gap_rules import GapRules
+from .rules.gap_rules import GapStage
 from .rules.gaps import Gaps, idle_waited_s
 from .rules.mps_rules import MpsRules, mps_words
 from .rules.residency import Residency
@@ -154,7 +155,7 @@ def _series(client: Client) -> Series:
     return series_of(client.registration, client.identity.label)
 
 
-class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
+class Policy(GangRules, ShareRules, RoomRules, MpsRules, BudgetRules):
     def __init__(self, tq: int, mode: p.Mode, grace_s: float, max_clients: int,
                  reserve_bytes: int = 512 << 20, nvml_capacity: dict[int, int] | None = None,
                  capacity_limit: int | None = None, nvml_uuids: dict[str, int] | None = None,
@@ -162,10 +163,11 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
                  min_slice_ms: int = DEFAULT_MIN_SLICE_MS,
                  gang_timeout_s: float = DEFAULT_GANG_TIMEOUT_S, mps: bool = False,
                  link_priors: dict[int, float] | None = None, compute_cap: str = CAP_OFF,
-                 stages: Sequence[Stage] = STAGES):
+                 stages: Sequence[type[Stage]] = STAGES):
         """`stages`: the decision pipeline's stages in precedence order (pipeline.py); only a
         test of that order gives others."""
-        self.pipeline = Pipeline(stages)
+        self.pipeline = Pipeline(self, stages)
+        self.gap_rules = self.pipeline.of(GapStage)  # its loans, for the events that start them
         self.tq = tq
         self.min_slice_ms = min_slice_ms
         self.rules = rules
@@ -350,7 +352,7 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
             return [Log(f"repeated request from {client} for device {device}", debug=True)]
         wait = dev.waiters[cid] = Wait(now, queued=False, keeping=keeping)
         self.gaps.requested(cid, device, now)
-        placed = self.pipeline.arrive(self, dev, cid, now)
+        placed = self.pipeline.arrive(dev, cid, now)
         wait.placed_by = placed.decision if placed else None
         actions = placed.actions if placed else []
         actions += self._gang_outgrows_turn(cid, dev, now) + self._settle(dev, now)
@@ -360,12 +362,12 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
             client.waits += 1
             waiting = f", {len(dev.waiters)} waiting"
             if placed is None:  # one placed on arrival (back to a loan) has its place already
-                placed = self.pipeline.queue(self, dev, cid, now)
+                placed = self.pipeline.queue(dev, cid, now)
                 actions += placed.actions if placed else []
                 wait.placed_by = placed.decision if placed else None
         words = placed.words if placed else ""
         if cid in dev.waiters:
-            words += self.pipeline.holds_back(self, dev, cid, now).logged()
+            words += self.pipeline.holds_back(dev, cid, now).logged()
         return [Log(f"request {client}: device {device}{waiting}{words}")] + actions
 
     def lock_released(self, cid: int, device: int, reason: int, now: float,
@@ -391,7 +393,7 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
         if reason == p.ReleaseReason.IDLE and not dropped:
             self.gaps.released_idle(cid, device, now,
                                     idle_waited_s(hold.idle_hint_ms, idle_us))
-            lent = self._lend(dev, cid, hold, now)
+            lent = self.gap_rules.lend(dev, cid, hold, now)
         held = self._end_hold(dev, cid, now, why)
         return [Log(f"release {client}: device {device} {words}, held {held:.3f} s")] + lent + \
             self._gang_let_go(cid, now, dropped) + self._settle(dev, now)
@@ -512,13 +514,11 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
         self.capacity.forget(cid)
         self.gaps.forget(cid)
         held, waited = [], []
+        self.pipeline.forget_client(cid)
         for dev in self.devices.values():
             dev.evictions.pop(cid, None)  # its memory left with it
             dev.evict_queue = [(victim, size) for victim, size in dev.evict_queue
                                if victim != cid]
-            dev.displaced.pop(cid, None)
-            if dev.loan is not None and dev.loan.lender == cid:
-                dev.loan = None  # nobody comes back: who holds on it keeps its turn
             if cid in dev.holders:
                 self._end_hold(dev, cid, now, GONE, client)
                 held.append(dev.index)
@@ -560,6 +560,8 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
                     self._end_hold(dev, cid, now, MODE)
                 for cid in list(dev.waiters):
                     self._end_wait(dev, cid, now)
+            for index in self.devices:
+                self.pipeline.forget_device(index)
             self.devices.clear()
             for gang in self.gangs:
                 gang.turn_devices = None
@@ -654,7 +656,7 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
     def _device_snapshot(self, index: int, allocated: int, now: float) -> DeviceSnapshot:
         dev = self.devices.get(index)
         holds = dev.holders if dev else {}
-        loan = dev.loan_at(now) if dev else None
+        loan = self.gap_rules.loan_at(index, now)
         capacity, source = self.capacity.of(index)
         return DeviceSnapshot(
             index=index, holders=list(holds), waiters=list(dev.waiters) if dev else [],
@@ -666,8 +668,8 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
             capacity_source=source, reserve=self.reserve,
             holders_allocated=self.holders_memory(index),
             resident=self.residency.total(index), switch_seconds=self.switch_seconds(index),
-            loan_seconds=self._loan_seconds(dev, next(iter(dev.waiters)),
-                                            next(iter(holds), None), now)
+            loan_seconds=self.gap_rules.loan_seconds(dev, next(iter(dev.waiters)),
+                                                     next(iter(holds), None), now)
             if dev and dev.waiters else 0.0,
             lender=loan.lender if loan else None,
             loan_left_s=loan.until - now if loan else None,
@@ -685,7 +687,7 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
         what keeps it waiting."""
         decisions = {cid: hold.dropped_by or hold.granted_by for cid, hold in dev.holders.items()
                      if hold.dropped_by or hold.granted_by}
-        return decisions | {cid: self.pipeline.holds_back(self, dev, cid, now)
+        return decisions | {cid: self.pipeline.holds_back(dev, cid, now)
                             for cid in dev.waiters}
 
     def _client_snapshot(self, cid: int, client: Client, now: float) -> ClientSnapshot:
@@ -727,6 +729,13 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
         """What fits on the device now: memory in `auto`, a single holder in `on`."""
         capacity = self.capacity.of(dev.index)[0] if self.mode is p.Mode.AUTO else None
         return Budget(capacity, self.reserve)
+
+    def _fits_beside_holders(self, dev: Device, cid: int) -> bool:
+        """Whether `cid` may hold the device beside those holding it and not asked to drop
+        (mode `auto`)."""
+        active = [other for other, hold in dev.holders.items() if hold.dropped_at is None]
+        total = sum(self.memory_of(other, dev.index) for other in active + [cid])
+        return self._budget(dev).fits(total, len(active) + 1)
 
     def _settle(self, dev: Device, now: float) -> list:
         """Bring the device in line with the rules: shrink the holders to a set that fits, grant
@@ -780,9 +789,10 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
         # A device nobody uses is forgotten (a gang's settling may have done so already), but
         # not while its holder's idle gap is lent (the borrower may let go and ask again), nor
         # while clients move memory out of it.
-        if dev.idle and dev.loan_at(now) is None and not dev.making_room and \
-                self.devices.get(dev.index) is dev:
+        if dev.idle and self.gap_rules.loan_at(dev.index, now) is None and \
+                not dev.making_room and self.devices.get(dev.index) is dev:
             del self.devices[dev.index]
+            self.pipeline.forget_device(dev.index)
         return actions
 
     def _end_turns(self, dev: Device, now: float) -> list:
@@ -796,7 +806,7 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
                 continue
             if first is not None:
                 self._shorten_turn(dev, cid, hold, first, now)
-            ended = self.pipeline.end_turn(self, dev, cid, hold, first, now)
+            ended = self.pipeline.end_turn(dev, cid, hold, first, now)
             if ended is not None:
                 actions += self._drop(dev, cid, now, ended.detail or ended.why, ended.reason,
                                       ended)
@@ -845,7 +855,7 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
     def _grant(self, dev: Device, cid: int, now: float, shared: bool) -> list:
         client = self.clients[cid]
         wait = dev.waiters[cid]
-        decision = self.pipeline.grants(self, dev, cid, wait, now)  # before the loan's end
+        decision = self.pipeline.grants(dev, cid, wait, now)  # before the loan's end
         waited = self._end_wait(dev, cid, now)
         if wait.queued:
             self.tallies.waited(dev.index, waited)
@@ -856,7 +866,7 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
             gang.turn_devices.add(dev.index)
             turn = max(gang.turn_ends - now, 0.0)
             ending = self._gang_drop_reason(gang)
-        turn, lender, loan_words = self._loan_terms(dev, cid, turn, now)
+        turn, lender, loan_words = self.gap_rules.loan_terms(dev, cid, turn, now)
         dev.holders[cid] = Hold(granted_at=now, quantum_end=now + turn, turn_s=turn,
                                 lender=lender, granted_by=decision)
         dev.readied_ahead = False

@@ -233,7 +233,7 @@ def test_the_lender_back_gets_the_device_within_one_move():
     hold = driver.policy.devices[0].holders[1]
     assert hold.turn_s == pytest.approx(until - driver.now)  # the rest of its turn
     assert status(driver)["devices"][0]["last_drop"] == {"client": 2, "reason": "gap"}
-    assert driver.policy.devices[0].loan is None
+    assert driver.policy.gap_rules.loans.get(0) is None
 
 
 def test_who_gave_the_device_back_is_next_again():
@@ -275,7 +275,7 @@ def test_a_lender_that_leaves_ends_the_loan():
     driver = pair()
     lent(driver)
     driver.disconnect(1)
-    assert driver.policy.devices[0].loan is None
+    assert driver.policy.gap_rules.loans.get(0) is None
     assert status(driver)["devices"][0]["loan"] is None
 
 

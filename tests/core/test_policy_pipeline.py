@@ -15,7 +15,7 @@ TQ = 5
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "scheduling.md"
 
 
-def swapped(first: str, second: str) -> tuple[Stage, ...]:
+def swapped(first: str, second: str) -> tuple[type[Stage], ...]:
     """STAGES with the stages named `first` and `second` in each other's place."""
     names = [stage.name for stage in STAGES]
     i, j = names.index(first), names.index(second)
@@ -24,7 +24,7 @@ def swapped(first: str, second: str) -> tuple[Stage, ...]:
     return tuple(stages)
 
 
-def copying(stages: tuple[Stage, ...]) -> Driver:
+def copying(stages: tuple[type[Stage], ...]) -> Driver:
     """Client 1 holds device 0 and waits for device 1 keeping it (a copy between the two);
     client 2 holds device 1; client 3 waits for device 0. Then a quantum passes, and every
     holder asked to drop lets go."""
@@ -115,7 +115,7 @@ def test_a_paused_waiter_names_its_gpu_limit():
 
 def test_a_pipeline_needs_a_name_for_each_stage():
     with pytest.raises(ValueError, match="a name of its own"):
-        Pipeline((*STAGES, STAGES[0]))
+        Pipeline(None, (*STAGES, STAGES[0]))
 
 
 def test_the_docs_list_the_stages_in_precedence_order():

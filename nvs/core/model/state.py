@@ -112,14 +112,6 @@ class Device:
     fetching: dict[int, float] = field(default_factory=dict)
     # room was made, since the device last had a holder, for the client expected back first
     readied_ahead: bool = False
-    loan: Loan | None = None
-    # client -> until when it goes to the front of the queue when it asks again: it gave the
-    # device back to a lender, and would otherwise have been next
-    displaced: dict[int, float] = field(default_factory=dict)
-
-    def loan_at(self, now: float) -> Loan | None:
-        """Its loan, while the lender's turn would still last."""
-        return self.loan if self.loan is not None and now < self.loan.until else None
 
     @property
     def idle(self) -> bool:

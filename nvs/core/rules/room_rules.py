@@ -256,7 +256,7 @@ class RoomRules:
         for cid, hold in dev.holders.items():
             if hold.dropped_at is not None:
                 continue
-            hint = self._gap_hint(dev, cid, hold, contender, now) or usual
+            hint = self.gap_rules.gap_hint(dev, cid, hold, contender, now) or usual
             evict = self._room_it_may_give(dev, cid)
             if (hint, evict) != (hold.idle_hint_ms, hold.hint_evict_bytes):
                 hold.idle_hint_ms, hold.hint_evict_bytes = hint, evict
