@@ -37,11 +37,18 @@ from .model.state import Device, Hold, Wait
 from .model.text import GAP, GPU_LIMIT, MEMORY, MODE, QUANTUM, SHARE
 from .rules.gang_rules import GANGS
 from .rules.gap_rules import GapStage
+from .rules.share_rules import LIMITS, SHARES, LimitStage, ShareStage
 
 class Gangs(Stage):
     """The processes of one distributed job hold their devices together (rules/gang_rules.py);
     their whole turn ends at once, in Policy._settle, before any single holder's."""
     name = GANGS
+
+    def eligible_at(self, device, cid):
+        """A member of a gang that is still forming waits until the gang is complete or gives
+        up."""
+        forming = self.policy.gangs.forming(cid)
+        return None if forming is None else forming.formed_from + self.policy.gangs.timeout_s
 
     def holds_back(self, dev, cid, now):
         forming = self.policy.gangs.forming(cid)
@@ -117,69 +124,16 @@ class Quantum(Stage):
         return None
 
 
-class Shares(Stage):
-    """A waiter clearly under its share goes ahead of busier ones and cuts the holder's turn to
-    a minimum slice (rules/share_rules.py)."""
-    name = "shares"
-    for_waiters = True
-
-    def queue(self, dev, cid, now):
-        placed, actions = self.policy._claim_share(dev, cid, now)
-        if not placed and not actions:
-            return None
-        return Placement(CLAIMED, "", actions)
-
-    def holds_back(self, dev, cid, now):
-        ahead = list(dev.waiters)[:list(dev.waiters).index(cid)]
-        if any(_placed_by(dev.waiters[other], self.name) for other in ahead):
-            return Decision(self.name, WAITS, "behind a waiter under its share")
-        return None
-
-    def grants(self, dev, cid, wait, now):
-        return Decision(self.name, GRANTED, "under its share") \
-            if _placed_by(wait, self.name) else None
-
-    def end_turn(self, dev, cid, hold, first, now):
-        if first is not None and now >= hold.preempt_at:
-            return Decision(self.name, DROPPED, "slice over for a waiter under its share", SHARE,
-                            f"slice over for {self.policy.clients[first]}, under its share")
-        return None
-
-
-class Limits(Stage):
-    """A client with a gpu_limit is dropped at its level, whoever waits, and waits until its
-    usage has fallen enough for another turn (rules/shares.py)."""
-    name = "limits"
-
-    def holds_back(self, dev, cid, now):
-        if self.policy.clients[cid].terms.gpu_limit is not None and \
-                self.policy._eligible_at(cid, dev.index) > now:
-            return Decision(self.name, WAITS, "paused by its gpu limit")
-        return None
-
-    def end_turn(self, dev, cid, hold, first, now):
-        if now >= self.policy._limit_reached_at(cid, dev.index):
-            limit = self.policy.clients[cid].terms.gpu_limit
-            return Decision(self.name, DROPPED, "gpu limit reached", GPU_LIMIT,
-                            f"gpu limit {limit:g} reached")
-        return None
-
-
-def _placed_by(wait: Wait, stage: str) -> bool:
-    return wait.placed_by is not None and wait.placed_by.stage == stage
-
-
 # The stages, highest precedence first: where two would decide one question, the first does.
 # Each policy makes its own of each (their state is that policy's).
-STAGES: tuple[type[Stage], ...] = (Gangs, Memory, Room, Copies, GapStage, Quantum, Shares, Limits)
+STAGES: tuple[type[Stage], ...] = (Gangs, Memory, Room, Copies, GapStage, Quantum, ShareStage,
+                                   LimitStage)
 
-# A waiter that went ahead of busier ones, or had a busier holder drop for it.
-CLAIMED = Decision(Shares.name, WAITS, "under its share, ahead of busier clients")
 # What a drop for each reason says, where no stage's own words came with it.
 DROP_DECISIONS = {
     QUANTUM: Decision(Quantum.name, DROPPED, "quantum over", QUANTUM),
-    SHARE: Decision(Shares.name, DROPPED, "slice over for a waiter under its share", SHARE),
-    GPU_LIMIT: Decision(Limits.name, DROPPED, "gpu limit reached", GPU_LIMIT),
+    SHARE: Decision(SHARES, DROPPED, "slice over for a waiter under its share", SHARE),
+    GPU_LIMIT: Decision(LIMITS, DROPPED, "gpu limit reached", GPU_LIMIT),
     MEMORY: Decision(Memory.name, DROPPED, "the holders no longer fit", MEMORY),
     MODE: Decision(Memory.name, DROPPED, "the mode allows fewer holders", MODE),
     GAP: Decision(GapStage.name, DROPPED, "the lender is back from its gap", GAP),
@@ -210,9 +164,9 @@ class Pipeline:
     def queue(self, dev: Device, cid: int, now: float) -> Placement | None:
         return _first(stage.queue(dev, cid, now) for stage in self.stages)
 
-    def eligible_at(self, dev: Device, cid: int) -> float:
+    def eligible_at(self, device: int, cid: int) -> float:
         """When the waiter may be granted: the first stage's word, else at once (-inf)."""
-        at = _first(stage.eligible_at(dev, cid) for stage in self.stages)
+        at = _first(stage.eligible_at(device, cid) for stage in self.stages)
         return -math.inf if at is None else at
 
     def holds_back(self, dev: Device, cid: int, now: float) -> Decision:

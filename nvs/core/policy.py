@@ -112,7 +112,7 @@ from .model.text import (
     printable,
 )
 from .model.stage import Stage
-from .pipeline import CLAIMED, DROP_DECISIONS, STAGES, Pipeline
+from .pipeline import DROP_DECISIONS, STAGES, Pipeline
 from .rules.admission import Budget, Waiting, admitted, kept
 from .rules.budgets import KUBELET_SOURCE, BudgetRules, Budgets, node_names, said_otherwise
 from .rules.capacity import Capacity, renumbered
@@ -125,7 +125,7 @@ from .rules.gaps import Gaps, idle_waited_s
 from .rules.mps_rules import MpsRules, mps_words
 from .rules.residency import Residency
 from .rules.room_rules import RoomRules
-from .rules.share_rules import ShareRules
+from .rules.share_rules import LimitStage, ShareStage
 from .rules.usage import Usage
 from .snapshot import ClientSnapshot, DeviceSnapshot, GangSnapshot, Snapshot
 from .tallies import Series, Tallies, series_of
@@ -155,7 +155,7 @@ def _series(client: Client) -> Series:
     return series_of(client.registration, client.identity.label)
 
 
-class Policy(GangRules, ShareRules, RoomRules, MpsRules, BudgetRules):
+class Policy(GangRules, RoomRules, MpsRules, BudgetRules):
     def __init__(self, tq: int, mode: p.Mode, grace_s: float, max_clients: int,
                  reserve_bytes: int = 512 << 20, nvml_capacity: dict[int, int] | None = None,
                  capacity_limit: int | None = None, nvml_uuids: dict[str, int] | None = None,
@@ -167,15 +167,16 @@ class Policy(GangRules, ShareRules, RoomRules, MpsRules, BudgetRules):
         """`stages`: the decision pipeline's stages in precedence order (pipeline.py); only a
         test of that order gives others."""
         self.pipeline = Pipeline(self, stages)
-        self.gap_rules = self.pipeline.of(GapStage)  # its loans, for the events that start them
+        # The stages that events and settling call on beyond the pipeline's questions.
+        self.gap_rules = self.pipeline.of(GapStage)
+        self.share_rules = self.pipeline.of(ShareStage)
+        self.limit_rules = self.pipeline.of(LimitStage)
         self.tq = tq
         self.min_slice_ms = min_slice_ms
         self.rules = rules
         self.usage = Usage()
         self.gaps = Gaps()  # how long each client's idle gaps last, to lend them (gaps.py)
         self.gangs = Gangs(gang_timeout_s)
-        self.weighted: set[int] = set()  # clients whose weight is not 1, or is a container's
-        self.limited: set[int] = set()  # clients with a gpu_limit
         self.mode = mode
         self.grace_s = grace_s
         self.max_clients = max_clients
@@ -530,8 +531,6 @@ class Policy(GangRules, ShareRules, RoomRules, MpsRules, BudgetRules):
         gang_actions = self._leave_gang(client, now)
         self.usage.forget(cid)
         self.tallies.left(_series(client))
-        self.weighted.discard(cid)
-        self.limited.discard(cid)
         actions = [Log(f"disconnect {client}{what}")] + gang_actions + \
             self._leave_budget(client, now)
         # Every device: its reported capacity may have left with this client.
@@ -623,7 +622,7 @@ class Policy(GangRules, ShareRules, RoomRules, MpsRules, BudgetRules):
                     continue
                 if not self._waits_above(cid, dev.index):  # else its turn ends with that wait
                     due.append(max(min(hold.quantum_end, hold.preempt_at), contended_from))
-                due.append(self._limit_reached_at(cid, dev.index))
+                due.append(self.limit_rules.reached_at(cid, dev.index))
             due += [at for at in eligible if at != -math.inf]
             due.extend(deadline for deadline, _ in dev.evictions.values())
             if dev.evict_queue or (dev.waiters and self.mode is p.Mode.AUTO):
@@ -730,6 +729,23 @@ class Policy(GangRules, ShareRules, RoomRules, MpsRules, BudgetRules):
         capacity = self.capacity.of(dev.index)[0] if self.mode is p.Mode.AUTO else None
         return Budget(capacity, self.reserve)
 
+    def _eligible_at(self, cid: int, device: int) -> float:
+        """When a waiter may be granted (-inf: at once): the pipeline's stages say (a forming
+        gang, a gpu_limit)."""
+        return self.pipeline.eligible_at(device, cid)
+
+    def _first_contender(self, dev: Device, now: float) -> int | None:
+        """The first waiter that may be granted now, if any."""
+        return next((cid for cid in dev.waiters if self._eligible_at(cid, dev.index) <= now),
+                    None)
+
+    def _paused_waiters(self, dev: Device) -> list[int]:
+        """The device's waiters that may not be granted before some time: those with a gpu_limit
+        and the members of forming gangs, found without walking the queue."""
+        forming = [cid for cid in self.gangs.of_client
+                   if cid in dev.waiters and self.gangs.forming(cid) is not None]
+        return self.limit_rules.waiters(dev) + forming
+
     def _fits_beside_holders(self, dev: Device, cid: int) -> bool:
         """Whether `cid` may hold the device beside those holding it and not asked to drop
         (mode `auto`)."""
@@ -755,7 +771,7 @@ class Policy(GangRules, ShareRules, RoomRules, MpsRules, BudgetRules):
             if cid not in keep:
                 actions += self._drop(dev, cid, now, self._why_shrunk(dev, budget),
                                       MODE if self.mode is p.Mode.ON else MEMORY)
-        for cid in self._limited_waiters(dev):  # found under its limit, it stays so (usage.py)
+        for cid in self.limit_rules.waiters(dev):  # found under its limit, it stays so (usage.py)
             self.usage.meter(cid, dev.index).advance(now)
         # A generator: admission usually stops at the head, so a long queue is not walked.
         waiting = (Waiting(cid, self.memory_of(cid, dev.index), now - wait.since,
@@ -781,9 +797,8 @@ class Policy(GangRules, ShareRules, RoomRules, MpsRules, BudgetRules):
         if ready and (first := self._first_contender(dev, now)) is not None:
             # A new holder: the waiter now first weighs its claim against the holders too, with
             # the minimum slice of what the device holds once room is asked for.
-            pressed = self._press_claim(dev, first, now)
+            pressed = self.share_rules.press_claim(dev, first, now)
             if pressed:
-                dev.waiters[first].placed_by = CLAIMED
                 actions += pressed + self._end_turns(dev, now)
         actions += self._idle_hints(dev, now)
         # A device nobody uses is forgotten (a gang's settling may have done so already), but
@@ -805,7 +820,7 @@ class Policy(GangRules, ShareRules, RoomRules, MpsRules, BudgetRules):
             if hold.dropped_at is not None:
                 continue
             if first is not None:
-                self._shorten_turn(dev, cid, hold, first, now)
+                self.share_rules.shorten_turn(dev, cid, hold, first, now)
             ended = self.pipeline.end_turn(dev, cid, hold, first, now)
             if ended is not None:
                 actions += self._drop(dev, cid, now, ended.detail or ended.why, ended.reason,
@@ -859,7 +874,7 @@ class Policy(GangRules, ShareRules, RoomRules, MpsRules, BudgetRules):
         waited = self._end_wait(dev, cid, now)
         if wait.queued:
             self.tallies.waited(dev.index, waited)
-        turn = self._turn(dev, cid, self._first_contender(dev, now), now)
+        turn = self.share_rules.turn(dev, cid, self._first_contender(dev, now), now)
         gang = self.gangs.of(cid)
         ending = None
         if gang is not None and gang.turn_devices is not None:  # one quantum for the whole gang
@@ -951,13 +966,8 @@ class Policy(GangRules, ShareRules, RoomRules, MpsRules, BudgetRules):
         client.terms = terms
         cid = client.registration.id
         # A container's weight is split among its programs as they come and go (budgets.py).
-        for members, member in ((self.weighted, terms.weight != 1
-                                 or terms.source("weight") == KUBELET_SOURCE),
-                                (self.limited, terms.gpu_limit is not None)):
-            if member:
-                members.add(cid)
-            else:
-                members.discard(cid)
+        self.share_rules.terms_set(cid, terms, terms.source("weight") == KUBELET_SOURCE)
+        self.limit_rules.terms_set(cid, terms)
 
     def _end_wait(self, dev: Device, cid: int, now: float, client: Client | None = None) -> float:
         wait = dev.waiters.pop(cid)

@@ -50,7 +50,7 @@ class Stage:
         """The request waits behind someone, and no stage placed it on arrival."""
         return None
 
-    def eligible_at(self, dev: Device, cid: int) -> float | None:
+    def eligible_at(self, device: int, cid: int) -> float | None:
         """When the waiter may be granted, if this stage says (-inf: at once)."""
         return None
 
