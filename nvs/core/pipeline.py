@@ -16,9 +16,10 @@ request as it comes:
   turns of the stages below it that end turns for waiters (`Keep`).
 
 Every answer is a `Decision` naming its stage, so the log and `gemsharectl status` say which
-rule made it ("granted: under its share", "dropped: quantum over"). The base order of the queue
-is arrival; only `arrive` and `queue` place a waiter elsewhere, and the stage that put a waiter
-ahead is kept on its wait (`Wait.placed_by`), so later decisions can name it.
+rule made it ("granted: under its share", "dropped: quantum over"). The queue's order is worked
+out from facts (model/state.py's Queue): arrival, and whom each waiter that `arrive` or `queue`
+placed went ahead of; the stage that put a waiter ahead is kept on its wait (`Wait.placed_by`),
+so later decisions can name it.
 
 Where a stage's rules are long they live in rules/ (gap_rules.py, share_rules.py,
 gang_rules.py); the short ones are here. docs/scheduling.md has the table.
@@ -35,37 +36,9 @@ from .model.decision import DROPPED, GRANTED, KEEPS, WAITS, Decision
 from .model.stage import Keep, Placement, Stage
 from .model.state import Device, Hold, Wait
 from .model.text import GAP, GPU_LIMIT, MEMORY, MODE, QUANTUM, SHARE
-from .rules.gang_rules import GANGS
+from .rules.gang_rules import GangStage
 from .rules.gap_rules import GapStage
 from .rules.share_rules import LIMITS, SHARES, LimitStage, ShareStage
-
-class Gangs(Stage):
-    """The processes of one distributed job hold their devices together (rules/gang_rules.py);
-    their whole turn ends at once, in Policy._settle, before any single holder's."""
-    name = GANGS
-
-    def eligible_at(self, device, cid):
-        """A member of a gang that is still forming waits until the gang is complete or gives
-        up."""
-        forming = self.policy.gangs.forming(cid)
-        return None if forming is None else forming.formed_from + self.policy.gangs.timeout_s
-
-    def holds_back(self, dev, cid, now):
-        forming = self.policy.gangs.forming(cid)
-        if forming is not None:
-            return Decision(self.name, WAITS, f"for its gang {forming.name} to form")
-        reserver = self.policy._reserving_gang(dev.index)
-        if reserver is not None and cid not in reserver.members:
-            return Decision(self.name, WAITS, f"the turn of gang {reserver.name}")
-        if self.policy._gang_blocks(cid):
-            return Decision(self.name, WAITS, "for its whole gang's devices to be free")
-        return None
-
-    def grants(self, dev, cid, wait, now):
-        gang = self.policy.gangs.of(cid)
-        return Decision(self.name, GRANTED, f"with its gang {gang.name}") \
-            if gang is not None else None
-
 
 class Memory(Stage):
     """Who may hold together: one holder in `on`, in `auto` those whose memory fits (with
@@ -126,7 +99,7 @@ class Quantum(Stage):
 
 # The stages, highest precedence first: where two would decide one question, the first does.
 # Each policy makes its own of each (their state is that policy's).
-STAGES: tuple[type[Stage], ...] = (Gangs, Memory, Room, Copies, GapStage, Quantum, ShareStage,
+STAGES: tuple[type[Stage], ...] = (GangStage, Memory, Room, Copies, GapStage, Quantum, ShareStage,
                                    LimitStage)
 
 # What a drop for each reason says, where no stage's own words came with it.

@@ -118,8 +118,8 @@ from .rules.budgets import KUBELET_SOURCE, BudgetRules, Budgets, node_names, sai
 from .rules.capacity import Capacity, renumbered
 from .rules.cost import GB, LINK_CEILING_BPS, Link
 from .rules.credit import MoveCredit
-from .rules.gang_rules import GangRules, with_gang
-from .rules.gangs import DEFAULT_GANG_TIMEOUT_S, Gangs
+from .rules.gang_rules import GangStage, with_gang
+from .rules.gangs import DEFAULT_GANG_TIMEOUT_S
 from .rules.gap_rules import GapStage
 from .rules.gaps import Gaps, idle_waited_s
 from .rules.mps_rules import MpsRules, mps_words
@@ -155,7 +155,7 @@ def _series(client: Client) -> Series:
     return series_of(client.registration, client.identity.label)
 
 
-class Policy(GangRules, RoomRules, MpsRules, BudgetRules):
+class Policy(RoomRules, MpsRules, BudgetRules):
     def __init__(self, tq: int, mode: p.Mode, grace_s: float, max_clients: int,
                  reserve_bytes: int = 512 << 20, nvml_capacity: dict[int, int] | None = None,
                  capacity_limit: int | None = None, nvml_uuids: dict[str, int] | None = None,
@@ -166,9 +166,12 @@ class Policy(GangRules, RoomRules, MpsRules, BudgetRules):
                  stages: Sequence[type[Stage]] = STAGES):
         """`stages`: the decision pipeline's stages in precedence order (pipeline.py); only a
         test of that order gives others."""
+        self.gang_timeout_s = gang_timeout_s
         self.pipeline = Pipeline(self, stages)
         # The stages that events and settling call on beyond the pipeline's questions.
         self.gap_rules = self.pipeline.of(GapStage)
+        self.gang_rules = self.pipeline.of(GangStage)
+        self.gangs = self.gang_rules.gangs  # read here for status and the timers
         self.share_rules = self.pipeline.of(ShareStage)
         self.limit_rules = self.pipeline.of(LimitStage)
         self.tq = tq
@@ -176,7 +179,6 @@ class Policy(GangRules, RoomRules, MpsRules, BudgetRules):
         self.rules = rules
         self.usage = Usage()
         self.gaps = Gaps()  # how long each client's idle gaps last, to lend them (gaps.py)
-        self.gangs = Gangs(gang_timeout_s)
         self.mode = mode
         self.grace_s = grace_s
         self.max_clients = max_clients
@@ -206,6 +208,11 @@ class Policy(GangRules, RoomRules, MpsRules, BudgetRules):
         self.viewers: dict[int, Client] = {}  # REG_VIEW_ONLY registrations
 
     # ----- events -------------------------------------------------------------------------
+
+    def gang(self, cid: int, message: p.Gang, now: float) -> list:
+        """The client is one process of a distributed job: it joins the job's gang
+        (rules/gang_rules.py)."""
+        return self.gang_rules.join(cid, message, now)
 
     def register(self, cid: int, pid: int, uid: int, gid: int, message: p.Register,
                  now: float, wall: float, user: str = "", group: str = "",
@@ -356,7 +363,7 @@ class Policy(GangRules, RoomRules, MpsRules, BudgetRules):
         placed = self.pipeline.arrive(dev, cid, now)
         wait.placed_by = placed.decision if placed else None
         actions = placed.actions if placed else []
-        actions += self._gang_outgrows_turn(cid, dev, now) + self._settle(dev, now)
+        actions += self.gang_rules.outgrows_turn(cid, dev, now) + self._settle(dev, now)
         waiting = ""
         if cid in dev.waiters:  # not granted at once: it waits behind someone
             wait.queued = True
@@ -397,7 +404,7 @@ class Policy(GangRules, RoomRules, MpsRules, BudgetRules):
             lent = self.gap_rules.lend(dev, cid, hold, now)
         held = self._end_hold(dev, cid, now, why)
         return [Log(f"release {client}: device {device} {words}, held {held:.3f} s")] + lent + \
-            self._gang_let_go(cid, now, dropped) + self._settle(dev, now)
+            self.gang_rules.let_go(cid, now, dropped) + self._settle(dev, now)
 
     def mem_report(self, cid: int, device: int, allocated: int, total: int, now: float) -> list:
         client, refused = self._naming(cid, device)
@@ -528,7 +535,7 @@ class Policy(GangRules, RoomRules, MpsRules, BudgetRules):
                 waited.append(dev.index)
         what = "".join([f", held device {listed(held)}" if held else "",
                         f", was waiting for device {listed(waited)}" if waited else ""])
-        gang_actions = self._leave_gang(client, now)
+        gang_actions = self.gang_rules.leave(client, now)
         self.usage.forget(cid)
         self.tallies.left(_series(client))
         actions = [Log(f"disconnect {client}{what}")] + gang_actions + \
@@ -588,7 +595,7 @@ class Policy(GangRules, RoomRules, MpsRules, BudgetRules):
             actions += [Log(f"{gang} broken: not complete {self.gangs.timeout_s:g} s after it "
                             "began to form; its members are scheduled one by one",
                             warning=True)]
-            actions += self._settle_members(gang, now)
+            actions += self.gang_rules.settle_members(gang, now)
         for dev in list(self.devices.values()):
             for cid, hold in list(dev.holders.items()):
                 if hold.dropped_at is not None and now >= hold.revoke_at:
@@ -629,7 +636,7 @@ class Policy(GangRules, RoomRules, MpsRules, BudgetRules):
                 due.extend(dev.fetching.values())  # an EVICT or a grant waits for a fetch
         due += [at for at, _ in self.gangs.timeouts()]
         due += [gang.turn_ends for gang in self.gangs
-                if gang.turn_devices is not None and self._gang_contended(gang)]
+                if gang.turn_devices is not None and self.gang_rules.contended(gang)]
         if (budget_report := self._budget_deadline()) is not None:
             due.append(budget_report)
         return min((at for at in due if at != math.inf), default=None)
@@ -761,7 +768,7 @@ class Policy(GangRules, RoomRules, MpsRules, BudgetRules):
             return []
         actions = self._evict_next(dev, now)
         budget = self._budget(dev)
-        reserver = self._reserving_gang(dev.index)
+        reserver = self.gang_rules.reserving(dev.index)
         # A gang's members may share a device in its turn: they run as one job.
         active = [] if reserver is not None else \
             [(cid, self.memory_of(cid, dev.index))
@@ -775,7 +782,7 @@ class Policy(GangRules, RoomRules, MpsRules, BudgetRules):
             self.usage.meter(cid, dev.index).advance(now)
         # A generator: admission usually stops at the head, so a long queue is not walked.
         waiting = (Waiting(cid, self.memory_of(cid, dev.index), now - wait.since,
-                           blocked=self._gang_blocks(cid))
+                           blocked=self.gang_rules.blocks(cid))
                    for cid, wait in dev.waiters.items()
                    if self._eligible_at(cid, dev.index) <= now
                    and (reserver is None or cid in reserver.members))
@@ -788,10 +795,10 @@ class Policy(GangRules, RoomRules, MpsRules, BudgetRules):
             if cid not in dev.waiters:
                 continue  # granted already, with its gang
             if gang is not None and gang.turn_devices is None:
-                actions += self._grant_gang(gang, now)
+                actions += self.gang_rules.grant_gang(gang, now)
             else:
                 actions += self._grant(dev, cid, now, shared)
-        actions += self._end_gang_turn(dev, now)
+        actions += self.gang_rules.end_gang_turn(dev, now)
         actions += self._end_turns(dev, now)
         actions += self._ready_room(dev, now) + self._ready_room_ahead(dev, now)
         if ready and (first := self._first_contender(dev, now)) is not None:
@@ -865,7 +872,7 @@ class Policy(GangRules, RoomRules, MpsRules, BudgetRules):
                 Log(f"drop {self.clients[cid]}: device {dev.index} {why}"
                     f"{f', evict {mib(evict)} to the host' if evict else ''}"
                     f"{decision.logged()}")] + \
-            self._drop_gang(cid, now, reason)
+            self.gang_rules.drop_members(cid, now, reason)
 
     def _grant(self, dev: Device, cid: int, now: float, shared: bool) -> list:
         client = self.clients[cid]
@@ -880,7 +887,7 @@ class Policy(GangRules, RoomRules, MpsRules, BudgetRules):
         if gang is not None and gang.turn_devices is not None:  # one quantum for the whole gang
             gang.turn_devices.add(dev.index)
             turn = max(gang.turn_ends - now, 0.0)
-            ending = self._gang_drop_reason(gang)
+            ending = self.gang_rules.drop_reason(gang)
         turn, lender, loan_words = self.gap_rules.loan_terms(dev, cid, turn, now)
         dev.holders[cid] = Hold(granted_at=now, quantum_end=now + turn, turn_s=turn,
                                 lender=lender, granted_by=decision)
@@ -924,7 +931,7 @@ class Policy(GangRules, RoomRules, MpsRules, BudgetRules):
                       "reported since")
         return [Send(cid, p.LockRevoked(client.numbering.own_ordinal(dev.index))),
                 Log(f"revoke {client}: device {dev.index}, {why}; held {held:.3f} s")] + \
-            self._gang_let_go(cid, now)
+            self.gang_rules.let_go(cid, now)
 
     def _end_hold(self, dev: Device, cid: int, now: float, why: str,
                   client: Client | None = None) -> float:

@@ -201,12 +201,12 @@ class GapStage(Stage):
 
 
 def _queue_behind(dev: Device, cid: int, ahead: int | None) -> None:
-    """Move waiter `cid` to the front of the queue, or just behind `ahead` while that one
-    waits. Those it passes have their room asked again when their turn comes: what was made
-    for them may have gone to it."""
+    """Waiter `cid`, just arrived, goes ahead of every other waiter, or of those behind `ahead`
+    while that one waits (model/state.py's Queue keeps that fact and works the order out). Those
+    it passes have their room asked again when their turn comes: what was made for them may
+    have gone to it."""
     order = [other for other in dev.waiters if other != cid]
-    place = order.index(ahead) + 1 if ahead in order else 0
-    for other in order[place:]:
+    behind = order[order.index(ahead) + 1 if ahead in order else 0:]
+    for other in behind:
         dev.waiters[other].room_asked = False
-    dev.waiters = {other: dev.waiters[other]
-                   for other in order[:place] + [cid] + order[place:]}
+    dev.waiters.go_ahead(cid, behind)

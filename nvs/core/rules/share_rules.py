@@ -143,11 +143,7 @@ class ShareStage(Stage):
                 oldest = min(oldest, dev.waiters[other].since)
         ahead = bool(passed) and now - oldest < policy.tq
         if ahead:
-            first = passed[-1]
-            order = [other for other in dev.waiters if other != cid]
-            place = order.index(first)
-            dev.waiters = {other: dev.waiters[other]
-                           for other in order[:place] + [cid] + order[place:]}
+            dev.waiters.go_ahead(cid, passed)
             for other in passed:
                 dev.waiters[other].passed = True
         if next(iter(dev.waiters)) != cid:
