@@ -38,7 +38,9 @@ from .model.state import Device, Hold, Wait
 from .model.text import GAP, GPU_LIMIT, MEMORY, MODE, QUANTUM, SHARE
 from .rules.gang_rules import GangStage
 from .rules.gap_rules import GapStage
+from .rules.room_rules import RoomStage
 from .rules.share_rules import LIMITS, SHARES, LimitStage, ShareStage
+
 
 class Memory(Stage):
     """Who may hold together: one holder in `on`, in `auto` those whose memory fits (with
@@ -53,19 +55,6 @@ class Memory(Stage):
 
     def grants(self, dev, cid, wait, now):
         return Decision(self.name, GRANTED, "fits beside the holders") if dev.holders else None
-
-
-class Room(Stage):
-    """A grant waits for the room its memory needs, one move on the link at a time
-    (rules/room_rules.py)."""
-    name = "room"
-
-    def holds_back(self, dev, cid, now):
-        if dev.making_room:
-            return Decision(self.name, WAITS, "for room on the device")
-        if self.policy._fetching(dev, now) and self.policy.residency.moved_off(dev.index, cid) > 0:
-            return Decision(self.name, WAITS, "for a holder's memory to come back first")
-        return None
 
 
 class Copies(Stage):
@@ -99,8 +88,8 @@ class Quantum(Stage):
 
 # The stages, highest precedence first: where two would decide one question, the first does.
 # Each policy makes its own of each (their state is that policy's).
-STAGES: tuple[type[Stage], ...] = (GangStage, Memory, Room, Copies, GapStage, Quantum, ShareStage,
-                                   LimitStage)
+STAGES: tuple[type[Stage], ...] = (GangStage, Memory, RoomStage, Copies, GapStage, Quantum,
+                                   ShareStage, LimitStage)
 
 # What a drop for each reason says, where no stage's own words came with it.
 DROP_DECISIONS = {

@@ -114,7 +114,7 @@ from .model.text import (
 from .model.stage import Stage
 from .pipeline import DROP_DECISIONS, STAGES, Pipeline
 from .rules.admission import Budget, Waiting, admitted, kept
-from .rules.budgets import KUBELET_SOURCE, BudgetRules, Budgets, node_names, said_otherwise
+from .rules.budgets import KUBELET_SOURCE, BudgetRules, node_names, said_otherwise
 from .rules.capacity import Capacity, renumbered
 from .rules.cost import GB, LINK_CEILING_BPS, Link
 from .rules.credit import MoveCredit
@@ -124,7 +124,7 @@ from .rules.gap_rules import GapStage
 from .rules.gaps import Gaps, idle_waited_s
 from .rules.mps_rules import MpsRules, mps_words
 from .rules.residency import Residency
-from .rules.room_rules import RoomRules
+from .rules.room_rules import RoomStage
 from .rules.share_rules import LimitStage, ShareStage
 from .rules.usage import Usage
 from .snapshot import ClientSnapshot, DeviceSnapshot, GangSnapshot, Snapshot
@@ -155,7 +155,7 @@ def _series(client: Client) -> Series:
     return series_of(client.registration, client.identity.label)
 
 
-class Policy(RoomRules, MpsRules, BudgetRules):
+class Policy:
     def __init__(self, tq: int, mode: p.Mode, grace_s: float, max_clients: int,
                  reserve_bytes: int = 512 << 20, nvml_capacity: dict[int, int] | None = None,
                  capacity_limit: int | None = None, nvml_uuids: dict[str, int] | None = None,
@@ -170,6 +170,7 @@ class Policy(RoomRules, MpsRules, BudgetRules):
         self.pipeline = Pipeline(self, stages)
         # The stages that events and settling call on beyond the pipeline's questions.
         self.gap_rules = self.pipeline.of(GapStage)
+        self.room_rules = self.pipeline.of(RoomStage)
         self.gang_rules = self.pipeline.of(GangStage)
         self.gangs = self.gang_rules.gangs  # read here for status and the timers
         self.share_rules = self.pipeline.of(ShareStage)
@@ -201,10 +202,9 @@ class Policy(RoomRules, MpsRules, BudgetRules):
         # cost is the switch cost; and status says why it ended.
         self.last_end: dict[int, tuple[int, str]] = {}
         self.last_drop: dict[int, Decision] = {}  # device -> the decision of its last drop
-        self.mps_enabled = mps  # the scheduler runs MPS (--mps)
-        self.mps_pipe: str | None = None  # the MPS control daemon's pipe directory, while it runs
-        self.compute_cap = compute_cap  # what compute units cap besides the weight (budgets.py)
-        self.budgets = Budgets()  # the programs of each container, and what LIMITS told them
+        # Beside the pipeline: who goes through MPS, and the budgets of containers' programs.
+        self.mps_rules = MpsRules(self, enabled=mps)
+        self.budget_rules = BudgetRules(self, compute_cap)
         self.viewers: dict[int, Client] = {}  # REG_VIEW_ONLY registrations
 
     # ----- events -------------------------------------------------------------------------
@@ -244,22 +244,36 @@ class Policy(RoomRules, MpsRules, BudgetRules):
                                    printable(message.label, 64) if trusted else "",
                                    who.container)
         if message.flags & p.REG_VIEW_ONLY:
-            return self._register_viewer(client, now)
+            return self.budget_rules.register_viewer(client, now)
         self.clients[cid] = client
         self.tallies.joined(_series(client))
-        shared = self._join_budget(client, now)
-        self._set_terms(client, self._terms_for(client))
+        shared = self.budget_rules.join_budget(client, now)
+        self._set_terms(client, self.budget_rules.terms_for(client))
         pod = f", pod {who.namespace}/{who.pod}" if who.pod else ""
         container = f", container {who.container} (from the node)" if node else ""
         label = f", label {client.identity.label}" if client.identity.label else ""
-        limits = self._tell_limits(client, now, at_once=True)
-        mps = self._through_mps(client)
+        limits = self.budget_rules.tell_limits(client, now, at_once=True)
+        mps = self.mps_rules.through_mps(client)
         return limits + mps + [Send(cid, p.Registered(cid, self.mode, self.tq)),
                                Log(f"register {client}: uid {uid}, device "
                                    f"{client.numbering.device}{pod}{container}{label}"
                                    f"{_terms_words(client.terms)}"
                                    f"{mps_words(client)}")] + \
             said_otherwise(client, said, message.label) + shared
+
+    def set_mps(self, pipe_directory: str | None) -> list:
+        """The MPS control daemon answers at `pipe_directory` from now on, or (None) not at all
+        (rules/mps_rules.py)."""
+        return self.mps_rules.set_mps(pipe_directory)
+
+    def mps_user(self) -> int | None:
+        """The uid whose programs use the MPS server now, None when none does."""
+        return self.mps_rules.mps_user()
+
+    def node_named(self, cid: int, node: NodeIdentity, now: float) -> list:
+        """The node named the container of a client that registered before it could
+        (rules/budgets.py)."""
+        return self.budget_rules.node_named(cid, node, now)
 
     def set_rules(self, rules: Callable[[Identity], Terms], now: float) -> list:
         """New configuration rules: every client's terms are worked out again, with its
@@ -269,8 +283,8 @@ class Policy(RoomRules, MpsRules, BudgetRules):
         for client in self.clients.values():
             actions += self._retake_terms(client, now)
         for viewer in self.viewers.values():
-            viewer.terms = self._terms_for(viewer)
-            actions += self._tell_limits(viewer, now, at_once=True)
+            viewer.terms = self.budget_rules.terms_for(viewer)
+            actions += self.budget_rules.tell_limits(viewer, now, at_once=True)
         return actions
 
     def override(self, pid: int, values: dict, now: float, reset: bool = False) -> list:
@@ -319,7 +333,7 @@ class Policy(RoomRules, MpsRules, BudgetRules):
             self.credit.forget(cid)
             self.gaps.forget(cid)
         actions = [Log(f"device {client}: {uuid} (its device {device}) is device {index}")] + \
-            self._budget_renumbered(client, now)
+            self.budget_rules.budget_renumbered(client, now)
         for index_now in {index, *(new for new in moves.values() if new is not None)}:
             dev = self.devices.get(index_now)
             if dev is not None:  # its memory (and maybe the capacity) now count on that device
@@ -427,13 +441,13 @@ class Policy(RoomRules, MpsRules, BudgetRules):
                        debug=True)]
         if refused:
             actions.append(Log(f"memory {client}: it {refused}", warning=True))
-        actions += self._budget_moved(client, device, now)
+        actions += self.budget_rules.budget_moved(client, device, now)
         if dev is not None and cid in dev.holders and self.mode is not p.Mode.OFF:
-            actions += self._room_beside_holders(dev, client, now)
+            actions += self.room_rules.room_beside_holders(dev, client, now)
         if dev is not None:  # a holder grew or shrank, or the capacity is known now
             actions += self._settle(dev, now)
         else:  # the memory of idle programs may no longer all fit beside this one's
-            actions += self._prepare_hints(device)
+            actions += self.room_rules.prepare_hints(device)
         return actions
 
     def moved(self, cid: int, device: int, flags: int, size: int, elapsed_us: int,
@@ -474,7 +488,7 @@ class Policy(RoomRules, MpsRules, BudgetRules):
             # Dropped while its memory came back: the move out the drop asked for starts only
             # now, so it gets the time it would have had from the drop, from now on.
             hold.revoke_at = max(hold.revoke_at, now + self.grace_s +
-                                 self._link(device).to_host.seconds(hold.drop_evict))
+                                 self.room_rules.link(device).to_host.seconds(hold.drop_evict))
         seconds = elapsed_us / 1e6
         believed = self.residency.moved_out(device, cid, size) if to_host else size
         if hold is not None and not to_host:  # a holder's memory is all back once it says so
@@ -486,7 +500,7 @@ class Policy(RoomRules, MpsRules, BudgetRules):
         if size > 0:  # clamped to its memory there: a client names no device it has none on
             self.tallies.moved_bytes(device, to_host, size)
             if device not in self.links:
-                self.links[device] = self._link(device)  # with the device's link prior
+                self.links[device] = self.room_rules.link(device)  # with the device's link prior
             if not self.links[device].record(to_host, size, seconds, counted):
                 refused = self._refused_rate(client, device, counted, seconds)
         rate = f" ({size / seconds / GB:.1f} GB/s)" if seconds > 0 else ""
@@ -512,7 +526,7 @@ class Policy(RoomRules, MpsRules, BudgetRules):
     def disconnect(self, cid: int, now: float) -> list:
         viewer = self.viewers.pop(cid, None)
         if viewer is not None:
-            return self._leave_budget(viewer, now)
+            return self.budget_rules.leave_budget(viewer, now)
         client = self.clients.pop(cid, None)
         if client is None:
             return []
@@ -539,7 +553,7 @@ class Policy(RoomRules, MpsRules, BudgetRules):
         self.usage.forget(cid)
         self.tallies.left(_series(client))
         actions = [Log(f"disconnect {client}{what}")] + gang_actions + \
-            self._leave_budget(client, now)
+            self.budget_rules.leave_budget(client, now)
         # Every device: its reported capacity may have left with this client.
         for dev in list(self.devices.values()):
             actions += self._settle(dev, now)
@@ -611,7 +625,7 @@ class Policy(RoomRules, MpsRules, BudgetRules):
                 if now >= until:  # its report is late or never comes: the link is free now
                     del dev.fetching[cid]
             actions += self._settle(dev, now)
-        return actions + self._budget_reports(now)
+        return actions + self.budget_rules.budget_reports(now)
 
     def next_deadline(self) -> float | None:
         """When `tick` next has something to do, or None when no timer runs."""
@@ -637,7 +651,7 @@ class Policy(RoomRules, MpsRules, BudgetRules):
         due += [at for at, _ in self.gangs.timeouts()]
         due += [gang.turn_ends for gang in self.gangs
                 if gang.turn_devices is not None and self.gang_rules.contended(gang)]
-        if (budget_report := self._budget_deadline()) is not None:
+        if (budget_report := self.budget_rules.budget_deadline()) is not None:
             due.append(budget_report)
         return min((at for at in due if at != math.inf), default=None)
 
@@ -673,7 +687,8 @@ class Policy(RoomRules, MpsRules, BudgetRules):
             allocated=allocated, reported_total=self.capacity.reported(index), capacity=capacity,
             capacity_source=source, reserve=self.reserve,
             holders_allocated=self.holders_memory(index),
-            resident=self.residency.total(index), switch_seconds=self.switch_seconds(index),
+            resident=self.residency.total(index),
+            switch_seconds=self.room_rules.switch_seconds(index),
             loan_seconds=self.gap_rules.loan_seconds(dev, next(iter(dev.waiters)),
                                                      next(iter(holds), None), now)
             if dev and dev.waiters else 0.0,
@@ -719,8 +734,13 @@ class Policy(RoomRules, MpsRules, BudgetRules):
             waiting=sorted(index for index, dev in self.devices.items() if cid in dev.waiters),
             mps=client.mps, mps_why=client.mps_why, node=client.node,
             identity_from=client.identity_from,
-            units=self._units_of(client), others_allocated=self._others_allocated(client),
-            sharing=self._sharing_ids(client))
+            units=self.budget_rules.units_of(client),
+            others_allocated=self.budget_rules.others_allocated(client),
+            sharing=self.budget_rules.sharing_ids(client))
+
+    def switch_seconds(self, device: int) -> float:
+        """What handing the device to the next client now would cost in moves (room_rules.py)."""
+        return self.room_rules.switch_seconds(device)
 
     def memory_of(self, cid: int, device: int) -> int:
         return self.clients[cid].allocated.get(device, 0)
@@ -766,7 +786,7 @@ class Policy(RoomRules, MpsRules, BudgetRules):
         while others wait, and tell holders how long an idle gap is worth keeping the lock."""
         if self.mode is p.Mode.OFF:
             return []
-        actions = self._evict_next(dev, now)
+        actions = self.room_rules.evict_next(dev, now)
         budget = self._budget(dev)
         reserver = self.gang_rules.reserving(dev.index)
         # A gang's members may share a device in its turn: they run as one job.
@@ -788,7 +808,8 @@ class Policy(RoomRules, MpsRules, BudgetRules):
                    and (reserver is None or cid in reserver.members))
         holding = [self.memory_of(cid, dev.index) for cid in dev.holders]
         chosen = admitted(budget, holding, waiting, patience=self.tq)  # before dev.waiters changes
-        ready = self._one_fetch_at_a_time(dev, self._with_room(dev, chosen, now, actions), now)
+        roomy = self.room_rules.with_room(dev, chosen, now, actions)
+        ready = self.room_rules.one_fetch_at_a_time(dev, roomy, now)
         shared = len(dev.holders) + len(ready) > 1
         for cid in ready:
             gang = self.gangs.of(cid)
@@ -800,14 +821,14 @@ class Policy(RoomRules, MpsRules, BudgetRules):
                 actions += self._grant(dev, cid, now, shared)
         actions += self.gang_rules.end_gang_turn(dev, now)
         actions += self._end_turns(dev, now)
-        actions += self._ready_room(dev, now) + self._ready_room_ahead(dev, now)
+        actions += self.room_rules.ready_room(dev, now) + self.room_rules.ready_room_ahead(dev, now)
         if ready and (first := self._first_contender(dev, now)) is not None:
             # A new holder: the waiter now first weighs its claim against the holders too, with
             # the minimum slice of what the device holds once room is asked for.
             pressed = self.share_rules.press_claim(dev, first, now)
             if pressed:
                 actions += pressed + self._end_turns(dev, now)
-        actions += self._idle_hints(dev, now)
+        actions += self.room_rules.idle_hints(dev, now)
         # A device nobody uses is forgotten (a gang's settling may have done so already), but
         # not while its holder's idle gap is lent (the borrower may let go and ask again), nor
         # while clients move memory out of it.
@@ -860,13 +881,13 @@ class Policy(RoomRules, MpsRules, BudgetRules):
         """`decision`: the stage's, where it gave one; else the usual one for `reason`."""
         decision = decision or DROP_DECISIONS[reason]
         hold = dev.holders[cid]
-        evict = self._evict_on_drop(dev, cid, now)
+        evict = self.room_rules.evict_on_drop(dev, cid, now)
         self.credit.asked_out(dev.index, cid, evict)
         if evict:
             self.tallies.evicted(dev.index)
         hold.dropped_at, hold.drop_reason, hold.drop_evict = now, reason, evict
         hold.dropped_by = decision
-        hold.revoke_at = now + self.grace_s + self._link(dev.index).to_host.seconds(evict)
+        hold.revoke_at = now + self.grace_s + self.room_rules.link(dev.index).to_host.seconds(evict)
         ordinal = self.clients[cid].numbering.own_ordinal(dev.index)
         return [Send(cid, p.DropLock(ordinal, 0, evict)),
                 Log(f"drop {self.clients[cid]}: device {dev.index} {why}"
@@ -898,13 +919,14 @@ class Policy(RoomRules, MpsRules, BudgetRules):
         last = client.last_grant.get(dev.index)
         client.last_grant[dev.index] = number
         others_ran = last is not None and last != number - 1
-        fetch = self._to_fetch(dev.index, cid)
+        fetch = self.room_rules.to_fetch(dev.index, cid)
         self.credit.granted(dev.index, cid, fetch)
         # What it moved off itself comes back before it runs, and it says when (MOVED): until
         # then, or twice the time that should take, the link is taken (_one_fetch_at_a_time).
         coming_back = min(self.residency.brought_back(dev.index, cid), fetch)
         if coming_back > 0:
-            dev.fetching[cid] = now + 1.0 + 2 * self._link(dev.index).to_device.seconds(coming_back)
+            link = self.room_rules.link(dev.index)
+            dev.fetching[cid] = now + 1.0 + 2 * link.to_device.seconds(coming_back)
         self.residency.set(dev.index, cid, self.memory_of(cid, dev.index))  # all of it comes back
         flags = (p.GRANT_AFTER_WAIT if wait.queued else 0) | (p.GRANT_SHARED if shared else 0) | \
             (p.GRANT_OTHERS_RAN if others_ran else 0)
@@ -956,13 +978,14 @@ class Policy(RoomRules, MpsRules, BudgetRules):
         """Work out a client's terms again (its container's units, its rule, then its
         overrides); tell it a new memory limit, and let the devices it uses see the new weight
         and gpu_limit."""
-        terms = self._terms_for(client)
+        terms = self.budget_rules.terms_for(client)
         old = client.terms
         self._set_terms(client, terms)
         if terms == old:
             return []
         actions = [Log(f"terms {client}: {_terms_words(terms).lstrip(', ') or 'the defaults'}")]
-        actions += self._tell_limits(client, now, at_once=terms.memory_limit != old.memory_limit)
+        actions += self.budget_rules.tell_limits(client, now,
+                                                 at_once=terms.memory_limit != old.memory_limit)
         cid = client.registration.id
         for dev in list(self.devices.values()):
             if cid in dev.holders or cid in dev.waiters:

@@ -153,7 +153,7 @@ class GangStage(Stage):
         actions.insert(0, Log(f"grant {gang}: devices {listed(sorted(gang.turn_devices))} "
                               "together"))
         for dev in granted[1:]:
-            actions += self.policy._idle_hints(dev, now)
+            actions += self.policy.room_rules.idle_hints(dev, now)
         return actions
 
     def end_gang_turn(self, dev: Device, now: float) -> list:
@@ -166,8 +166,8 @@ class GangStage(Stage):
             for cid, hold in other.holders.items():
                 if cid in gang.members and hold.dropped_at is None:
                     return self.policy._drop(other, cid, now, f"quantum over for {gang}", QUANTUM,
-                                      Decision(GANGS, DROPPED, "its gang's quantum over",
-                                               QUANTUM))
+                                             Decision(GANGS, DROPPED, "its gang's quantum over",
+                                                      QUANTUM))
         return []
 
     def drop_members(self, cid: int, now: float, reason: str) -> list:
@@ -180,7 +180,7 @@ class GangStage(Stage):
             for member, hold in list(dev.holders.items()):
                 if member in gang.members and hold.dropped_at is None:
                     actions += self.policy._drop(dev, member, now, f"with {gang}", reason,
-                                          with_gang(reason))
+                                                 with_gang(reason))
         return actions
 
     def let_go(self, cid: int, now: float, after_drop: bool = True) -> list:
@@ -212,10 +212,11 @@ class GangStage(Stage):
         for other in self._member_devices(gang):
             for member, hold in other.holders.items():
                 if member in gang.members and hold.dropped_at is None:
-                    return self.policy._drop(other, member, now, f"{self.policy.clients[cid]} of {gang} needs "
-                                      f"device {dev.index}, held by another", QUANTUM,
-                                      Decision(GANGS, DROPPED, "its gang needs another device",
-                                               QUANTUM))
+                    why = f"{self.policy.clients[cid]} of {gang} needs device {dev.index}, " \
+                        "held by another"
+                    return self.policy._drop(other, member, now, why, QUANTUM,
+                                             Decision(GANGS, DROPPED,
+                                                      "its gang needs another device", QUANTUM))
         return []
 
     def leave(self, client: Client, now: float) -> list:

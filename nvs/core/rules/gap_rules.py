@@ -104,12 +104,12 @@ class GapStage(Stage):
         out, and, on the lender's return, what of the lender's own memory that room took, out of
         the borrower and back in. Room taken from other idle programs costs the lender nothing
         (with none about, as for a pair, the room is all the lender's)."""
-        policy = self.policy
-        room = policy._room_for(dev, [borrower], len(dev.holders))
-        plan = policy._eviction_plan(dev, room, {borrower}, now, released=lender)
+        room_rules = self.policy.room_rules
+        room = room_rules.room_for(dev, [borrower], len(dev.holders))
+        plan = room_rules.eviction_plan(dev, room, {borrower}, now, released=lender)
         lenders = sum(size for cid, size in plan if cid == lender)
-        return policy._link(dev.index).loan_seconds(room, policy._to_fetch(dev.index, borrower),
-                                                    lenders)
+        fetch = room_rules.to_fetch(dev.index, borrower)
+        return room_rules.link(dev.index).loan_seconds(room, fetch, lenders)
 
     def _gap_worth_giving(self, dev: Device, cid: int, contender: int | None,
                           now: float) -> bool:

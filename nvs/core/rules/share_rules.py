@@ -78,15 +78,16 @@ class ShareStage(Stage):
 
     def weighted_usage(self, cid: int, device: int, now: float) -> float:
         policy = self.policy
-        return weighted(policy.usage.read(cid, device, now), policy._share_weight(cid, device))
+        return weighted(policy.usage.read(cid, device, now),
+                        policy.budget_rules.share_weight(cid, device))
 
     def min_slice(self, dev: Device, incoming: int) -> float:
         """How long a holder runs before it is preempted for `incoming`: longer when handing the
         device over moves memory."""
         policy = self.policy
-        out = policy._room_for(dev, [incoming], len(dev.holders))
+        out = policy.room_rules.room_for(dev, [incoming], len(dev.holders))
         return minimum_slice(policy.min_slice_ms / 1000,
-                             policy._link(dev.index).switch_seconds(out, out))
+                             policy.room_rules.link(dev.index).switch_seconds(out, out))
 
     def turn(self, dev: Device, cid: int, first: int | None, now: float) -> float:
         """A holder's quantum beside the waiters that may be granted (`first` the first of
@@ -96,10 +97,10 @@ class ShareStage(Stage):
         policy = self.policy
         if first is None:
             return float(policy.tq)
-        heavier = [policy._share_weight(other, dev.index) for other in self.weighted
+        heavier = [policy.budget_rules.share_weight(other, dev.index) for other in self.weighted
                    if other in dev.waiters and policy._eligible_at(other, dev.index) <= now]
-        heaviest = max([policy._share_weight(first, dev.index), *heavier])
-        weight = policy._share_weight(cid, dev.index)
+        heaviest = max([policy.budget_rules.share_weight(first, dev.index), *heavier])
+        weight = policy.budget_rules.share_weight(cid, dev.index)
         if weight >= heaviest:  # a whole TQ: no floor to work out
             return float(policy.tq)
         return turn_length(policy.tq, weight, heaviest, self.min_slice(dev, first))
