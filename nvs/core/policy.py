@@ -78,6 +78,12 @@ Gangs: gang_rules.py states and carries out their rules; gangs.py keeps who belo
 Copies between devices: a holder that waits for a device of a higher index keeping what it
 holds (REQUEST_KEEPING) keeps its lower devices past their turns until it is granted
 (docs/scheduling.md).
+
+Who decides: each rule above is a stage of one decision pipeline, listed in precedence order in
+pipeline.py (gangs, memory, room, copies, gaps, quantum, shares, limits), each with its own
+state; MPS and budgets are parts beside it (mps_rules, budget_rules). This class keeps the
+events, asks the stages, and applies their decisions: grants, drops and the queue's placements,
+each naming the stage that made it.
 """
 
 from __future__ import annotations

@@ -53,6 +53,28 @@ def test_a_copy_keeps_its_lower_device_only_while_copies_outranks_the_quantum():
     assert (lost.holders(0), lost.holders(1)) == ([3], [1])
 
 
+def forming(stages: tuple[type[Stage], ...]) -> Driver:
+    """Client 1, with a gpu_limit it is far from, is one process of a job of two whose other
+    process has not joined yet; it asks for the free GPU."""
+    driver = Driver(tq=TQ, stages=stages)
+    driver.register(1)
+    driver.policy.override(4001, {"gpu_limit": 0.5}, driver.now)
+    driver.policy.gang(1, p.Gang(2, 2, 0, 0, "job"), driver.now)
+    driver.request(1)
+    return driver
+
+
+def test_a_forming_gang_holds_its_member_back_only_while_gangs_outranks_limits():
+    """Asked first, the gangs stage keeps the member waiting for its gang; with limits asked
+    first, its limit (far off) lets it run alone before the job is complete."""
+    held = forming(STAGES)
+    assert (held.holders(), held.waiters()) == ([], [1])
+    assert decisions(held)["clients"]["1"] == {"stage": "gangs",
+                                               "decision": "waits: for its gang job to form"}
+    early = forming(swapped("gangs", "limits"))
+    assert (early.holders(), early.waiters()) == ([1], [])
+
+
 def status(driver: Driver) -> dict:
     return build_status(driver.policy, driver.now, 0.0, grace_ms=10_000)
 
