@@ -245,6 +245,10 @@ def test_who_gave_the_device_back_is_next_again():
     driver.request(3)  # behind 2's loan
     driver.advance(0.9)
     driver.request(1)
+    waits = status(driver)["devices"][0]["decisions"]["clients"]
+    assert (waits["1"], waits["3"]) == (
+        {"stage": "room", "decision": "waits: for room on the device"},  # the borrower's move
+        {"stage": "gaps", "decision": "waits: behind a lender back from its gap"})
     driver.moved(2, ROOM)
     driver.release(2)
     assert driver.holders() == [1] and driver.waiters() == [3]

@@ -22,6 +22,9 @@ class RoomStage(Stage):
     name = "room"
 
     def holds_back(self, dev: Device, cid: int, now: float) -> Decision | None:
+        """Room holds back the waiter next in line; those behind it wait for their turn."""
+        if self.policy._first_contender(dev, now) != cid:
+            return None
         if dev.making_room:
             return Decision(self.name, WAITS, "for room on the device")
         if self.fetching_now(dev, now) and self.policy.residency.moved_off(dev.index, cid) > 0:
