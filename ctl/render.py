@@ -171,15 +171,42 @@ def _holder_label(device: dict, client_id, clients_by_id: dict) -> str:
     # `dropping` names each holder asked to drop; older schedulers only say whether one was.
     dropping = device.get("dropping")
     asked = client_id in dropping if isinstance(dropping, list) else device.get("drop_pending")
-    return f"{label}, asked to drop" if asked else label
+    return _decided(device, client_id, f"{label}, asked to drop" if asked else label)
+
+
+def _decisions(device: dict) -> dict:
+    decisions = device.get("decisions")
+    return decisions if isinstance(decisions, dict) else {}
+
+
+def _words(decision) -> str:
+    """A decision's words ("granted: under its share"); "" where there is none or it is not
+    one (an older scheduler's status has none)."""
+    words = decision.get("decision") if isinstance(decision, dict) else None
+    return words if isinstance(words, str) else ""
+
+
+def _decided(device: dict, client_id, label: str) -> str:
+    """A holder's or waiter's label with the decision that stands for it, where status says,
+    on a line of its own (so that the column stays narrow)."""
+    clients = _decisions(device).get("clients")
+    words = _words(clients.get(str(client_id))) if isinstance(clients, dict) else ""
+    return f"{label}\n  {words}" if words else label
+
+
+def _waiter_label(device: dict, client_id, clients_by_id: dict) -> str:
+    return _decided(device, client_id, _client_label(client_id, clients_by_id))
 
 
 def last_drop(device: dict, clients_by_id: dict) -> str:
-    """Whose hold ended last on the device, and why."""
+    """Whose hold ended last on the device, and why (with the drop's decision, where a drop
+    ended it)."""
     drop = device.get("last_drop")
     if not isinstance(drop, dict):
         return MISSING
-    return f"{_client_label(drop.get('client'), clients_by_id)}: {drop.get('reason', '?')}"
+    words = _words(_decisions(device).get("last_drop"))
+    return f"{_client_label(drop.get('client'), clients_by_id)}: {drop.get('reason', '?')}" + \
+        (f"\n  {words}" if words else "")
 
 
 def auto_budget(device: dict) -> str:
@@ -235,7 +262,7 @@ def devices_table(status: dict) -> Table | None:
         used, total = device.get("memory_used_bytes"), device.get("memory_total_bytes")
         memory = MISSING if total is None else f"{human_bytes(used)} / {human_bytes(total)}"
         holders = [_holder_label(device, i, clients_by_id) for i in device.get("holders") or []]
-        waiters = [_client_label(i, clients_by_id) for i in device.get("waiters") or []]
+        waiters = [_waiter_label(device, i, clients_by_id) for i in device.get("waiters") or []]
         table.add_row(str(device.get("index", MISSING)), device.get("name") or MISSING, memory,
                       human_bytes(device.get("allocated_bytes")),
                       *((auto_budget(device),) if auto else ()),

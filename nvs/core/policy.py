@@ -78,6 +78,12 @@ Gangs: gang_rules.py states and carries out their rules; gangs.py keeps who belo
 Copies between devices: a holder that waits for a device of a higher index keeping what it
 holds (REQUEST_KEEPING) keeps its lower devices past their turns until it is granted
 (docs/scheduling.md).
+
+Who decides: each rule above is a stage of one decision pipeline, listed in precedence order in
+pipeline.py (gangs, memory, room, copies, gaps, quantum, shares, limits), each with its own
+state; MPS and budgets are parts beside it (mps_rules, budget_rules). This class keeps the
+events, asks the stages, and applies their decisions: grants, drops and the queue's placements,
+each naming the stage that made it.
 """
 
 from __future__ import annotations
@@ -85,7 +91,7 @@ from __future__ import annotations
 import copy
 import math
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 from .. import protocol as p
 from .model.actions import Close, Log, Send
@@ -97,35 +103,35 @@ from .model.device_identity import (
     out_of_range,
     too_many_devices,
 )
+from .model.decision import Decision
 from .model.state import Client, Device, Hold, Registration, Wait
 from .model.terms import Identity, Terms, no_rules
 from .model.text import (
     GONE,
-    GPU_LIMIT,
     IDLE,
     MEMORY,
     MODE,
-    QUANTUM,
     RELEASED,
     REVOKED,
-    SHARE,
     listed,
     mib,
     printable,
 )
+from .model.stage import Stage
+from .pipeline import DROP_DECISIONS, STAGES, Pipeline
 from .rules.admission import Budget, Waiting, admitted, kept
-from .rules.budgets import KUBELET_SOURCE, BudgetRules, Budgets, node_names, said_otherwise
+from .rules.budgets import KUBELET_SOURCE, BudgetRules, node_names, said_otherwise
 from .rules.capacity import Capacity, renumbered
 from .rules.cost import GB, LINK_CEILING_BPS, Link
 from .rules.credit import MoveCredit
-from .rules.gang_rules import GangRules
-from .rules.gangs import DEFAULT_GANG_TIMEOUT_S, Gangs
-from .rules.gap_rules import GapRules
+from .rules.gang_rules import GangStage, with_gang
+from .rules.gangs import DEFAULT_GANG_TIMEOUT_S
+from .rules.gap_rules import GapStage
 from .rules.gaps import Gaps, idle_waited_s
 from .rules.mps_rules import MpsRules, mps_words
 from .rules.residency import Residency
-from .rules.room_rules import RoomRules
-from .rules.share_rules import ShareRules
+from .rules.room_rules import RoomStage
+from .rules.share_rules import LimitStage, ShareStage
 from .rules.usage import Usage
 from .snapshot import ClientSnapshot, DeviceSnapshot, GangSnapshot, Snapshot
 from .tallies import Series, Tallies, series_of
@@ -155,22 +161,31 @@ def _series(client: Client) -> Series:
     return series_of(client.registration, client.identity.label)
 
 
-class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
+class Policy:
     def __init__(self, tq: int, mode: p.Mode, grace_s: float, max_clients: int,
                  reserve_bytes: int = 512 << 20, nvml_capacity: dict[int, int] | None = None,
                  capacity_limit: int | None = None, nvml_uuids: dict[str, int] | None = None,
                  rules: Callable[[Identity], Terms] = no_rules,
                  min_slice_ms: int = DEFAULT_MIN_SLICE_MS,
                  gang_timeout_s: float = DEFAULT_GANG_TIMEOUT_S, mps: bool = False,
-                 link_priors: dict[int, float] | None = None, compute_cap: str = CAP_OFF):
+                 link_priors: dict[int, float] | None = None, compute_cap: str = CAP_OFF,
+                 stages: Sequence[type[Stage]] = STAGES):
+        """`stages`: the decision pipeline's stages in precedence order (pipeline.py); only a
+        test of that order gives others."""
+        self.gang_timeout_s = gang_timeout_s
+        self.pipeline = Pipeline(self, stages)
+        # The stages that events and settling call on beyond the pipeline's questions.
+        self.gap_rules = self.pipeline.of(GapStage)
+        self.room_rules = self.pipeline.of(RoomStage)
+        self.gang_rules = self.pipeline.of(GangStage)
+        self.gangs = self.gang_rules.gangs  # read here for status and the timers
+        self.share_rules = self.pipeline.of(ShareStage)
+        self.limit_rules = self.pipeline.of(LimitStage)
         self.tq = tq
         self.min_slice_ms = min_slice_ms
         self.rules = rules
         self.usage = Usage()
         self.gaps = Gaps()  # how long each client's idle gaps last, to lend them (gaps.py)
-        self.gangs = Gangs(gang_timeout_s)
-        self.weighted: set[int] = set()  # clients whose weight is not 1, or is a container's
-        self.limited: set[int] = set()  # clients with a gpu_limit
         self.mode = mode
         self.grace_s = grace_s
         self.max_clients = max_clients
@@ -192,13 +207,18 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
         # client is the one most likely to ask next, so what handing the device to it would
         # cost is the switch cost; and status says why it ended.
         self.last_end: dict[int, tuple[int, str]] = {}
-        self.mps_enabled = mps  # the scheduler runs MPS (--mps)
-        self.mps_pipe: str | None = None  # the MPS control daemon's pipe directory, while it runs
-        self.compute_cap = compute_cap  # what compute units cap besides the weight (budgets.py)
-        self.budgets = Budgets()  # the programs of each container, and what LIMITS told them
+        self.last_drop: dict[int, Decision] = {}  # device -> the decision of its last drop
+        # Beside the pipeline: who goes through MPS, and the budgets of containers' programs.
+        self.mps_rules = MpsRules(self, enabled=mps)
+        self.budget_rules = BudgetRules(self, compute_cap)
         self.viewers: dict[int, Client] = {}  # REG_VIEW_ONLY registrations
 
     # ----- events -------------------------------------------------------------------------
+
+    def gang(self, cid: int, message: p.Gang, now: float) -> list:
+        """The client is one process of a distributed job: it joins the job's gang
+        (rules/gang_rules.py)."""
+        return self.gang_rules.join(cid, message, now)
 
     def register(self, cid: int, pid: int, uid: int, gid: int, message: p.Register,
                  now: float, wall: float, user: str = "", group: str = "",
@@ -230,22 +250,36 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
                                    printable(message.label, 64) if trusted else "",
                                    who.container)
         if message.flags & p.REG_VIEW_ONLY:
-            return self._register_viewer(client, now)
+            return self.budget_rules.register_viewer(client, now)
         self.clients[cid] = client
         self.tallies.joined(_series(client))
-        shared = self._join_budget(client, now)
-        self._set_terms(client, self._terms_for(client))
+        shared = self.budget_rules.join_budget(client, now)
+        self._set_terms(client, self.budget_rules.terms_for(client))
         pod = f", pod {who.namespace}/{who.pod}" if who.pod else ""
         container = f", container {who.container} (from the node)" if node else ""
         label = f", label {client.identity.label}" if client.identity.label else ""
-        limits = self._tell_limits(client, now, at_once=True)
-        mps = self._through_mps(client)
+        limits = self.budget_rules.tell_limits(client, now, at_once=True)
+        mps = self.mps_rules.through_mps(client)
         return limits + mps + [Send(cid, p.Registered(cid, self.mode, self.tq)),
                                Log(f"register {client}: uid {uid}, device "
                                    f"{client.numbering.device}{pod}{container}{label}"
                                    f"{_terms_words(client.terms)}"
                                    f"{mps_words(client)}")] + \
             said_otherwise(client, said, message.label) + shared
+
+    def set_mps(self, pipe_directory: str | None) -> list:
+        """The MPS control daemon answers at `pipe_directory` from now on, or (None) not at all
+        (rules/mps_rules.py)."""
+        return self.mps_rules.set_mps(pipe_directory)
+
+    def mps_user(self) -> int | None:
+        """The uid whose programs use the MPS server now, None when none does."""
+        return self.mps_rules.mps_user()
+
+    def node_named(self, cid: int, node: NodeIdentity, now: float) -> list:
+        """The node named the container of a client that registered before it could
+        (rules/budgets.py)."""
+        return self.budget_rules.node_named(cid, node, now)
 
     def set_rules(self, rules: Callable[[Identity], Terms], now: float) -> list:
         """New configuration rules: every client's terms are worked out again, with its
@@ -255,8 +289,8 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
         for client in self.clients.values():
             actions += self._retake_terms(client, now)
         for viewer in self.viewers.values():
-            viewer.terms = self._terms_for(viewer)
-            actions += self._tell_limits(viewer, now, at_once=True)
+            viewer.terms = self.budget_rules.terms_for(viewer)
+            actions += self.budget_rules.tell_limits(viewer, now, at_once=True)
         return actions
 
     def override(self, pid: int, values: dict, now: float, reset: bool = False) -> list:
@@ -305,7 +339,7 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
             self.credit.forget(cid)
             self.gaps.forget(cid)
         actions = [Log(f"device {client}: {uuid} (its device {device}) is device {index}")] + \
-            self._budget_renumbered(client, now)
+            self.budget_rules.budget_renumbered(client, now)
         for index_now in {index, *(new for new in moves.values() if new is not None)}:
             dev = self.devices.get(index_now)
             if dev is not None:  # its memory (and maybe the capacity) now count on that device
@@ -344,18 +378,25 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
             return [Log(f"request {client}: device {device}, keeping its lower devices")]
         if cid in dev.holders or cid in dev.waiters:
             return [Log(f"repeated request from {client} for device {device}", debug=True)]
-        dev.waiters[cid] = Wait(now, queued=False, keeping=keeping)
+        wait = dev.waiters[cid] = Wait(now, queued=False, keeping=keeping)
         self.gaps.requested(cid, device, now)
-        returning, actions = self._returning(dev, cid, now)
-        actions += self._gang_outgrows_turn(cid, dev, now) + self._settle(dev, now)
+        placed = self.pipeline.arrive(dev, cid, now)
+        wait.placed_by = placed.decision if placed else None
+        actions = placed.actions if placed else []
+        actions += self.gang_rules.outgrows_turn(cid, dev, now) + self._settle(dev, now)
         waiting = ""
         if cid in dev.waiters:  # not granted at once: it waits behind someone
-            dev.waiters[cid].queued = True
+            wait.queued = True
             client.waits += 1
             waiting = f", {len(dev.waiters)} waiting"
-            if not returning:  # one coming back to a loan has its place already
-                actions += self._claim_share(dev, cid, now)
-        return [Log(f"request {client}: device {device}{waiting}{returning}")] + actions
+            if placed is None:  # one placed on arrival (back to a loan) has its place already
+                placed = self.pipeline.queue(dev, cid, now)
+                actions += placed.actions if placed else []
+                wait.placed_by = placed.decision if placed else None
+        words = placed.words if placed else ""
+        if cid in dev.waiters:
+            words += self.pipeline.holds_back(dev, cid, now).logged()
+        return [Log(f"request {client}: device {device}{waiting}{words}")] + actions
 
     def lock_released(self, cid: int, device: int, reason: int, now: float,
                       idle_us: int = 0) -> list:
@@ -380,10 +421,10 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
         if reason == p.ReleaseReason.IDLE and not dropped:
             self.gaps.released_idle(cid, device, now,
                                     idle_waited_s(hold.idle_hint_ms, idle_us))
-            lent = self._lend(dev, cid, hold, now)
+            lent = self.gap_rules.lend(dev, cid, hold, now)
         held = self._end_hold(dev, cid, now, why)
         return [Log(f"release {client}: device {device} {words}, held {held:.3f} s")] + lent + \
-            self._gang_let_go(cid, now, dropped) + self._settle(dev, now)
+            self.gang_rules.let_go(cid, now, dropped) + self._settle(dev, now)
 
     def mem_report(self, cid: int, device: int, allocated: int, total: int, now: float) -> list:
         client, refused = self._naming(cid, device)
@@ -406,13 +447,13 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
                        debug=True)]
         if refused:
             actions.append(Log(f"memory {client}: it {refused}", warning=True))
-        actions += self._budget_moved(client, device, now)
+        actions += self.budget_rules.budget_moved(client, device, now)
         if dev is not None and cid in dev.holders and self.mode is not p.Mode.OFF:
-            actions += self._room_beside_holders(dev, client, now)
+            actions += self.room_rules.room_beside_holders(dev, client, now)
         if dev is not None:  # a holder grew or shrank, or the capacity is known now
             actions += self._settle(dev, now)
         else:  # the memory of idle programs may no longer all fit beside this one's
-            actions += self._prepare_hints(device)
+            actions += self.room_rules.prepare_hints(device)
         return actions
 
     def moved(self, cid: int, device: int, flags: int, size: int, elapsed_us: int,
@@ -453,7 +494,7 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
             # Dropped while its memory came back: the move out the drop asked for starts only
             # now, so it gets the time it would have had from the drop, from now on.
             hold.revoke_at = max(hold.revoke_at, now + self.grace_s +
-                                 self._link(device).to_host.seconds(hold.drop_evict))
+                                 self.room_rules.link(device).to_host.seconds(hold.drop_evict))
         seconds = elapsed_us / 1e6
         believed = self.residency.moved_out(device, cid, size) if to_host else size
         if hold is not None and not to_host:
@@ -472,7 +513,7 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
         if size > 0:  # clamped to its memory there: a client names no device it has none on
             self.tallies.moved_bytes(device, to_host, size)
             if device not in self.links:
-                self.links[device] = self._link(device)  # with the device's link prior
+                self.links[device] = self.room_rules.link(device)  # with the device's link prior
             if not self.links[device].record(to_host, size, seconds, counted):
                 refused = self._refused_rate(client, device, counted, seconds)
         rate = f" ({size / seconds / GB:.1f} GB/s)" if seconds > 0 else ""
@@ -498,7 +539,7 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
     def disconnect(self, cid: int, now: float) -> list:
         viewer = self.viewers.pop(cid, None)
         if viewer is not None:
-            return self._leave_budget(viewer, now)
+            return self.budget_rules.leave_budget(viewer, now)
         client = self.clients.pop(cid, None)
         if client is None:
             return []
@@ -508,13 +549,11 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
         self.capacity.forget(cid)
         self.gaps.forget(cid)
         held, waited = [], []
+        self.pipeline.forget_client(cid)
         for dev in self.devices.values():
             dev.evictions.pop(cid, None)  # its memory left with it
             dev.evict_queue = [(victim, size) for victim, size in dev.evict_queue
                                if victim != cid]
-            dev.displaced.pop(cid, None)
-            if dev.loan is not None and dev.loan.lender == cid:
-                dev.loan = None  # nobody comes back: who holds on it keeps its turn
             if cid in dev.holders:
                 self._end_hold(dev, cid, now, GONE, client)
                 held.append(dev.index)
@@ -523,13 +562,11 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
                 waited.append(dev.index)
         what = "".join([f", held device {listed(held)}" if held else "",
                         f", was waiting for device {listed(waited)}" if waited else ""])
-        gang_actions = self._leave_gang(client, now)
+        gang_actions = self.gang_rules.leave(client, now)
         self.usage.forget(cid)
         self.tallies.left(_series(client))
-        self.weighted.discard(cid)
-        self.limited.discard(cid)
         actions = [Log(f"disconnect {client}{what}")] + gang_actions + \
-            self._leave_budget(client, now)
+            self.budget_rules.leave_budget(client, now)
         # Every device: its reported capacity may have left with this client.
         for dev in list(self.devices.values()):
             actions += self._settle(dev, now)
@@ -556,6 +593,8 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
                     self._end_hold(dev, cid, now, MODE)
                 for cid in list(dev.waiters):
                     self._end_wait(dev, cid, now)
+            for index in self.devices:
+                self.pipeline.forget_device(index)
             self.devices.clear()
             for gang in self.gangs:
                 gang.turn_devices = None
@@ -583,7 +622,7 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
             actions += [Log(f"{gang} broken: not complete {self.gangs.timeout_s:g} s after it "
                             "began to form; its members are scheduled one by one",
                             warning=True)]
-            actions += self._settle_members(gang, now)
+            actions += self.gang_rules.settle_members(gang, now)
         for dev in list(self.devices.values()):
             for cid, hold in list(dev.holders.items()):
                 if hold.dropped_at is not None and now >= hold.revoke_at:
@@ -599,7 +638,7 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
                 if now >= until:  # its report is late or never comes: the link is free now
                     del dev.fetching[cid]
             actions += self._settle(dev, now)
-        return actions + self._budget_reports(now)
+        return actions + self.budget_rules.budget_reports(now)
 
     def next_deadline(self) -> float | None:
         """When `tick` next has something to do, or None when no timer runs."""
@@ -617,15 +656,15 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
                     continue
                 if not self._waits_above(cid, dev.index):  # else its turn ends with that wait
                     due.append(max(min(hold.quantum_end, hold.preempt_at), contended_from))
-                due.append(self._limit_reached_at(cid, dev.index))
+                due.append(self.limit_rules.reached_at(cid, dev.index))
             due += [at for at in eligible if at != -math.inf]
             due.extend(deadline for deadline, _ in dev.evictions.values())
             if dev.evict_queue or (dev.waiters and self.mode is p.Mode.AUTO):
                 due.extend(dev.fetching.values())  # an EVICT or a grant waits for a fetch
         due += [at for at, _ in self.gangs.timeouts()]
         due += [gang.turn_ends for gang in self.gangs
-                if gang.turn_devices is not None and self._gang_contended(gang)]
-        if (budget_report := self._budget_deadline()) is not None:
+                if gang.turn_devices is not None and self.gang_rules.contended(gang)]
+        if (budget_report := self.budget_rules.budget_deadline()) is not None:
             due.append(budget_report)
         return min((at for at in due if at != math.inf), default=None)
 
@@ -650,7 +689,7 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
     def _device_snapshot(self, index: int, allocated: int, now: float) -> DeviceSnapshot:
         dev = self.devices.get(index)
         holds = dev.holders if dev else {}
-        loan = dev.loan_at(now) if dev else None
+        loan = self.gap_rules.loan_at(index, now)
         capacity, source = self.capacity.of(index)
         return DeviceSnapshot(
             index=index, holders=list(holds), waiters=list(dev.waiters) if dev else [],
@@ -661,9 +700,10 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
             allocated=allocated, reported_total=self.capacity.reported(index), capacity=capacity,
             capacity_source=source, reserve=self.reserve,
             holders_allocated=self.holders_memory(index),
-            resident=self.residency.total(index), switch_seconds=self.switch_seconds(index),
-            loan_seconds=self._loan_seconds(dev, next(iter(dev.waiters)),
-                                            next(iter(holds), None), now)
+            resident=self.residency.total(index),
+            switch_seconds=self.room_rules.switch_seconds(index),
+            loan_seconds=self.gap_rules.loan_seconds(dev, next(iter(dev.waiters)),
+                                                     next(iter(holds), None), now)
             if dev and dev.waiters else 0.0,
             lender=loan.lender if loan else None,
             loan_left_s=loan.until - now if loan else None,
@@ -672,7 +712,17 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
             link_prior_bps=self.link_priors.get(index),
             slices={cid: now - hold.granted_at for cid, hold in holds.items()},
             turns={cid: hold.turn_s for cid, hold in holds.items()},
-            last_end=self.last_end.get(index))
+            last_end=self.last_end.get(index),
+            decisions=self._decisions(dev, now) if dev else {},
+            last_drop=self.last_drop.get(index))
+
+    def _decisions(self, dev: Device, now: float) -> dict[int, Decision]:
+        """Client -> the decision that stands for it on the device: its grant (or its drop), or
+        what keeps it waiting."""
+        decisions = {cid: hold.dropped_by or hold.granted_by for cid, hold in dev.holders.items()
+                     if hold.dropped_by or hold.granted_by}
+        return decisions | {cid: self.pipeline.holds_back(dev, cid, now)
+                            for cid in dev.waiters}
 
     def _client_snapshot(self, cid: int, client: Client, now: float) -> ClientSnapshot:
         holding = [dev.holders[cid] for dev in self.devices.values() if cid in dev.holders]
@@ -697,8 +747,13 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
             waiting=sorted(index for index, dev in self.devices.items() if cid in dev.waiters),
             mps=client.mps, mps_why=client.mps_why, node=client.node,
             identity_from=client.identity_from,
-            units=self._units_of(client), others_allocated=self._others_allocated(client),
-            sharing=self._sharing_ids(client))
+            units=self.budget_rules.units_of(client),
+            others_allocated=self.budget_rules.others_allocated(client),
+            sharing=self.budget_rules.sharing_ids(client))
+
+    def switch_seconds(self, device: int) -> float:
+        """What handing the device to the next client now would cost in moves (room_rules.py)."""
+        return self.room_rules.switch_seconds(device)
 
     def memory_of(self, cid: int, device: int) -> int:
         return self.clients[cid].allocated.get(device, 0)
@@ -714,15 +769,39 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
         capacity = self.capacity.of(dev.index)[0] if self.mode is p.Mode.AUTO else None
         return Budget(capacity, self.reserve)
 
+    def _eligible_at(self, cid: int, device: int) -> float:
+        """When a waiter may be granted (-inf: at once): the pipeline's stages say (a forming
+        gang, a gpu_limit)."""
+        return self.pipeline.eligible_at(device, cid)
+
+    def _first_contender(self, dev: Device, now: float) -> int | None:
+        """The first waiter that may be granted now, if any."""
+        return next((cid for cid in dev.waiters if self._eligible_at(cid, dev.index) <= now),
+                    None)
+
+    def _paused_waiters(self, dev: Device) -> list[int]:
+        """The device's waiters that may not be granted before some time: those with a gpu_limit
+        and the members of forming gangs, found without walking the queue."""
+        forming = [cid for cid in self.gangs.of_client
+                   if cid in dev.waiters and self.gangs.forming(cid) is not None]
+        return self.limit_rules.waiters(dev) + forming
+
+    def _fits_beside_holders(self, dev: Device, cid: int) -> bool:
+        """Whether `cid` may hold the device beside those holding it and not asked to drop
+        (mode `auto`)."""
+        active = [other for other, hold in dev.holders.items() if hold.dropped_at is None]
+        total = sum(self.memory_of(other, dev.index) for other in active + [cid])
+        return self._budget(dev).fits(total, len(active) + 1)
+
     def _settle(self, dev: Device, now: float) -> list:
         """Bring the device in line with the rules: shrink the holders to a set that fits, grant
         whoever may hold now (once there is room for them), drop holders whose quantum is over
         while others wait, and tell holders how long an idle gap is worth keeping the lock."""
         if self.mode is p.Mode.OFF:
             return []
-        actions = self._evict_next(dev, now)
+        actions = self.room_rules.evict_next(dev, now)
         budget = self._budget(dev)
-        reserver = self._reserving_gang(dev.index)
+        reserver = self.gang_rules.reserving(dev.index)
         # A gang's members may share a device in its turn: they run as one job.
         active = [] if reserver is not None else \
             [(cid, self.memory_of(cid, dev.index))
@@ -732,42 +811,44 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
             if cid not in keep:
                 actions += self._drop(dev, cid, now, self._why_shrunk(dev, budget),
                                       MODE if self.mode is p.Mode.ON else MEMORY)
-        for cid in self._limited_waiters(dev):  # found under its limit, it stays so (usage.py)
+        for cid in self.limit_rules.waiters(dev):  # found under its limit, it stays so (usage.py)
             self.usage.meter(cid, dev.index).advance(now)
         # A generator: admission usually stops at the head, so a long queue is not walked.
         waiting = (Waiting(cid, self.memory_of(cid, dev.index), now - wait.since,
-                           blocked=self._gang_blocks(cid))
+                           blocked=self.gang_rules.blocks(cid))
                    for cid, wait in dev.waiters.items()
                    if self._eligible_at(cid, dev.index) <= now
                    and (reserver is None or cid in reserver.members))
         holding = [self.memory_of(cid, dev.index) for cid in dev.holders]
         chosen = admitted(budget, holding, waiting, patience=self.tq)  # before dev.waiters changes
-        ready = self._one_fetch_at_a_time(dev, self._with_room(dev, chosen, now, actions), now)
+        roomy = self.room_rules.with_room(dev, chosen, now, actions)
+        ready = self.room_rules.one_fetch_at_a_time(dev, roomy, now)
         shared = len(dev.holders) + len(ready) > 1
         for cid in ready:
             gang = self.gangs.of(cid)
             if cid not in dev.waiters:
                 continue  # granted already, with its gang
             if gang is not None and gang.turn_devices is None:
-                actions += self._grant_gang(gang, now)
+                actions += self.gang_rules.grant_gang(gang, now)
             else:
                 actions += self._grant(dev, cid, now, shared)
-        actions += self._end_gang_turn(dev, now)
+        actions += self.gang_rules.end_gang_turn(dev, now)
         actions += self._end_turns(dev, now)
-        actions += self._ready_room(dev, now) + self._ready_room_ahead(dev, now)
+        actions += self.room_rules.ready_room(dev, now) + self.room_rules.ready_room_ahead(dev, now)
         if ready and (first := self._first_contender(dev, now)) is not None:
             # A new holder: the waiter now first weighs its claim against the holders too, with
             # the minimum slice of what the device holds once room is asked for.
-            pressed = self._press_claim(dev, first, now)
+            pressed = self.share_rules.press_claim(dev, first, now)
             if pressed:
                 actions += pressed + self._end_turns(dev, now)
-        actions += self._idle_hints(dev, now)
+        actions += self.room_rules.idle_hints(dev, now)
         # A device nobody uses is forgotten (a gang's settling may have done so already), but
         # not while its holder's idle gap is lent (the borrower may let go and ask again), nor
         # while clients move memory out of it.
-        if dev.idle and dev.loan_at(now) is None and not dev.making_room and \
-                self.devices.get(dev.index) is dev:
+        if dev.idle and self.gap_rules.loan_at(dev.index, now) is None and \
+                not dev.making_room and self.devices.get(dev.index) is dev:
             del self.devices[dev.index]
+            self.pipeline.forget_device(dev.index)
         return actions
 
     def _end_turns(self, dev: Device, now: float) -> list:
@@ -780,17 +861,11 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
             if hold.dropped_at is not None:
                 continue
             if first is not None:
-                self._shorten_turn(dev, cid, hold, first, now)
-            turn_over = first is not None and not self._waits_above(cid, dev.index)
-            if turn_over and now >= hold.quantum_end:
-                actions += self._drop(dev, cid, now, f"quantum over, {len(dev.waiters)} waiting",
-                                      QUANTUM)
-            elif turn_over and now >= hold.preempt_at:
-                actions += self._drop(dev, cid, now, f"slice over for {self.clients[first]}, "
-                                      "under its share", SHARE)
-            elif now >= self._limit_reached_at(cid, dev.index):
-                limit = self.clients[cid].terms.gpu_limit
-                actions += self._drop(dev, cid, now, f"gpu limit {limit:g} reached", GPU_LIMIT)
+                self.share_rules.shorten_turn(dev, cid, hold, first, now)
+            ended = self.pipeline.end_turn(dev, cid, hold, first, now)
+            if ended is not None:
+                actions += self._drop(dev, cid, now, ended.detail or ended.why, ended.reason,
+                                      ended)
         return actions
 
     def _waits_above(self, cid: int, device: int) -> bool:
@@ -814,36 +889,42 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
 
     # ----- lock changes ------------------------------------------------------------------------
 
-    def _drop(self, dev: Device, cid: int, now: float, why: str, reason: str) -> list:
+    def _drop(self, dev: Device, cid: int, now: float, why: str, reason: str,
+              decision: Decision | None = None) -> list:
+        """`decision`: the stage's, where it gave one; else the usual one for `reason`."""
+        decision = decision or DROP_DECISIONS[reason]
         hold = dev.holders[cid]
-        evict = self._evict_on_drop(dev, cid, now)
+        evict = self.room_rules.evict_on_drop(dev, cid, now)
         self.credit.asked_out(dev.index, cid, evict)
         if evict:
             self.tallies.evicted(dev.index)
         hold.dropped_at, hold.drop_reason, hold.drop_evict = now, reason, evict
-        hold.revoke_at = now + self.grace_s + self._link(dev.index).to_host.seconds(evict)
+        hold.dropped_by = decision
+        hold.revoke_at = now + self.grace_s + self.room_rules.link(dev.index).to_host.seconds(evict)
         ordinal = self.clients[cid].numbering.own_ordinal(dev.index)
         return [Send(cid, p.DropLock(ordinal, 0, evict)),
                 Log(f"drop {self.clients[cid]}: device {dev.index} {why}"
-                    f"{f', evict {mib(evict)} to the host' if evict else ''}")] + \
-            self._drop_gang(cid, now, reason)
+                    f"{f', evict {mib(evict)} to the host' if evict else ''}"
+                    f"{decision.logged()}")] + \
+            self.gang_rules.drop_members(cid, now, reason)
 
     def _grant(self, dev: Device, cid: int, now: float, shared: bool) -> list:
         client = self.clients[cid]
         wait = dev.waiters[cid]
+        decision = self.pipeline.grants(dev, cid, wait, now)  # before the loan's end
         waited = self._end_wait(dev, cid, now)
         if wait.queued:
             self.tallies.waited(dev.index, waited)
-        turn = self._turn(dev, cid, self._first_contender(dev, now), now)
+        turn = self.share_rules.turn(dev, cid, self._first_contender(dev, now), now)
         gang = self.gangs.of(cid)
         ending = None
         if gang is not None and gang.turn_devices is not None:  # one quantum for the whole gang
             gang.turn_devices.add(dev.index)
             turn = max(gang.turn_ends - now, 0.0)
-            ending = self._gang_drop_reason(gang)
-        turn, lender, loan_words = self._loan_terms(dev, cid, turn, now)
+            ending = self.gang_rules.drop_reason(gang)
+        turn, lender, loan_words = self.gap_rules.loan_terms(dev, cid, turn, now)
         dev.holders[cid] = Hold(granted_at=now, quantum_end=now + turn, turn_s=turn,
-                                lender=lender)
+                                lender=lender, granted_by=decision)
         dev.readied_ahead = False
         self.usage.meter(cid, dev.index).start(now)
         client.revoked = False
@@ -851,14 +932,15 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
         last = client.last_grant.get(dev.index)
         client.last_grant[dev.index] = number
         others_ran = last is not None and last != number - 1
-        fetch = self._to_fetch(dev.index, cid)
+        fetch = self.room_rules.to_fetch(dev.index, cid)
         self.credit.granted(dev.index, cid, fetch)
         # What it moved off itself comes back before it runs, and it says when (MOVED): until
         # then, or twice the time that should take, the link is taken (_one_fetch_at_a_time).
         dev.holders[cid].moved_off = self.residency.brought_back(dev.index, cid)
         coming_back = min(dev.holders[cid].moved_off, fetch)
         if coming_back > 0:
-            dev.fetching[cid] = now + 1.0 + 2 * self._link(dev.index).to_device.seconds(coming_back)
+            link = self.room_rules.link(dev.index)
+            dev.fetching[cid] = now + 1.0 + 2 * link.to_device.seconds(coming_back)
         # All of it comes back, but for what it said it leaves on the host.
         self.residency.running(dev.index, cid, self.memory_of(cid, dev.index))
         flags = (p.GRANT_AFTER_WAIT if wait.queued else 0) | (p.GRANT_SHARED if shared else 0) | \
@@ -867,9 +949,10 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
         beside = f", shared ({mib(self.memory_of(cid, dev.index))} allocated)" if shared else ""
         ordinal = client.numbering.own_ordinal(dev.index)
         actions = [Send(cid, p.LockGranted(ordinal, flags, round(turn * 1000))),
-                   Log(f"grant {client}: device {dev.index}{after}{beside}{loan_words}")]
+                   Log(f"grant {client}: device {dev.index}{after}{beside}{loan_words}"
+                       f"{decision.logged()}")]
         if ending is not None:  # it joins its gang's drain: their collectives may need it
-            actions += self._drop(dev, cid, now, f"with {gang}", ending)
+            actions += self._drop(dev, cid, now, f"with {gang}", ending, with_gang(ending))
         return actions
 
     def _revoke(self, dev: Device, cid: int, now: float, why: str = "") -> list:
@@ -885,11 +968,16 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
                       "reported since")
         return [Send(cid, p.LockRevoked(client.numbering.own_ordinal(dev.index))),
                 Log(f"revoke {client}: device {dev.index}, {why}; held {held:.3f} s")] + \
-            self._gang_let_go(cid, now)
+            self.gang_rules.let_go(cid, now)
 
     def _end_hold(self, dev: Device, cid: int, now: float, why: str,
                   client: Client | None = None) -> float:
         self.last_end[dev.index] = (cid, why)
+        dropped_by = dev.holders[cid].dropped_by
+        if dropped_by is not None:
+            self.last_drop[dev.index] = dropped_by
+        else:
+            self.last_drop.pop(dev.index, None)
         dev.fetching.pop(cid, None)
         if cid in self.clients:  # not one leaving: its gaps are forgotten
             self.gaps.hold_ended(cid, dev.index, now)
@@ -905,13 +993,14 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
         """Work out a client's terms again (its container's units, its rule, then its
         overrides); tell it a new memory limit, and let the devices it uses see the new weight
         and gpu_limit."""
-        terms = self._terms_for(client)
+        terms = self.budget_rules.terms_for(client)
         old = client.terms
         self._set_terms(client, terms)
         if terms == old:
             return []
         actions = [Log(f"terms {client}: {_terms_words(terms).lstrip(', ') or 'the defaults'}")]
-        actions += self._tell_limits(client, now, at_once=terms.memory_limit != old.memory_limit)
+        actions += self.budget_rules.tell_limits(client, now,
+                                                 at_once=terms.memory_limit != old.memory_limit)
         cid = client.registration.id
         for dev in list(self.devices.values()):
             if cid in dev.holders or cid in dev.waiters:
@@ -922,13 +1011,8 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
         client.terms = terms
         cid = client.registration.id
         # A container's weight is split among its programs as they come and go (budgets.py).
-        for members, member in ((self.weighted, terms.weight != 1
-                                 or terms.source("weight") == KUBELET_SOURCE),
-                                (self.limited, terms.gpu_limit is not None)):
-            if member:
-                members.add(cid)
-            else:
-                members.discard(cid)
+        self.share_rules.terms_set(cid, terms, terms.source("weight") == KUBELET_SOURCE)
+        self.limit_rules.terms_set(cid, terms)
 
     def _end_wait(self, dev: Device, cid: int, now: float, client: Client | None = None) -> float:
         wait = dev.waiters.pop(cid)

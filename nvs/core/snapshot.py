@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from ..protocol import Mode
 from .model.container import NAMED_BY_PROGRAM, GpuUnits, NodeIdentity
+from .model.decision import Decision
 from .model.state import Registration
 from .model.terms import Terms
 from .rules.cost import Link
@@ -41,6 +42,10 @@ class DeviceSnapshot:
     slices: dict[int, float]  # holder -> seconds held in this grant
     turns: dict[int, float]  # holder -> its quantum in this grant, seconds
     last_end: tuple[int, str] | None  # (client, why) of the hold that ended last
+    # client -> the decision that stands for it, and the stage that made it (pipeline.py): a
+    # holder's grant or drop, a waiter's reason to wait
+    decisions: dict[int, Decision]
+    last_drop: Decision | None  # the drop that ended the last hold, if a drop ended it
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ Required keys come first; extra keys sit beside them (gemsharectl ignores what i
 from __future__ import annotations
 
 from ..core.model.container import GpuUnits, NodeIdentity
+from ..core.model.decision import Decision
 from ..core.model.terms import OVERRIDES_LAST, TERM_NAMES
 from ..core.policy import Policy
 from ..core.rules.usage import HALF_LIFE_S
@@ -77,11 +78,20 @@ def _device_entry(dev: DeviceSnapshot, gpu: dict) -> dict:
         "slices_s": {str(cid): round(held, 3) for cid, held in dev.slices.items()},
         "turns_s": {str(cid): round(turn, 3) for cid, turn in dev.turns.items()},
         "last_drop": {"client": last[0], "reason": last[1]} if last else None,
+        # Which stage of the policy's pipeline decided what, in its words: each holder's grant
+        # (or drop), each waiter's reason to wait, and the last drop.
+        "decisions": {
+            "clients": {str(cid): _decision(decision) for cid, decision in dev.decisions.items()},
+            "last_drop": _decision(dev.last_drop) if dev.last_drop else None},
     })
     if dev.link is not None:  # a device that has seen moves (kept short for the others)
         entry["move_rates"] = dev.link.rates_view()
         entry["moves"] = dev.link.moves_view()
     return entry
+
+
+def _decision(decision: Decision) -> dict:
+    return {"stage": decision.stage, "decision": str(decision)}
 
 
 def _client_entry(client: ClientSnapshot) -> dict:

@@ -370,13 +370,13 @@ class AutoMachine(ClockMachine):
         """Whether a release lends its gap is the core's to say (its gap estimate); a loan lasts
         the rest of the lender's turn, and only an early release by a holder not dropped, while
         no other loan runs, starts one."""
-        dev = self.policy.devices.get(device)
-        if dev is None or dev.loan is None or dev.loan.lender != cid:
+        loan = self.policy.gap_rules.loans.get(device)
+        if loan is None or loan.lender != cid:
             return
         assert reason == p.ReleaseReason.IDLE and hold.dropped_at is None, "a loan at a drop"
         assert self.loans.active(device, self.now) is None, "a loan during another"
-        assert dev.loan.until == hold.granted_at + (self.tq if hold.turn is None else hold.turn)
-        self.loans.began(device, cid, dev.loan.until)
+        assert loan.until == hold.granted_at + (self.tq if hold.turn is None else hold.turn)
+        self.loans.began(device, cid, loan.until)
 
     @precondition(lambda self: len(self.connected) > 3)  # keep some contention
     @rule(data=st.data())

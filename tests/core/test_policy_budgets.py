@@ -147,11 +147,11 @@ def test_a_container_weight_is_split_among_its_programs_that_want_the_gpu():
     assert [driver.policy.clients[c].terms.weight for c in (1, 2)] == [3.0, 3.0]
     assert driver.policy.clients[1].terms.source("weight") == KUBELET_SOURCE
     driver.request(1)
-    assert driver.policy._share_weight(1, 0) == 3.0  # its sibling does not want the GPU
+    assert driver.policy.budget_rules.share_weight(1, 0) == 3.0  # its sibling does not want the GPU
     driver.request(2)
-    assert [driver.policy._share_weight(c, 0) for c in (1, 2)] == [1.5, 1.5]
+    assert [driver.policy.budget_rules.share_weight(c, 0) for c in (1, 2)] == [1.5, 1.5]
     driver.disconnect(2)
-    assert driver.policy._share_weight(1, 0) == 3.0
+    assert driver.policy.budget_rules.share_weight(1, 0) == 3.0
     assert not any(isinstance(m, p.Limits) for _, m in driver.take_sent())  # no memory units
 
 

@@ -233,7 +233,7 @@ def test_the_lender_back_gets_the_device_within_one_move():
     hold = driver.policy.devices[0].holders[1]
     assert hold.turn_s == pytest.approx(until - driver.now)  # the rest of its turn
     assert status(driver)["devices"][0]["last_drop"] == {"client": 2, "reason": "gap"}
-    assert driver.policy.devices[0].loan is None
+    assert driver.policy.gap_rules.loans.get(0) is None
 
 
 def test_who_gave_the_device_back_is_next_again():
@@ -245,13 +245,17 @@ def test_who_gave_the_device_back_is_next_again():
     driver.request(3)  # behind 2's loan
     driver.advance(0.9)
     driver.request(1)
+    waits = status(driver)["devices"][0]["decisions"]["clients"]
+    assert (waits["1"], waits["3"]) == (
+        {"stage": "room", "decision": "waits: for room on the device"},  # the borrower's move
+        {"stage": "gaps", "decision": "waits: behind a lender back from its gap"})
     driver.moved(2, ROOM)
     driver.release(2)
     assert driver.holders() == [1] and driver.waiters() == [3]
     driver.request(2)  # at once: it was dropped mid-work
     assert driver.waiters() == [2, 3]
-    assert logged(driver, "request client 2")[-1].endswith(
-        "2 waiting, first again: it gave the device back to the client whose gap it filled")
+    assert "2 waiting, first again: it gave the device back to the client whose gap it filled; " \
+        "waits: " in logged(driver, "request client 2")[-1]
 
 
 def test_a_loan_ends_with_the_lenders_turn():
@@ -275,7 +279,7 @@ def test_a_lender_that_leaves_ends_the_loan():
     driver = pair()
     lent(driver)
     driver.disconnect(1)
-    assert driver.policy.devices[0].loan is None
+    assert driver.policy.gap_rules.loans.get(0) is None
     assert status(driver)["devices"][0]["loan"] is None
 
 

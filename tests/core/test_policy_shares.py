@@ -141,7 +141,7 @@ def test_the_minimum_slice_grows_with_what_the_switch_would_move():
     driver.take_sent()
     driver.request(2)  # fresh, so under its share; the switch moves about 8.4 GiB each way
     assert driver.take_sent() == []
-    out = driver.policy._room_for(driver.policy.devices[0], [2], 1)
+    out = driver.policy.room_rules.room_for(driver.policy.devices[0], [2], 1)
     expected = SWITCH_MULTIPLE * link.switch_seconds(out, out)
     assert expected > 1.0
     assert driver.policy.next_deadline() == pytest.approx(100 + expected)

@@ -32,7 +32,8 @@ def test_status_has_every_required_key():
                                   "switch_cost_s": 0.0, "loan_cost_s": 0.0, "link_prior_gbps": None,
                                   "loan": None,
                                   "evicting": [], "idle_hints_ms": {},
-                                  "slices_s": {}, "turns_s": {}, "last_drop": None}]
+                                  "slices_s": {}, "turns_s": {}, "last_drop": None,
+                                  "decisions": {"clients": {}, "last_drop": None}}]
 
 
 def test_states_hold_and_wait_times_follow_the_clock():

@@ -82,6 +82,32 @@ def test_holders_show_their_slice_and_devices_their_last_drop():
                                                         "waiters": [], "last_drop": None}]})
 
 
+def test_holders_waiters_and_the_last_drop_show_the_decisions_that_stand_for_them():
+    def decided(words):
+        return {"stage": "shares", "decision": words}
+    out = draw({**BASE, "devices": [{
+        "index": 0, "holders": [7], "waiters": [8],
+        "last_drop": {"client": 9, "reason": "share"},
+        "decisions": {"clients": {"7": decided("granted: under its share"),
+                                  "8": {"stage": "gaps",
+                                        "decision": "waits: behind a lender back from its gap"}},
+                      "last_drop": decided("dropped: slice over for a waiter under its share")}}],
+        "clients": [{"id": 7, "pid": 100, "name": "a", "state": "holding"},
+                    {"id": 8, "pid": 101, "name": "b", "state": "waiting"},
+                    {"id": 9, "pid": 102, "name": "c", "state": "idle"}]})
+    lines = out.splitlines()
+    first = next(i for i, line in enumerate(lines) if "#7 a (pid 100)" in line)
+    # Each decision on the line below its client, in the same column (wrapped when long).
+    below = lines[first + 1]
+    assert "#9 c (pid 102): share" in lines[first]
+    for start in ("granted: under its share", "waits: behind a lender", "dropped: slice over"):
+        assert start in below, start
+    # A status without decisions (an older scheduler) shows the clients alone.
+    plain = draw({**BASE, "devices": [{"index": 0, "holders": [7], "waiters": []}],
+                  "clients": [{"id": 7, "pid": 100, "name": "a", "state": "holding"}]})
+    assert "granted" not in plain
+
+
 def test_one_clients_terms_name_every_source():
     text = render.terms_view({"id": 3, "pid": 42, "name": "nb", "label": "notebook",
                               "weight": 2, "gpu_limit": 0.25, "memory_limit": None,

@@ -126,7 +126,8 @@ def test_a_lender_whose_gaps_stop_gets_the_device_back_within_a_move(gpu_with_mi
         # is the next one granted.
         after = lines[i + 1:]
         assert after[0].startswith("drop") and pid_of(after[0]) == borrower.pid, after[:3]
-        assert after[0].endswith("is back from its idle gap, evict 272 MiB to the host"), after[0]
+        assert after[0].endswith("is back from its idle gap, evict 272 MiB to the host; "
+                                 "dropped: the lender is back from its gap [gaps]"), after[0]
         grant = next(line for line in after if line.startswith("grant"))
         assert pid_of(grant) == lender.pid and "back from its idle gap" in grant, after[:4]
         waited = float(re.search(r"after waiting ([\d.]+) s", grant).group(1))

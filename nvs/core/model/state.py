@@ -5,9 +5,11 @@ Plain records; policy.py's rules change them, snapshot.py reads them.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator, MutableMapping
 from dataclasses import dataclass, field
 
 from .container import NAMED_BY_PROGRAM, NodeIdentity
+from .decision import Decision
 from .device_identity import Numbering
 from .terms import Identity, Terms
 
@@ -74,6 +76,8 @@ class Hold:
     lending: bool = False  # its idle hint hands its next idle gap to the waiter (gap_rules.py)
     lender: int | None = None  # granted in that client's idle gap, which it gives back
     moved_off: int = 0  # what it said it moved off since it last held: its grant took all back
+    granted_by: Decision | None = None  # the stage that granted it, and why (pipeline.py)
+    dropped_by: Decision | None = None  # once dropped: the stage that dropped it, and why
 
 
 @dataclass
@@ -84,6 +88,65 @@ class Wait:
     room_readied: bool = False  # idle clients were asked for room while it waited for holders
     keeping: bool = False  # REQUEST_KEEPING: it keeps its lower devices until granted
     passed: bool = False  # a waiter under its share went ahead of it (share_rules.py)
+    # the stage that put it ahead, placing it in the queue or having a holder drop for it, where
+    # one did (pipeline.py)
+    placed_by: Decision | None = None
+    # the waiters it went ahead of when it asked, where a stage placed it (Queue)
+    ahead_of: frozenset[int] = frozenset()
+
+
+class Queue(MutableMapping):
+    """A device's waiters (client -> Wait), in the order worked out from facts each time it
+    is read: arrival, and for each waiter the waiters it went ahead of when it asked (a lender
+    back from its gap, a client under its share: pipeline.py's stages place them). A waiter that
+    went ahead stands just before the first of those still waiting; the others stand in order of
+    arrival. Nothing reorders the queue in place: leaving it changes no one else's order."""
+
+    def __init__(self) -> None:
+        self._arrived: dict[int, Wait] = {}  # in order of arrival
+        self._order: list[int] | None = None  # the order worked out last, until a fact changes
+
+    def go_ahead(self, cid: int, of: Iterable[int]) -> None:
+        """Waiter `cid`, the last to arrive, goes ahead of the waiters `of`."""
+        self._arrived[cid].ahead_of = frozenset(of)
+        self._order = None
+
+    def order(self) -> list[int]:
+        if self._order is None:
+            order: list[int] = []
+            for cid, wait in self._arrived.items():
+                ahead = wait.ahead_of
+                place = next((i for i, other in enumerate(order) if other in ahead),
+                             len(order)) if ahead else len(order)
+                order.insert(place, cid)
+            self._order = order
+        return self._order
+
+    def __getitem__(self, cid: int) -> Wait:
+        return self._arrived[cid]
+
+    def __setitem__(self, cid: int, wait: Wait) -> None:
+        self._arrived[cid] = wait
+        self._order = None
+
+    def __delitem__(self, cid: int) -> None:
+        del self._arrived[cid]
+        self._order = None
+
+    def __contains__(self, cid: object) -> bool:
+        return cid in self._arrived
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.order())
+
+    def __reversed__(self) -> Iterator[int]:
+        return reversed(self.order())
+
+    def __len__(self) -> int:
+        return len(self._arrived)
+
+    def __repr__(self) -> str:
+        return f"Queue({[(cid, self._arrived[cid]) for cid in self.order()]})"
 
 
 @dataclass
@@ -98,7 +161,7 @@ class Loan:
 class Device:
     index: int
     holders: dict[int, Hold] = field(default_factory=dict)
-    waiters: dict[int, Wait] = field(default_factory=dict)  # insertion order is FCFS order
+    waiters: Queue = field(default_factory=Queue)  # in the order Queue works out
     evictions: dict[int, tuple[float, int]] = field(default_factory=dict)  # client -> EVICT's
     # deadline and bytes
     # EVICTs planned but not sent yet (client, bytes): one move at a time on the host link
@@ -107,14 +170,6 @@ class Device:
     fetching: dict[int, float] = field(default_factory=dict)
     # room was made, since the device last had a holder, for the client expected back first
     readied_ahead: bool = False
-    loan: Loan | None = None
-    # client -> until when it goes to the front of the queue when it asks again: it gave the
-    # device back to a lender, and would otherwise have been next
-    displaced: dict[int, float] = field(default_factory=dict)
-
-    def loan_at(self, now: float) -> Loan | None:
-        """Its loan, while the lender's turn would still last."""
-        return self.loan if self.loan is not None and now < self.loan.until else None
 
     @property
     def idle(self) -> bool:

@@ -27,9 +27,9 @@ it yet, the program has no pod, namespace or label (the rules that match what th
 sees apply, the defaults otherwise) until `node_named` gives it the node's and its container's
 budget, and its terms change then, LIMITS included.
 
-A mixin of policy.Policy, as share_rules.py is: it reads the policy's clients (and `viewers`,
-the REG_VIEW_ONLY registrations that only want their LIMITS), `rules`, `compute_cap`,
-`gpu_indices` and `tallies`, and calls its `_retake_terms`.
+BudgetRules, beside the decision pipeline (pipeline.py), keeps the budgets and the compute cap;
+it reads the policy's clients (and `viewers`, the REG_VIEW_ONLY registrations that only want
+their LIMITS), `rules`, `gpu_indices` and `tallies`, and calls its `_retake_terms`.
 """
 
 from __future__ import annotations
@@ -142,8 +142,13 @@ def said_otherwise(client: Client, said: tuple[str, str], label: str = "") -> li
 
 
 class BudgetRules:
+    def __init__(self, policy, compute_cap: str):
+        self.policy = policy
+        self.compute_cap = compute_cap  # what compute units cap besides the weight
+        self.budgets = Budgets()  # the programs of each container, and what LIMITS told them
+
     def _member(self, cid: int) -> Client | None:
-        return self.clients.get(cid) or self.viewers.get(cid)
+        return self.policy.clients.get(cid) or self.policy.viewers.get(cid)
 
     def _container_of(self, client: Client) -> list[Client]:
         """Every program of the client's container that the scheduler knows, itself included."""
@@ -153,13 +158,13 @@ class BudgetRules:
         return [member for cid in sorted(self.budgets.members.get(node.container_id, ()))
                 if (member := self._member(cid)) is not None]
 
-    def _units_of(self, client: Client) -> GpuUnits | None:
+    def units_of(self, client: Client) -> GpuUnits | None:
         """The container's units on the client's GPU: the only GPU it has units on, else the
         one whose UUID the client's device has; else the smallest, to be safe."""
         gpus = client.node.gpus if client.node is not None else ()
         if len(gpus) <= 1:
             return gpus[0] if gpus else None
-        uuid = client.numbering.gpu_uuid or self.gpu_indices.uuid_of(client.numbering.device)
+        uuid = client.numbering.gpu_uuid or self.policy.gpu_indices.uuid_of(client.numbering.device)
         return next((gpu for gpu in gpus if gpu.gpu_uuid == uuid), None) or \
             min(gpus, key=lambda gpu: (gpu.memory_bytes, gpu.compute_units))
 
@@ -167,33 +172,33 @@ class BudgetRules:
         """The programs of the client's container that share its budget (itself included):
         those on the same GPU's units. Each counts its memory on the device it registered,
         which is that GPU whatever its own number for it."""
-        units = self._units_of(client)
+        units = self.units_of(client)
         return [member for member in self._container_of(client)
-                if member is client or self._units_of(member) == units]
+                if member is client or self.units_of(member) == units]
 
-    def _sharing_ids(self, client: Client) -> list[int]:
+    def sharing_ids(self, client: Client) -> list[int]:
         """The clients sharing its container's units (itself included), for status; [] where
         it has none."""
-        if self._units_of(client) is None:
+        if self.units_of(client) is None:
             return []
         return sorted(member.registration.id for member in self._sharing(client)
-                      if member.registration.id in self.clients)
+                      if member.registration.id in self.policy.clients)
 
     def _kubelet_terms(self, client: Client) -> dict:
-        units = self._units_of(client)
+        units = self.units_of(client)
         if units is None:
             return {}
         programs = sum(1 for member in self._sharing(client)
-                       if member.registration.id in self.clients)
+                       if member.registration.id in self.policy.clients)
         return unit_terms(units, max(programs, 1), self.compute_cap)
 
-    def _share_weight(self, cid: int, device: int) -> float:
+    def share_weight(self, cid: int, device: int) -> float:
         """The weight the client's share on `device` is reckoned by: its own, but one from its
         container's units is the container's, split among the programs of the container there
         that want the device now (holding or waiting for it, itself counted always)."""
-        client = self.clients[cid]
+        client = self.policy.clients[cid]
         weight = client.terms.weight
-        dev = self.devices.get(device)
+        dev = self.policy.devices.get(device)
         if client.node is None or dev is None or client.terms.source("weight") != KUBELET_SOURCE:
             return weight
         wanting = 1 + sum(1 for member in self._sharing(client)
@@ -203,22 +208,22 @@ class BudgetRules:
                                or other in dev.waiters))
         return weight / wanting
 
-    def _terms_for(self, client: Client) -> Terms:
+    def terms_for(self, client: Client) -> Terms:
         """The client's terms: its container's, its rule's and its overrides."""
-        return composed(self._kubelet_terms(client), self.rules(client.identity),
+        return composed(self._kubelet_terms(client), self.policy.rules(client.identity),
                         client.overrides)
 
-    def _others_allocated(self, client: Client) -> int:
+    def others_allocated(self, client: Client) -> int:
         return sum(member.allocated.get(member.numbering.device, 0)
                    for member in self._sharing(client) if member is not client)
 
     def _limits_now(self, client: Client) -> p.Limits:
-        units = self._units_of(client)
+        units = self.units_of(client)
         limit = client.terms.memory_limit
         return p.Limits(limit or 0, budget_used(limit, units.memory_bytes if units else None,
-                                                self._others_allocated(client)))
+                                                self.others_allocated(client)))
 
-    def _tell_limits(self, client: Client, now: float, at_once: bool = False) -> list:
+    def tell_limits(self, client: Client, now: float, at_once: bool = False) -> list:
         """LIMITS, when what it would say has changed since it was last sent: at once for a new
         limit (or `at_once`), at most every BUDGET_REPORT_S for the others' use alone."""
         cid = client.registration.id
@@ -237,19 +242,19 @@ class BudgetRules:
         self.budgets.due.discard(cid)
         return [Send(cid, limits)]
 
-    def _register_viewer(self, client: Client, now: float) -> list:
+    def register_viewer(self, client: Client, now: float) -> list:
         """A REG_VIEW_ONLY registration: its LIMITS and REGISTERED, and nothing else; it is
         kept apart from the clients, so that no status, metric or queue shows it."""
         cid = client.registration.id
-        self.viewers[cid] = client
+        self.policy.viewers[cid] = client
         if client.node is not None:
             self.budgets.members.setdefault(client.node.container_id, set()).add(cid)
-        client.terms = self._terms_for(client)
-        return self._tell_limits(client, now, at_once=True) + [
-            Send(cid, p.Registered(cid, self.mode, self.tq)),
+        client.terms = self.terms_for(client)
+        return self.tell_limits(client, now, at_once=True) + [
+            Send(cid, p.Registered(cid, self.policy.mode, self.policy.tq)),
             Log(f"register {client}: view only", debug=True)]
 
-    def _join_budget(self, client: Client, now: float) -> list:
+    def join_budget(self, client: Client, now: float) -> list:
         """A program of a container registered: its container's other programs share their
         budget with it from now on."""
         if client.node is None:
@@ -258,7 +263,7 @@ class BudgetRules:
             client.registration.id)
         return self._rework_budget(client, now, but=client)
 
-    def _leave_budget(self, client: Client, now: float) -> list:
+    def leave_budget(self, client: Client, now: float) -> list:
         """A program of a container is gone: the others share what it had."""
         cid = client.registration.id
         self.budgets.told.pop(cid, None)
@@ -283,14 +288,14 @@ class BudgetRules:
         for member in self._container_of(client):
             if member is but:
                 continue
-            if member.registration.id in self.clients:
-                actions += self._retake_terms(member, now)
+            if member.registration.id in self.policy.clients:
+                actions += self.policy._retake_terms(member, now)
             else:  # a viewer: its terms serve its LIMITS alone
-                member.terms = self._terms_for(member)
-            actions += self._tell_limits(member, now)
+                member.terms = self.terms_for(member)
+            actions += self.tell_limits(member, now)
         return actions
 
-    def _budget_moved(self, client: Client, device: int, now: float) -> list:
+    def budget_moved(self, client: Client, device: int, now: float) -> list:
         """The client's memory on `device` changed: the others sharing its budget hear of it,
         and a budget overrun is logged once (until the container is back within it)."""
         if client.node is None or not client.node.gpus or device != client.numbering.device:
@@ -299,8 +304,8 @@ class BudgetRules:
         sharing = self._sharing(client)
         for member in sharing:
             if member is not client:
-                actions += self._tell_limits(member, now)
-        units = self._units_of(client)
+                actions += self.tell_limits(member, now)
+        units = self.units_of(client)
         if units is None or not units.memory_bytes:
             return actions
         total = sum(member.allocated.get(member.numbering.device, 0) for member in sharing)
@@ -315,14 +320,14 @@ class BudgetRules:
                                "by several of them)", warning=True))
         return actions
 
-    def _budget_renumbered(self, client: Client, now: float) -> list:
+    def budget_renumbered(self, client: Client, now: float) -> list:
         """The client said which GPU its device is: in a container with units on several GPUs
         that says whose budget it shares."""
         if client.node is None or len(client.node.gpus) < 2:
             return []
         return self._rework_budget(client, now)
 
-    def _budget_reports(self, now: float) -> list:
+    def budget_reports(self, now: float) -> list:
         """The LIMITS held back by BUDGET_REPORT_S whose time has come."""
         actions = []
         for cid in sorted(self.budgets.due):
@@ -330,10 +335,10 @@ class BudgetRules:
             if member is None:
                 self.budgets.due.discard(cid)
             elif now >= self.budgets.told[cid].at + BUDGET_REPORT_S:
-                actions += self._tell_limits(member, now)
+                actions += self.tell_limits(member, now)
         return actions
 
-    def _budget_deadline(self) -> float | None:
+    def budget_deadline(self) -> float | None:
         return min((self.budgets.told[cid].at + BUDGET_REPORT_S for cid in self.budgets.due),
                    default=None)
 
@@ -341,11 +346,11 @@ class BudgetRules:
         """The node named the container of client `cid`, which registered before it could: the
         client takes the node's pod, namespace and container from now on, joins its container's
         budget, and its terms are worked out again."""
-        client = self.clients.get(cid) or self.viewers.get(cid)
+        client = self.policy.clients.get(cid) or self.policy.viewers.get(cid)
         if client is None or client.node is not None:
             return []
         namespace, pod = node_names(node)
-        viewer, before = cid in self.viewers, client.registration
+        viewer, before = cid in self.policy.viewers, client.registration
         client.registration = dataclasses.replace(
             before, namespace=namespace, pod=pod, container=printable(node.container, 64))
         client.identity = dataclasses.replace(client.identity, pod=pod, namespace=namespace,
@@ -355,7 +360,7 @@ class BudgetRules:
                    f"{client.registration.container} (from the node, after it registered)")
         if viewer:
             self.budgets.members.setdefault(node.container_id, set()).add(cid)
-            client.terms = self._terms_for(client)
-            return [said] + self._tell_limits(client, now, at_once=True)
-        self.tallies.renamed(before, client.registration, client.identity.label)
-        return [said] + self._join_budget(client, now) + self._retake_terms(client, now)
+            client.terms = self.terms_for(client)
+            return [said] + self.tell_limits(client, now, at_once=True)
+        self.policy.tallies.renamed(before, client.registration, client.identity.label)
+        return [said] + self.join_budget(client, now) + self.policy._retake_terms(client, now)

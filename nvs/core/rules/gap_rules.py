@@ -20,47 +20,106 @@ when it asks again.
 Gangs neither lend nor borrow (their members hold together), and a device lends only while it
 has one holder: `on`, or `auto` among programs that do not fit together.
 
-A mixin of policy.Policy, as room_rules.py is: these methods read the policy's devices, clients,
-gap estimates and move rates. The arithmetic is in gaps.py and cost.py.
+The stage `gaps` of the decision pipeline (pipeline.py): it keeps the loans, and reads the
+policy's devices, clients, gap estimates and move rates. The arithmetic is in gaps.py and
+cost.py.
 """
 
 from __future__ import annotations
 
 from ..model.actions import Log
+from ..model.decision import GRANTED, WAITS, Decision
+from ..model.stage import Placement, Stage
 from ..model.state import Device, Hold, Loan
 from ..model.text import GAP
 from .cost import CONTENDED_IDLE_RELEASE_MS
 from .gaps import worth_lending
 
 
-class GapRules:
+class GapStage(Stage):
+    name = "gaps"
+
+    def __init__(self, policy):
+        super().__init__(policy)
+        self.loans: dict[int, Loan] = {}  # device -> its loan (one that is over may linger)
+        # device -> {client: until when it goes to the front of the queue when it asks again}:
+        # it gave the device back to a lender, and would otherwise have been next
+        self.displaced: dict[int, dict[int, float]] = {}
+
+    # ----- the stage's answers ----------------------------------------------------------------
+
+    def arrive(self, dev: Device, cid: int, now: float) -> Placement | None:
+        words, actions, placed = self._returning(dev, cid, now)
+        if placed is None:
+            return None
+        return Placement(Decision(self.name, WAITS, placed), words, actions)
+
+    def holds_back(self, dev: Device, cid: int, now: float) -> Decision | None:
+        loan = self.loan_at(dev.index, now)
+        if loan is not None and loan.lender == cid:
+            return Decision(self.name, WAITS, "back from its gap, for the borrower to give way")
+        if loan is not None and loan.lender in dev.waiters:
+            order = list(dev.waiters)
+            if order.index(loan.lender) < order.index(cid):
+                return Decision(self.name, WAITS, "behind a lender back from its gap")
+        return None
+
+    def grants(self, dev: Device, cid: int, wait, now: float) -> Decision | None:
+        loan = self.loan_at(dev.index, now)
+        if loan is None or self.policy.gangs.of(cid) is not None:
+            return None
+        if loan.lender == cid:
+            return Decision(self.name, GRANTED, "back from its idle gap")
+        return Decision(self.name, GRANTED, "in a lender's idle gap")
+
+    def forget_device(self, index: int) -> None:
+        self.loans.pop(index, None)
+        self.displaced.pop(index, None)
+
+    def forget_client(self, cid: int) -> None:
+        for index, loan in list(self.loans.items()):
+            if loan.lender == cid:
+                del self.loans[index]  # nobody comes back: who holds on it keeps its turn
+        for displaced in self.displaced.values():
+            displaced.pop(cid, None)
+
+    # ----- loans ------------------------------------------------------------------------------
+
+    def loan_at(self, device: int, now: float) -> Loan | None:
+        """The device's loan, while the lender's turn would still last."""
+        loan = self.loans.get(device)
+        return loan if loan is not None and now < loan.until else None
+
     def _loan(self, dev: Device, now: float) -> Loan | None:
         """The device's loan, while the lender's turn would still last; one that is over is
         forgotten."""
-        dev.loan = dev.loan_at(now)
-        return dev.loan
+        loan = self.loan_at(dev.index, now)
+        if loan is None:
+            self.loans.pop(dev.index, None)
+        return loan
 
-    def _loan_seconds(self, dev: Device, borrower: int, lender: int | None, now: float) -> float:
+    def loan_seconds(self, dev: Device, borrower: int, lender: int | None, now: float) -> float:
         """What lending holder `lender`'s gap to `borrower` and taking it back would move, in
         seconds at the device's measured rates: the borrower's memory in and the room for it
         out, and, on the lender's return, what of the lender's own memory that room took, out of
         the borrower and back in. Room taken from other idle programs costs the lender nothing
         (with none about, as for a pair, the room is all the lender's)."""
-        room = self._room_for(dev, [borrower], len(dev.holders))
-        plan = self._eviction_plan(dev, room, {borrower}, now, released=lender)
+        room_rules = self.policy.room_rules
+        room = room_rules.room_for(dev, [borrower], len(dev.holders))
+        plan = room_rules.eviction_plan(dev, room, {borrower}, now, released=lender)
         lenders = sum(size for cid, size in plan if cid == lender)
-        return self._link(dev.index).loan_seconds(room, self._to_fetch(dev.index, borrower),
-                                                  lenders)
+        fetch = room_rules.to_fetch(dev.index, borrower)
+        return room_rules.link(dev.index).loan_seconds(room, fetch, lenders)
 
     def _gap_worth_giving(self, dev: Device, cid: int, contender: int | None,
                           now: float) -> bool:
         """Whether holder `cid`'s idle gaps are worth handing to `contender`, the first waiter
         (worth_lending); never within a gang, whose members hold together."""
-        if contender is None or self.gangs.of(cid) is not None or \
-                self.gangs.of(contender) is not None:
+        gangs = self.policy.gangs
+        if contender is None or gangs.of(cid) is not None or gangs.of(contender) is not None:
             return False
-        return worth_lending(self.gaps.lendable(cid, dev.index),
-                             self._loan_seconds(dev, contender, cid, now))
+        return worth_lending(self.policy.gaps.lendable(cid, dev.index),
+                             self.loan_seconds(dev, contender, cid, now))
 
     def _lends(self, dev: Device, cid: int, contender: int | None, now: float) -> bool:
         """Whether holder `cid`, the only one, hands its next idle gap to the first waiter."""
@@ -72,11 +131,11 @@ class GapRules:
         but with no loan (the device stays shared with the others, and the one that let go asks
         again like anyone)."""
         return len(dev.holders) > 1 and contender is not None and \
-            not self._fits_beside_holders(dev, contender) and \
+            not self.policy._fits_beside_holders(dev, contender) and \
             self._gap_worth_giving(dev, cid, contender, now)
 
-    def _gap_hint(self, dev: Device, cid: int, hold: Hold, contender: int | None,
-                  now: float) -> int | None:
+    def gap_hint(self, dev: Device, cid: int, hold: Hold, contender: int | None,
+                 now: float) -> int | None:
         """The idle hint of a holder that lends its gap, fills another's or, sharing the device,
         makes way (let go soon after the work); None for the usual one (room_rules.py)."""
         loan = self._loan(dev, now)
@@ -87,70 +146,67 @@ class GapRules:
             return CONTENDED_IDLE_RELEASE_MS
         return None
 
-    def _lend(self, dev: Device, cid: int, hold: Hold, now: float) -> list:
+    def lend(self, dev: Device, cid: int, hold: Hold, now: float) -> list:
         """A holder let go early: if its hint lent the gap, a loan begins, for the rest of its
         turn."""
         if not hold.lending or hold.dropped_at is not None or hold.quantum_end <= now:
             return []
-        dev.loan = Loan(cid, hold.quantum_end)
-        gap = self.gaps.lendable(cid, dev.index)
+        self.loans[dev.index] = Loan(cid, hold.quantum_end)
+        gap = self.policy.gaps.lendable(cid, dev.index)
         gap_words = "none seen yet" if gap is None else f"{gap:.3f} s"
-        return [Log(f"lend {self.clients[cid]}: device {dev.index}, idle; its gaps last "
+        return [Log(f"lend {self.policy.clients[cid]}: device {dev.index}, idle; its gaps last "
                     f"{gap_words}, {hold.quantum_end - now:.3f} s of its turn left")]
 
-    def _loan_terms(self, dev: Device, cid: int, turn: float,
-                    now: float) -> tuple[float, int | None, str]:
+    def loan_terms(self, dev: Device, cid: int, turn: float,
+                   now: float) -> tuple[float, int | None, str]:
         """(quantum, lender, log words) for a grant of quantum `turn`: a lender back gets the
         rest of its turn (no more than `turn`, which a shorter TQ set since may have cut), and
         the loan ends; anyone else granted during a loan borrows the device, which it gives back
         if the lender asks again before its turn would have ended."""
         loan = self._loan(dev, now)
-        if loan is None or self.gangs.of(cid) is not None:
+        if loan is None or self.policy.gangs.of(cid) is not None:
             return turn, None, ""
         if loan.lender == cid:
-            dev.loan = None
-            rest = min(max(loan.until - now, self.min_slice_ms / 1000), turn)
+            del self.loans[dev.index]
+            rest = min(max(loan.until - now, self.policy.min_slice_ms / 1000), turn)
             return rest, None, f", back from its idle gap, {rest:.3f} s of its turn left"
-        return turn, loan.lender, f", in the idle gap of {self.clients[loan.lender]}"
+        return turn, loan.lender, f", in the idle gap of {self.policy.clients[loan.lender]}"
 
-    def _returning(self, dev: Device, cid: int, now: float) -> tuple[str, list]:
+    def _returning(self, dev: Device, cid: int, now: float) -> tuple[str, list, str | None]:
         """A request, just queued, from a lender back from its gap (to the front, and whoever
         holds on its loan drops) or from a client that gave the device back to one (to the
-        front, behind a lender still waiting): words for the request's log line, and the
-        drops."""
+        front, behind a lender still waiting): words for the request's log line, the drops,
+        and where it was placed (None: it was not, it is no one coming back)."""
+        policy = self.policy
         loan = self._loan(dev, now)
         if loan is not None and loan.lender == cid:
-            self._queue_behind(dev, cid, None)
+            _queue_behind(dev, cid, None)
             actions = []
             # Those on its loan make way only for a lender that may run now and needs the room.
-            if self._eligible_at(cid, dev.index) <= now and \
-                    not self._fits_beside_holders(dev, cid):
+            if policy._eligible_at(cid, dev.index) <= now and \
+                    not policy._fits_beside_holders(dev, cid):
                 for other, hold in list(dev.holders.items()):
                     if hold.lender == cid and hold.dropped_at is None:
-                        dev.displaced[other] = loan.until
-                        actions += self._drop(dev, other, now, f"{self.clients[cid]} is back "
-                                              "from its idle gap", GAP)
-            return f", back from its idle gap, {loan.until - now:.3f} s of its turn left", actions
-        until = dev.displaced.pop(cid, None)
+                        self.displaced.setdefault(dev.index, {})[other] = loan.until
+                        actions += policy._drop(dev, other, now, f"{policy.clients[cid]} is back "
+                                                "from its idle gap", GAP)
+            return (f", back from its idle gap, {loan.until - now:.3f} s of its turn left",
+                    actions, "first: back from its idle gap")
+        until = self.displaced.get(dev.index, {}).pop(cid, None)
         if until is None or now >= until:
-            return "", []
-        self._queue_behind(dev, cid, loan.lender if loan is not None else None)
-        return ", first again: it gave the device back to the client whose gap it filled", []
+            return "", [], None
+        _queue_behind(dev, cid, loan.lender if loan is not None else None)
+        return (", first again: it gave the device back to the client whose gap it filled", [],
+                "first again: it gave the device back to a lender")
 
-    def _fits_beside_holders(self, dev: Device, cid: int) -> bool:
-        """Whether `cid` may hold the device beside those holding it and not asked to drop
-        (mode `auto`, when memory has changed since the loan began)."""
-        active = [other for other, hold in dev.holders.items() if hold.dropped_at is None]
-        total = sum(self.memory_of(other, dev.index) for other in active + [cid])
-        return self._budget(dev).fits(total, len(active) + 1)
 
-    def _queue_behind(self, dev: Device, cid: int, ahead: int | None) -> None:
-        """Move waiter `cid` to the front of the queue, or just behind `ahead` while that one
-        waits. Those it passes have their room asked again when their turn comes: what was made
-        for them may have gone to it."""
-        order = [other for other in dev.waiters if other != cid]
-        place = order.index(ahead) + 1 if ahead in order else 0
-        for other in order[place:]:
-            dev.waiters[other].room_asked = False
-        dev.waiters = {other: dev.waiters[other]
-                       for other in order[:place] + [cid] + order[place:]}
+def _queue_behind(dev: Device, cid: int, ahead: int | None) -> None:
+    """Waiter `cid`, just arrived, goes ahead of every other waiter, or of those behind `ahead`
+    while that one waits (model/state.py's Queue keeps that fact and works the order out). Those
+    it passes have their room asked again when their turn comes: what was made for them may
+    have gone to it."""
+    order = [other for other in dev.waiters if other != cid]
+    behind = order[order.index(ahead) + 1 if ahead in order else 0:]
+    for other in behind:
+        dev.waiters[other].room_asked = False
+    dev.waiters.go_ahead(cid, behind)

@@ -8,7 +8,8 @@ hold a GPU together (auto or off; `on` keeps one holder at a time), neither a co
 another user is using MPS now: an MPS server serves one user at a time, and a client of another
 user would wait for every client of the current one to exit before its driver even starts.
 
-A mixin of policy.Policy, as share_rules.py is.
+MpsRules, beside the decision pipeline (pipeline.py), keeps whether the scheduler runs MPS and
+where its daemon answers, and reads the policy's clients and mode.
 """
 
 from __future__ import annotations
@@ -28,16 +29,21 @@ OTHER_USER = "programs of uid {uid} use the MPS server, which serves one user at
 
 
 class MpsRules:
+    def __init__(self, policy, enabled: bool):
+        self.policy = policy
+        self.enabled = enabled  # the scheduler runs MPS (--mps)
+        self.pipe: str | None = None  # the MPS control daemon's pipe directory, while it runs
+
     def set_mps(self, pipe_directory: str | None) -> list:
         """The control daemon answers at `pipe_directory` from now on, or (None) not at all.
         Programs already running keep what they were given, but those that went through a
         daemon that stopped do so no more: its server, and their MPS contexts, went with it."""
-        if pipe_directory == self.mps_pipe:
+        if pipe_directory == self.pipe:
             return []
-        self.mps_pipe = pipe_directory
+        self.pipe = pipe_directory
         if pipe_directory is not None:
             return [Log(f"MPS: programs that may share a GPU go through {pipe_directory}")]
-        ended = [client for client in self.clients.values() if client.mps]
+        ended = [client for client in self.policy.clients.values() if client.mps]
         for client in ended:
             client.mps, client.mps_why = False, DAEMON_DIED
         clients = "" if not ended else \
@@ -47,18 +53,19 @@ class MpsRules:
 
     def mps_user(self) -> int | None:
         """The uid whose programs use the MPS server now, None when none does."""
-        return next((client.registration.uid for client in self.clients.values() if client.mps),
+        return next((client.registration.uid for client in self.policy.clients.values()
+                     if client.mps),
                     None)
 
-    def _through_mps(self, client: Client) -> list:
+    def through_mps(self, client: Client) -> list:
         """Decide whether `client`, registering now, goes through MPS; the MPS frame if so."""
-        if not self.mps_enabled:
+        if not self.enabled:
             return []
         who = client.registration
         user = self.mps_user()
-        if self.mps_pipe is None:
+        if self.pipe is None:
             client.mps_why = NO_DAEMON
-        elif self.mode is p.Mode.ON:
+        elif self.policy.mode is p.Mode.ON:
             client.mps_why = MODE_ON
         elif not client.terms.mps:
             client.mps_why = RULE
@@ -69,7 +76,7 @@ class MpsRules:
         else:
             client.mps, client.mps_why = True, ""
             terms = client.terms
-            return [Send(who.id, p.Mps(terms.sm_share or 0, terms.mps_priority, self.mps_pipe))]
+            return [Send(who.id, p.Mps(terms.sm_share or 0, terms.mps_priority, self.pipe))]
         return []
 
 

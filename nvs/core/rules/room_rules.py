@@ -1,78 +1,94 @@
 """The rules of moving memory, as part of the policy core: what must leave a device for a grant
 or a drop, whom to ask, what a handoff would cost, and the idle hints that follow from it.
 
-A mixin of policy.Policy, as gang_rules.py is: these methods read the policy's devices,
-residency, capacity and move rates. The pure arithmetic is in cost.py and residency.py.
+The stage `room` of the decision pipeline (pipeline.py): a grant waits for the room its memory
+needs, one move on the host link at a time. It reads the policy's devices, residency, capacity
+and move rates; the pure arithmetic is in cost.py and residency.py.
 """
 
 from __future__ import annotations
 
 from ... import protocol as p
 from ..model.actions import Log, Send
+from ..model.decision import WAITS, Decision
+from ..model.stage import Stage
 from ..model.state import Client, Device
 from ..model.text import mib
 from .cost import Link, idle_release_ms, room_to_make
 from .residency import eviction_plan
 
 
-class RoomRules:
-    def _link(self, device: int) -> Link:
-        return self.links.get(device) or Link(prior_bps=self.link_priors.get(device))
+class RoomStage(Stage):
+    name = "room"
 
-    def _to_fetch(self, device: int, cid: int) -> int:
+    def holds_back(self, dev: Device, cid: int, now: float) -> Decision | None:
+        """Room holds back the waiter next in line; those behind it wait for their turn."""
+        if self.policy._first_contender(dev, now) != cid:
+            return None
+        if dev.making_room:
+            return Decision(self.name, WAITS, "for room on the device")
+        if self.fetching_now(dev, now) and self.policy.residency.moved_off(dev.index, cid) > 0:
+            return Decision(self.name, WAITS, "for a holder's memory to come back first")
+        return None
+
+    def link(self, device: int) -> Link:
+        return self.policy.links.get(device) or Link(prior_bps=self.policy.link_priors.get(device))
+
+    def to_fetch(self, device: int, cid: int) -> int:
         """Bytes a client must bring back to the device before it runs."""
-        return max(self.memory_of(cid, device) - self.residency.of(device, cid), 0)
+        return max(self.policy.memory_of(cid, device) - self.policy.residency.of(device, cid), 0)
 
-    def _room_for(self, dev: Device, incoming: list[int], holders_after: int) -> int:
+    def room_for(self, dev: Device, incoming: list[int], holders_after: int) -> int:
         """Bytes that must leave the device so that `incoming` clients' memory comes back beside
         everything there now, with a context reserve for each of `holders_after` holders."""
-        fetch = sum(self._to_fetch(dev.index, cid) for cid in incoming)
-        return room_to_make(self.capacity.of(dev.index)[0], self.residency.total(dev.index), fetch,
-                            holders_after, self.reserve)
+        fetch = sum(self.to_fetch(dev.index, cid) for cid in incoming)
+        policy = self.policy
+        return room_to_make(policy.capacity.of(dev.index)[0], policy.residency.total(dev.index),
+                            fetch, holders_after, policy.reserve)
 
-    def _with_room(self, dev: Device, chosen: list[int], now: float, actions: list) -> list[int]:
+    def with_room(self, dev: Device, chosen: list[int], now: float, actions: list) -> list[int]:
         """The waiters chosen for a grant, once there is room for all of their memory; none while
         clients asked to move memory out have not answered. Room is asked for once per waiter,
         of clients that do not hold the device: a grant never waits twice for it."""
         if dev.making_room or not chosen:
             return [] if dev.making_room else chosen
-        needed = self._room_for(dev, chosen, len(dev.holders) + len(chosen))
+        needed = self.room_for(dev, chosen, len(dev.holders) + len(chosen))
         if needed == 0 or all(dev.waiters[cid].room_asked for cid in chosen):
             return chosen
         for cid in chosen:
             dev.waiters[cid].room_asked = True
-        plan = self._eviction_plan(dev, needed, set(chosen), now)
-        actions += self._evict(dev, plan, self.clients[chosen[0]], now)
+        plan = self.eviction_plan(dev, needed, set(chosen), now)
+        actions += self._evict(dev, plan, self.policy.clients[chosen[0]], now)
         return [] if dev.making_room else chosen
 
-    def _fetching(self, dev: Device, now: float) -> bool:
+    def fetching_now(self, dev: Device, now: float) -> bool:
         """Whether a holder's memory is coming back now (until its MOVED, or its deadline)."""
         return any(until > now for until in dev.fetching.values())
 
-    def _one_fetch_at_a_time(self, dev: Device, ready: list[int], now: float) -> list[int]:
+    def one_fetch_at_a_time(self, dev: Device, ready: list[int], now: float) -> list[int]:
         """Of the waiters ready for a grant, those that may be granted now: a grant whose memory
         must come back waits while another holder's memory is still coming back, so that the two
         moves do not share the host link (each would take twice as long, and both programs
         would wait for the later end); one with nothing to bring back goes at once."""
-        busy = self._fetching(dev, now)
+        busy = self.fetching_now(dev, now)
         granted = []
         for cid in ready:
-            if self.residency.moved_off(dev.index, cid) > 0:
+            if self.policy.residency.moved_off(dev.index, cid) > 0:
                 if busy:
                     continue
                 busy = True
             granted.append(cid)
         return granted
 
-    def _room_beside_holders(self, dev: Device, grown: Client, now: float) -> list:
+    def room_beside_holders(self, dev: Device, grown: Client, now: float) -> list:
         """A holder's memory grew past what the device has room for beside the memory of those
         not holding it. On a full card the driver would push theirs out page by page as the
         holder fills it; ask them to move the excess out instead, at their link's speed. Under
         --capacity-mib this is also what makes the emulated card move what a real one would."""
         if dev.making_room:
             return []
-        needed = self._room_for(dev, [], len(dev.holders))
-        plan = self._eviction_plan(dev, needed, set(), now) if needed else []
+        needed = self.room_for(dev, [], len(dev.holders))
+        plan = self.eviction_plan(dev, needed, set(), now) if needed else []
         return self._evict(dev, plan, grown, now)
 
     def _evict(self, dev: Device, plan: list[tuple[int, int]], beneficiary: Client,
@@ -84,63 +100,64 @@ class RoomRules:
         bytes are taken as gone, as the driver's page faults will move them."""
         actions = []
         for victim, size in plan:
-            client = self.clients[victim]
-            self.credit.asked_out(dev.index, victim, size)
-            self.tallies.evicted(dev.index)
+            client = self.policy.clients[victim]
+            self.policy.credit.asked_out(dev.index, victim, size)
+            self.policy.tallies.evicted(dev.index)
             actions.append(Log(f"evict {client}: device {dev.index}, {mib(size)} to the host to "
                                f"make room for {beneficiary}{why}"))
             if client.revoked:
-                self.residency.presume_gone(dev.index, victim, size)
+                self.policy.residency.presume_gone(dev.index, victim, size)
                 actions.append(self._evict_frame(dev, victim, size))
             else:
                 dev.evict_queue.append((victim, size))
-        return actions + self._evict_next(dev, now)
+        return actions + self.evict_next(dev, now)
 
-    def _evict_next(self, dev: Device, now: float) -> list:
+    def evict_next(self, dev: Device, now: float) -> list:
         """Send the next queued EVICT once no other move is under way on the device: neither
         another EVICT nor a holder's memory coming back. Moves each way share the link as well
         (on an H200 a move out and one in, at once, ran at 24-26 GB/s each, where each alone
         runs at 43-52)."""
-        if dev.evictions or not dev.evict_queue or self._fetching(dev, now):
+        if dev.evictions or not dev.evict_queue or self.fetching_now(dev, now):
             return []
         victim, size = dev.evict_queue.pop(0)
-        dev.evictions[victim] = (now + self.grace_s + self._link(dev.index).to_host.seconds(size),
-                                 size)
+        move_s = self.link(dev.index).to_host.seconds(size)
+        dev.evictions[victim] = (now + self.policy.grace_s + move_s, size)
         return [self._evict_frame(dev, victim, size)]
 
     def _evict_frame(self, dev: Device, victim: int, size: int) -> Send:
-        return Send(victim, p.Evict(self.clients[victim].numbering.own_ordinal(dev.index), 0, size))
+        ordinal = self.policy.clients[victim].numbering.own_ordinal(dev.index)
+        return Send(victim, p.Evict(ordinal, 0, size))
 
-    def _eviction_plan(self, dev: Device, needed: int, exclude: set[int], now: float,
-                       released: int | None = None,
-                       idle_only: bool = False) -> list[tuple[int, int]]:
+    def eviction_plan(self, dev: Device, needed: int, exclude: set[int], now: float,
+                      released: int | None = None,
+                      idle_only: bool = False) -> list[tuple[int, int]]:
         """Who moves how much out so that `needed` bytes leave the device (residency.eviction_plan):
         clients with memory there that do not hold it, none of `exclude`, and no waiter if
         `idle_only`; `released`, a holder, counts as one that lets go now (to weigh what lending
         its gap would move, or what its drop moves)."""
-        candidates = {cid: size for cid, size in self.residency.on(dev.index).items()
+        candidates = {cid: size for cid, size in self.policy.residency.on(dev.index).items()
                       if (cid not in dev.holders or cid == released) and cid not in exclude
                       and not (idle_only and cid in dev.waiters)}
-        rank = {cid: self.gaps.rank(cid, dev.index, now) for cid in candidates
+        rank = {cid: self.policy.gaps.rank(cid, dev.index, now) for cid in candidates
                 if cid not in dev.waiters}
         if released in rank:
-            rank[released] = self.gaps.rank_if_idle_from(released, dev.index, now)
-        allocated = {cid: self.memory_of(cid, dev.index) for cid in candidates}
+            rank[released] = self.policy.gaps.rank_if_idle_from(released, dev.index, now)
+        allocated = {cid: self.policy.memory_of(cid, dev.index) for cid in candidates}
         return eviction_plan(needed, candidates, list(dev.waiters), rank, allocated)
 
-    def _ready_room(self, dev: Device, now: float) -> list:
+    def ready_room(self, dev: Device, now: float) -> list:
         """While the first waiter that may be granted waits for the holders, the idle clients
         (neither holding nor waiting) move out now what its grant will need of them: the grant
         then waits only for what the holders themselves must give, if anything, and the link
         moves while the holders run rather than after. Once per wait."""
-        head = self._first_contender(dev, now)
+        head = self.policy._first_contender(dev, now)
         if head is None or dev.making_room or dev.waiters[head].room_readied or not dev.holders:
             return []
         dev.waiters[head].room_readied = True
-        staying = len(dev.holders) if self.mode is p.Mode.AUTO else 0
+        staying = len(dev.holders) if self.policy.mode is p.Mode.AUTO else 0
         return self._room_from_the_idle(dev, head, staying + 1, now)
 
-    def _ready_room_ahead(self, dev: Device, now: float) -> list:
+    def ready_room_ahead(self, dev: Device, now: float) -> list:
         """When a device is left with no holder and nobody waiting, room is made for the client
         expected back on it first (its gap's start plus its usual gap, of those in their
         pattern: gaps.eviction_rank), out of the other idle ones: its cell then finds the room
@@ -148,12 +165,12 @@ class RoomRules:
         left so; a guess that turns out wrong has only moved out early what some grant would
         have needed moved out later."""
         if dev.holders or dev.waiters or dev.making_room or dev.readied_ahead or \
-                self.mode is p.Mode.OFF:
+                self.policy.mode is p.Mode.OFF:
             return []
         dev.readied_ahead = True
-        expected = {cid: back for cid in self.clients
-                    if (back := self.gaps.expected_back(cid, dev.index, now)) is not None
-                    and self._to_fetch(dev.index, cid)}
+        expected = {cid: back for cid in self.policy.clients
+                    if (back := self.policy.gaps.expected_back(cid, dev.index, now)) is not None
+                    and self.to_fetch(dev.index, cid)}
         if not expected:
             return []
         next_back = min(expected, key=expected.get)
@@ -165,12 +182,12 @@ class RoomRules:
                             why: str = "") -> list:
         """Ask the idle clients (neither holding nor waiting) now for the room `beneficiary`
         will need beside `holders_after` holders."""
-        needed = self._room_for(dev, [beneficiary], holders_after)
-        plan = self._eviction_plan(dev, needed, {beneficiary}, now, idle_only=True) \
+        needed = self.room_for(dev, [beneficiary], holders_after)
+        plan = self.eviction_plan(dev, needed, {beneficiary}, now, idle_only=True) \
             if needed else []
-        return self._evict(dev, plan, self.clients[beneficiary], now, why)
+        return self._evict(dev, plan, self.policy.clients[beneficiary], now, why)
 
-    def _evict_on_drop(self, dev: Device, cid: int, now: float) -> int:
+    def evict_on_drop(self, dev: Device, cid: int, now: float) -> int:
         """What a holder being dropped moves out as it releases: its part of the room the head
         waiter (or, with nobody waiting, the holders that stay) needs, the room shared with the
         idle clients as any eviction is (_eviction_plan); they are asked for the rest when the
@@ -178,10 +195,10 @@ class RoomRules:
         staying = sum(1 for h, hold in dev.holders.items()
                       if hold.dropped_at is None and h != cid)
         incoming = list(dev.waiters)[:1]
-        needed = self._room_for(dev, incoming, staying + len(incoming))
+        needed = self.room_for(dev, incoming, staying + len(incoming))
         if needed <= 0:
             return 0
-        plan = self._eviction_plan(dev, needed, set(incoming), now, released=cid)
+        plan = self.eviction_plan(dev, needed, set(incoming), now, released=cid)
         return sum(size for victim, size in plan if victim == cid)
 
     def _room_it_may_give(self, dev: Device, cid: int) -> int:
@@ -194,31 +211,31 @@ class RoomRules:
         s)."""
         if not self._oversubscribed(dev.index):
             return 0
-        return self.residency.of(dev.index, cid)
+        return self.policy.residency.of(dev.index, cid)
 
     def _oversubscribed(self, device: int) -> bool:
         """Whether the memory allocated on the device does not all fit there at once."""
-        capacity = self.capacity.of(device)[0]
-        dev = self.devices.get(device)
+        capacity = self.policy.capacity.of(device)[0]
+        dev = self.policy.devices.get(device)
         holders = len(dev.holders) if dev is not None else 0
         return capacity is not None and \
-            self.allocated[device] + self.reserve * max(holders, 1) > capacity
+            self.policy.allocated[device] + self.policy.reserve * max(holders, 1) > capacity
 
-    def _prepare_hints(self, device: int) -> list:
+    def prepare_hints(self, device: int) -> list:
         """IDLE_HINT to each client with memory on the device that does not hold it, once its
         memory there may have to leave (and again when it has more there): when somebody asks
         for room, it then moves out at the copy's speed, not after growing its staging memory
         (on an H200, 0.6-3.8 s for 1-7 GiB while other programs grew theirs, against a 0.1 s
         move). Only its evict_bytes counts to a client that does not hold the device."""
-        dev = self.devices.get(device)
-        idle = {cid: resident for cid, resident in self.residency.on(device).items()
+        dev = self.policy.devices.get(device)
+        idle = {cid: resident for cid, resident in self.policy.residency.on(device).items()
                 if dev is None or cid not in dev.holders}
         # Most reports find nobody idle with memory there: the capacity is not even looked up.
         if not idle or not self._oversubscribed(device):
             return []
         actions = []
         for cid, resident in idle.items():
-            client = self.clients.get(cid)
+            client = self.policy.clients.get(cid)
             if client is None or resident <= client.told_to_prepare.get(device, 0):
                 continue
             client.told_to_prepare[device] = resident
@@ -232,34 +249,35 @@ class RoomRules:
         whenever it runs, so that is no cost of switching early). The next client is the head
         waiter or, with nobody waiting, the last other holder that still has memory there: a
         holder that releases early with nobody waiting is evicted as soon as that one asks."""
-        dev = self.devices.get(device)
+        dev = self.policy.devices.get(device)
         if dev is None:
             return 0.0
         head = next(iter(dev.waiters), None)
         if head is None:
-            last = self.last_end.get(device, (None, ""))[0]
-            client = self.clients.get(last) if last is not None else None
+            last = self.policy.last_end.get(device, (None, ""))[0]
+            client = self.policy.clients.get(last) if last is not None else None
             if client is None or last in dev.holders or not client.allocated.get(device):
                 return 0.0
             head = last
-        out = self._room_for(dev, [head], len(dev.holders))
-        return self._link(device).switch_seconds(out, out)
+        out = self.room_for(dev, [head], len(dev.holders))
+        return self.link(device).switch_seconds(out, out)
 
-    def _idle_hints(self, dev: Device, now: float) -> list:
+    def idle_hints(self, dev: Device, now: float) -> list:
         """IDLE_HINT for each holder whose advice changed: how long to keep the lock through an
         idle gap, from what handing it to the head waiter would move and whether anyone waits
         (cost.idle_release_ms) or, where its gaps are worth lending, soon (gap_rules.py); and what
         it may be asked to move out (so that it can get ready for that while it works)."""
         actions = []
-        contender = self._first_contender(dev, now)
-        usual = idle_release_ms(self.switch_seconds(dev.index), self.tq, contender is not None)
+        contender = self.policy._first_contender(dev, now)
+        usual = idle_release_ms(self.switch_seconds(dev.index), self.policy.tq,
+                                contender is not None)
         for cid, hold in dev.holders.items():
             if hold.dropped_at is not None:
                 continue
-            hint = self._gap_hint(dev, cid, hold, contender, now) or usual
+            hint = self.policy.gap_rules.gap_hint(dev, cid, hold, contender, now) or usual
             evict = self._room_it_may_give(dev, cid)
             if (hint, evict) != (hold.idle_hint_ms, hold.hint_evict_bytes):
                 hold.idle_hint_ms, hold.hint_evict_bytes = hint, evict
-                ordinal = self.clients[cid].numbering.own_ordinal(dev.index)
+                ordinal = self.policy.clients[cid].numbering.own_ordinal(dev.index)
                 actions.append(Send(cid, p.IdleHint(ordinal, hint, evict)))
-        return actions + self._prepare_hints(dev.index)
+        return actions + self.prepare_hints(dev.index)
