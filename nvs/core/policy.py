@@ -526,6 +526,8 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
         # Every device: its reported capacity may have left with this client.
         for dev in list(self.devices.values()):
             actions += self._settle(dev, now)
+        for device in client.allocated.keys() - self.devices.keys():  # the idle may fit now
+            actions += self._prepare_hints(device)
         return actions
 
     def configure(self, now: float, tq: int | None = None, mode: p.Mode | None = None,
