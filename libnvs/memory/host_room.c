@@ -4,12 +4,15 @@
  * that the kernel drops before it kills anything (inactive file pages) is not counted as used. */
 #include "memory/host_room.h"
 
+#include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #define GS_V1_MOUNT "/sys/fs/cgroup/memory"
@@ -119,7 +122,8 @@ static uint64_t gs_cgroup_free(const char *dir, bool v2, uint64_t *limit)
     return used < *limit ? *limit - used : 0;
 }
 
-uint64_t gs_host_room(void)
+/* What is free now under the tightest limit, and the floor kept below it (*floor). */
+static uint64_t gs_host_free(uint64_t *floor)
 {
     uint64_t free_now = UINT64_MAX, limit = UINT64_MAX;
     bool cgroup_limit = false;
@@ -150,12 +154,24 @@ uint64_t gs_host_room(void)
     }
     atomic_store(&gs_last_limit, limit);
     atomic_store(&gs_last_limit_cgroup, cgroup_limit);
+    *floor = limit == UINT64_MAX ? GS_HOST_FLOOR : limit / GS_FLOOR_SHARE;
+    if (*floor < GS_HOST_FLOOR)
+        *floor = GS_HOST_FLOOR;
+    return free_now;
+}
+
+uint64_t gs_host_room(void)
+{
+    uint64_t floor, free_now = gs_host_free(&floor);
     if (free_now == UINT64_MAX)
         return UINT64_MAX;
-    uint64_t floor = limit == UINT64_MAX ? GS_HOST_FLOOR : limit / GS_FLOOR_SHARE;
-    if (floor < GS_HOST_FLOOR)
-        floor = GS_HOST_FLOOR;
     return free_now > floor ? free_now - floor : 0;
+}
+
+bool gs_host_pressed(void)
+{
+    uint64_t floor, free_now = gs_host_free(&floor);
+    return free_now != UINT64_MAX && free_now < floor / 4 * 3;
 }
 
 uint64_t gs_host_room_limit(void)
@@ -166,4 +182,25 @@ uint64_t gs_host_room_limit(void)
 int gs_host_room_limit_is_cgroup(void)
 {
     return atomic_load(&gs_last_limit_cgroup);
+}
+
+/* flock() holds per open file: the threads of one process take the mutex first. */
+static pthread_mutex_t gs_claim_mu = PTHREAD_MUTEX_INITIALIZER;
+static int gs_claim_fd = -1;
+
+void gs_host_claim_begin(void)
+{
+    pthread_mutex_lock(&gs_claim_mu);
+    if (gs_claim_fd < 0) /* read-only is enough to lock it; never through a planted link */
+        gs_claim_fd = open(GS_HOST_ROOM_LOCK, O_RDONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (gs_claim_fd >= 0)
+        while (flock(gs_claim_fd, LOCK_EX) != 0 && errno == EINTR)
+            ;
+}
+
+void gs_host_claim_end(void)
+{
+    if (gs_claim_fd >= 0)
+        flock(gs_claim_fd, LOCK_UN);
+    pthread_mutex_unlock(&gs_claim_mu);
 }

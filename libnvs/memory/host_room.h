@@ -3,6 +3,7 @@
 #ifndef GS_HOST_ROOM_H
 #define GS_HOST_ROOM_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 /* What the host and every memory cgroup above this process (cgroup v2 memory.max, v1
@@ -11,6 +12,17 @@
  * can be read. Read afresh at every call: other programs use the same memory. */
 uint64_t gs_host_room(void);
 #define GS_HOST_FLOOR (128ull << 20)
+
+/* Whether the others' growth has eaten a quarter of the floor since: staging memory that nothing
+ * waits in should go back to the host now, before the limit is reached. */
+bool gs_host_pressed(void);
+
+/* Between these, one thread of the host at a time reads the room and faults in what it takes
+ * (a file lock, GS_HOST_ROOM_LOCK, shared by every program that stages): programs that read the
+ * same free memory at once would each take all of it. Waits for the others. */
+void gs_host_claim_begin(void);
+void gs_host_claim_end(void);
+#define GS_HOST_ROOM_LOCK "/tmp/.gemshare-staging.lock"
 
 /* The tightest limit found by the last gs_host_room (the host's memory when no cgroup limits
  * it), and whether it was a cgroup's: for the warning that says why staging stopped. */

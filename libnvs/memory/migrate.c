@@ -24,6 +24,7 @@
 #include "gate/contexts.h"
 #include "gate/gate.h"
 #include "gate/wake.h"
+#include "memory/host_room.h"
 #include "memory/memory.h"
 #include "memory/staging.h"
 #include "wire/gemshare_protocol.h"
@@ -656,6 +657,35 @@ void gs_migrate_pin_prepared(void)
         /* Asked for while this was prepared, the program's memory may have grown since. */
         if (!gs_staging_preparing(d))
             gs_prepare_ahead(d);
+    }
+}
+
+/* Whether the device holds staging memory (pinned or prepared) that nothing waits in. */
+static bool gs_idle_pool(int device)
+{
+    return gs_mig.staged[device].count == 0 &&
+           (gs_staging_pinned(device) > 0 || gs_staging_has_prepared(device));
+}
+
+bool gs_migrate_staging_idle(void)
+{
+    for (int d = 0; d < GS_MAX_DEVICES; d++)
+        if (gs_idle_pool(d))
+            return true;
+    return false;
+}
+
+void gs_migrate_relieve(void)
+{
+    if (!gs_host_pressed())
+        return;
+    for (int d = 0; d < GS_MAX_DEVICES; d++) {
+        if (!gs_idle_pool(d) || !gs_enter_device(d))
+            continue;
+        uint64_t given = gs_staging_trim(d, 0);
+        gs_contexts_leave();
+        gs_debug("host memory runs short: %llu MiB of staging memory of device %d given back",
+                 (unsigned long long)(given >> 20), d);
     }
 }
 

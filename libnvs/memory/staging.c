@@ -65,20 +65,27 @@ static struct gs_pool *gs_pools[GS_MAX_DEVICES];
 static _Atomic uint64_t gs_taken;
 static atomic_bool gs_short_said;
 
-/* Whether `size` more bytes of host memory may be faulted in for staging: within
- * GEMSHARE_STAGING_MAX_MIB and within what the host and the process's memory cgroups have free,
- * read now, before a page is touched (the OOM killer takes a program that faults in past its
- * cgroup's limit, without a word). Counted as taken when it may. Otherwise the driver migrates
- * what the memory was for, which takes host pages only for what is out, and only while it is;
- * one stderr line says so. */
-static bool gs_may_take(int device, size_t size)
+/* How much of `size` more bytes of host memory may be faulted in for staging, in whole
+ * GS_STAGING_ALIGN units, at least `least` (else none): within GEMSHARE_STAGING_MAX_MIB and
+ * within what the host and the process's memory cgroups have free, read now, before a page is
+ * touched (the OOM killer takes a program that faults in past its cgroup's limit, without a
+ * word). What it returns is counted as taken. What does not fit the driver migrates instead,
+ * which takes host pages only for what is out, and only while it is; one stderr line says so. */
+static size_t gs_may_take(int device, size_t size, size_t least)
 {
     uint64_t cap = gs_config()->staging_max, taken = atomic_load(&gs_taken);
     uint64_t room = gs_host_room();
-    bool capped = taken + size > cap;
-    if (!capped && size <= room) {
-        atomic_fetch_add(&gs_taken, size);
-        return true;
+    uint64_t allowed = cap > taken ? cap - taken : 0;
+    bool capped = allowed < size;
+    if (room < allowed)
+        allowed = room;
+    if (allowed >= size)
+        allowed = size;
+    allowed = allowed / GS_STAGING_ALIGN * GS_STAGING_ALIGN;
+    if (allowed >= least && allowed > 0) {
+        atomic_fetch_add(&gs_taken, allowed);
+        if (allowed == size)
+            return allowed;
     }
     if (!atomic_exchange(&gs_short_said, true)) {
         if (capped)
@@ -96,7 +103,7 @@ static bool gs_may_take(int device, size_t size)
     gs_debug("no staging memory for %zu MiB more off device %d: %llu MiB held, %llu MiB may be "
              "taken", size >> 20, device, (unsigned long long)(taken >> 20),
              (unsigned long long)((room == UINT64_MAX ? 0 : room) >> 20));
-    return false;
+    return allowed >= least && allowed > 0 ? (size_t)allowed : 0;
 }
 
 /* Host memory staging had taken is unmapped. */
@@ -223,15 +230,17 @@ static bool gs_pin(struct gs_pool *pool, int device, char *base, size_t size)
     return true;
 }
 
-/* Adds one pinned block of at least `size` bytes. */
-static bool gs_grow(struct gs_pool *pool, int device, size_t size)
+/* Adds one pinned block of `size` bytes, or of as much as staging may take, at least `least`. */
+static bool gs_grow(struct gs_pool *pool, int device, size_t size, size_t least)
 {
-    size = gs_aligned(size);
-    if (!gs_may_take(device, size))
-        return false;
-    char *base = gs_map(size);
+    gs_host_claim_begin();
+    size = gs_may_take(device, gs_aligned(size), gs_aligned(least));
+    char *base = size ? gs_map(size) : NULL;
     if (base)
         gs_fault_in_timed(pool, base, size);
+    gs_host_claim_end();
+    if (size == 0)
+        return false;
     if (base == NULL) {
         atomic_fetch_sub(&gs_taken, size);
         gs_warn("no host memory to stage %zu MiB moved off device %d; the driver migrates it "
@@ -297,12 +306,17 @@ static void *gs_prepare_in_background(void *arg)
     char *base = gs_map(job->size);
     for (size_t done = 0; base && done < job->size;) {
         size_t step = job->size - done < GS_PIN_STEP_MIN ? job->size - done : GS_PIN_STEP_MIN;
-        if (!gs_may_take(job->device, step)) { /* the rest was never touched */
-            munmap(base + done, job->size - done);
-            base = NULL;
-            break;
+        gs_host_claim_begin();
+        size_t allowed = gs_may_take(job->device, step, GS_STAGING_ALIGN);
+        if (allowed > 0)
+            gs_fault_in_timed(pool, base + done, allowed);
+        gs_host_claim_end();
+        if (allowed < step) { /* what is past it was never touched */
+            munmap(base + done + allowed, job->size - done - allowed);
+            job->size = done + allowed;
+            if ((step = allowed) == 0)
+                break;
         }
-        gs_fault_in_timed(pool, base + done, step);
         pthread_mutex_lock(&pool->mu);
         if (pool->ready.base == NULL)
             pool->ready = (struct gs_block){base + done, step};
@@ -314,12 +328,10 @@ static void *gs_prepare_in_background(void *arg)
         pthread_mutex_unlock(&pool->mu);
         job->prepared();
     }
-    if (base == NULL) {
-        pthread_mutex_lock(&pool->mu);
-        pool->preparing = false;
-        pthread_cond_broadcast(&pool->done);
-        pthread_mutex_unlock(&pool->mu);
-    }
+    pthread_mutex_lock(&pool->mu); /* done, cut short, or nothing mapped */
+    pool->preparing = false;
+    pthread_cond_broadcast(&pool->done);
+    pthread_mutex_unlock(&pool->mu);
     free(job);
     return NULL;
 }
@@ -439,7 +451,7 @@ size_t gs_staging_prepare(int device, const size_t *sizes, size_t n, double migr
         if (!gs_quicker_to_pin(pool, more, migrate_bps))
             break;
         size_t step = more < gs_pin_step(pool) ? (size_t)more : gs_pin_step(pool);
-        if (gs_adopt(pool, device, step, step) == 0 && !gs_grow(pool, device, step))
+        if (gs_adopt(pool, device, step, step) == 0 && !gs_grow(pool, device, step, sizes[fit]))
             break; /* the host gave what it could */
         fit = gs_within_blocks(pool, sizes, n);
     }
@@ -457,7 +469,7 @@ void *gs_staging_take(int device, size_t size)
         pool->offset = 0;
     }
     size_t grow = size > GS_STAGING_GROW ? size : GS_STAGING_GROW;
-    if (pool->block == pool->count && !gs_grow(pool, device, grow))
+    if (pool->block == pool->count && !gs_grow(pool, device, grow, size))
         return NULL;
     char *at = pool->blocks[pool->block].base + pool->offset;
     pool->offset += size;
