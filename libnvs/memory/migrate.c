@@ -477,6 +477,14 @@ static uint64_t gs_unstaged(int device)
     return bytes > staged ? bytes - staged : 0;
 }
 
+/* The pool kept for the device: what may have to leave it, and one move's piece more, since a
+ * piece never straddles two pinned blocks (a block's tail may stay unused). */
+static uint64_t gs_pool_target(int device)
+{
+    uint64_t bytes = gs_mig.may_leave[device];
+    return bytes == 0 ? 0 : bytes > UINT64_MAX - GS_MOVE_CHUNK ? UINT64_MAX : bytes + GS_MOVE_CHUNK;
+}
+
 /* Staging memory for what may still have to leave the device (may_leave, less what is staged
  * already, at most the converted memory still there) is made ready in the background, rather
  * than a move at a time while somebody waits for the move. Never all of the program's memory
@@ -484,7 +492,8 @@ static uint64_t gs_unstaged(int device)
 static void gs_prepare_ahead(int device)
 {
     uint64_t staged = gs_staged_bytes(device), unstaged = gs_unstaged(device);
-    uint64_t want = gs_mig.may_leave[device] > staged ? gs_mig.may_leave[device] - staged : 0;
+    uint64_t target = gs_pool_target(device);
+    uint64_t want = target > staged ? target - staged : 0;
     if (gs_copy_usable() && want > 0)
         gs_staging_prepare_ahead(device, want < unstaged ? want : unstaged, gs_wake);
 }
@@ -499,17 +508,6 @@ static bool gs_enter_device(int device)
     return ctx && gs_contexts_enter(ctx, NULL, NULL);
 }
 
-/* Staging memory beyond what may have to leave goes back to the host, once nothing waits in it:
- * an idle program keeps only the pool the scheduler expects it to need. */
-static void gs_keep_what_may_leave(int device)
-{
-    if (gs_mig.staged[device].count > 0 || gs_staging_pinned(device) <= gs_mig.may_leave[device])
-        return;
-    if (gs_enter_device(device)) {
-        gs_staging_trim(device, gs_mig.may_leave[device]);
-        gs_contexts_leave();
-    }
-}
 
 /* Oldest first: libnvs approximates "recently used" by "recently allocated", so what stays on
  * the device is what the program most likely touches first when it returns, and it comes back
@@ -584,7 +582,6 @@ static struct gs_move gs_restore(int device, const struct gs_move_progress *prog
                 (unsigned long long)mv.result.bytes, (unsigned long long)staged, device);
     st->count = 0;
     gs_staging_reset(device);
-    gs_keep_what_may_leave(device);
     return mv.result;
 }
 
@@ -631,8 +628,7 @@ void gs_migrate_prepare(int device, uint64_t bytes)
 {
     if (!gs_device_ok(device))
         return;
-    gs_mig.may_leave[device] = bytes;
-    gs_keep_what_may_leave(device);
+    gs_mig.may_leave[device] = bytes; /* a pool beyond it goes back at gs_migrate_relieve */
     gs_prepare_ahead(device);
 }
 
@@ -677,15 +673,17 @@ bool gs_migrate_staging_idle(void)
 
 void gs_migrate_relieve(void)
 {
-    if (!gs_host_pressed())
-        return;
+    bool pressed = gs_host_pressed();
     for (int d = 0; d < GS_MAX_DEVICES; d++) {
-        if (!gs_idle_pool(d) || !gs_enter_device(d))
+        uint64_t keep = pressed ? 0 : gs_pool_target(d);
+        bool beyond = gs_staging_pinned(d) > keep || (keep == 0 && gs_staging_has_prepared(d));
+        if (!gs_idle_pool(d) || !beyond || !gs_enter_device(d))
             continue;
-        uint64_t given = gs_staging_trim(d, 0);
+        uint64_t given = gs_staging_trim(d, keep);
         gs_contexts_leave();
-        gs_debug("host memory runs short: %llu MiB of staging memory of device %d given back",
-                 (unsigned long long)(given >> 20), d);
+        if (pressed)
+            gs_debug("host memory runs short: %llu MiB of staging memory of device %d given back",
+                     (unsigned long long)(given >> 20), d);
     }
 }
 
