@@ -20,7 +20,7 @@ import libnvs_fakelog as fakelog
 import memory_cgroup
 from libnvs_programs import FakeGpu, Result, wait_file, wait_for
 from test_move_by_copy import CHECKED, WRITTEN
-from test_move_out import start_holding
+from test_move_out import dropped, start_holding
 
 MiB = 1 << 20
 PROGRAMS = 4
@@ -191,4 +191,16 @@ def test_staging_memory_goes_back_to_the_host_once_nothing_may_have_to_leave(scr
     result = scheduler.last_turn(program, gpu.path("again"))
     ptr = result.pointers()
     assert fakelog.discarded(gpu.events(), result.pid) == [(ptr["a"], 3 * MiB), (ptr["b"], 4 * MiB)]
+    assert [c["ok"] for c in result.steps("check")] == ["1", "1"]
+
+
+def test_a_budget_of_nothing_leaves_every_move_to_the_drivers_migration(scripted):
+    gpu, scheduler = scripted
+    result, events = dropped(gpu, scheduler, WRITTEN, evict_bytes=p.EVICT_ALL, then=CHECKED,
+                             env={"GEMSHARE_STAGING_MAX_MIB": "0"})
+    ptr = result.pointers()
+    assert not fakelog.named(events, "host_register", pid=result.pid)
+    assert not fakelog.discarded(events, result.pid)
+    assert fakelog.prefetched(events, result.pid, to_host=True) == \
+        [(ptr["a"], 3 * MiB), (ptr["m"], 2 * MiB), (ptr["b"], 4 * MiB)]
     assert [c["ok"] for c in result.steps("check")] == ["1", "1"]
