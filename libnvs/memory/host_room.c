@@ -204,3 +204,13 @@ void gs_host_claim_end(void)
         flock(gs_claim_fd, LOCK_UN);
     pthread_mutex_unlock(&gs_claim_mu);
 }
+
+void gs_host_room_after_fork_child(void)
+{
+    /* The parent's threads may have held either at the fork; the descriptor's lock is the
+     * parent's (flock locks belong to the open file, which the child shares). */
+    pthread_mutex_init(&gs_claim_mu, NULL);
+    if (gs_claim_fd >= 0)
+        close(gs_claim_fd);
+    gs_claim_fd = -1;
+}

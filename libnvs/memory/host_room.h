@@ -24,6 +24,8 @@ void gs_host_claim_begin(void);
 void gs_host_claim_end(void);
 #define GS_HOST_ROOM_LOCK "/tmp/.gemshare-staging.lock"
 
+void gs_host_room_after_fork_child(void);
+
 /* The tightest limit found by the last gs_host_room (the host's memory when no cgroup limits
  * it), and whether it was a cgroup's: for the warning that says why staging stopped. */
 uint64_t gs_host_room_limit(void);

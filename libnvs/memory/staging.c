@@ -538,4 +538,7 @@ void gs_staging_after_fork_child(void)
     /* The child's copies of the blocks are not pinned, and CUDA is unusable there anyway: it
      * keeps nothing (the pool structs leak, once per fork). */
     memset(gs_pools, 0, sizeof gs_pools);
+    atomic_store(&gs_taken, 0);
+    atomic_store(&gs_short_said, false);
+    gs_host_room_after_fork_child();
 }
