@@ -6,6 +6,7 @@ cgroup v1 (memory.limit_in_bytes) and v2 (memory.max) alike; `create` says why i
 from __future__ import annotations
 
 import os
+import signal
 import time
 import uuid
 from pathlib import Path
@@ -44,7 +45,13 @@ class MemoryCgroup:
                 *command]
 
     def remove(self) -> None:
-        """Once its processes have ended (the caller stopped its own): the group goes."""
+        """The group goes, and with it what is left of the programs the test started in it
+        (a test that failed half way)."""
+        for pid in (self.path / "cgroup.procs").read_text().split():
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         deadline = time.monotonic() + 10
         while True:
             try:

@@ -1,12 +1,14 @@
-"""Host memory that staging takes (libnvs/README.md, "Out by copy"): within GEMSHARE_STAGING_MAX_MIB,
-within what the memory cgroup and the host have free (read before a page is faulted in), for
-what the scheduler expects to overflow the device rather than every program's whole memory, and
-the driver's migration, with one warning, where staging would not fit. Programs that run under a
-memory limit without staging run under it with staging too.
+"""Host memory that staging takes (libnvs/README.md, "Host memory for staging has a budget"):
+within GEMSHARE_STAGING_MAX_MIB, within what the memory cgroup and the host have free (read
+before a page is faulted in), for what the scheduler expects to overflow the device rather than
+every program's whole memory, given back when no longer needed, and the driver's migration,
+with one warning, where staging would not fit. Programs that run under a memory limit without
+staging run under it with staging too.
 
 Four programs of 96 MiB (four buffers of 24 MiB: a move's pieces are no larger) take turns on a
-160 MiB fake device (a 1 s quantum), checking their bytes after every turn. On the fake, managed memory is host memory, so a program's RSS is its
-allocation and the libraries whatever the moves do, and staging memory comes on top of it."""
+160 MiB fake device (a 1 s quantum), checking their bytes after every turn. On the fake, managed
+memory is host memory, so a program's RSS is its allocation and the libraries whatever the
+moves do, and staging memory comes on top of it."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from gemshare_nvs import protocol as p
 
 import libnvs_fakelog as fakelog
 import memory_cgroup
-from libnvs_programs import FakeGpu, Result, wait_file, wait_for
+from libnvs_programs import FakeGpu, Result, wait_for
 from test_move_by_copy import CHECKED, WRITTEN
 from test_move_out import dropped, start_holding
 
@@ -53,8 +55,10 @@ def take_turns(gpu: FakeGpu, env: dict, group: memory_cgroup.MemoryCgroup | None
                  "touch-file", gpu.path(f"done{run}-{i}"), "wait-file", leave]
         command = gpu.command(steps)
         programs.append(gpu.start([], env=env, command=group.wrap(command) if group else command))
-    for i in range(PROGRAMS):
-        wait_file(gpu.path(f"ready{run}-{i}"))
+    for i, program in enumerate(programs):
+        ready = gpu.path(f"ready{run}-{i}")
+        wait_for(lambda: ready.exists() or program.process.poll() is not None,
+                 f"program {i} to allocate", timeout=60)
     go.touch()
     peaks = []
     for i, program in enumerate(programs):
