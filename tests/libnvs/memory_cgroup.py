@@ -30,6 +30,17 @@ class MemoryCgroup:
         """The most its processes used at once (anonymous memory and page cache)."""
         return int(self._file("memory.max_usage_in_bytes", "memory.peak").read_text())
 
+    def used(self) -> int:
+        """What its processes use now, as libnvs counts it: inactive file pages, which the kernel
+        drops before it kills anything, left out."""
+        usage = int(self._file("memory.usage_in_bytes", "memory.current").read_text())
+        key = "inactive_file" if self.v2 else "total_inactive_file"
+        for line in (self.path / "memory.stat").read_text().splitlines():
+            name, _, value = line.partition(" ")
+            if name == key:
+                return usage - int(value)
+        return usage
+
     def oom_kills(self) -> int:
         text = self._file("memory.oom_control", "memory.events").read_text()
         for line in text.splitlines():

@@ -13,6 +13,7 @@ moves do, and staging memory comes on top of it."""
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -208,3 +209,42 @@ def test_a_budget_of_nothing_leaves_every_move_to_the_drivers_migration(scripted
     assert fakelog.prefetched(events, result.pid, to_host=True) == \
         [(ptr["a"], 3 * MiB), (ptr["m"], 2 * MiB), (ptr["b"], 4 * MiB)]
     assert [c["ok"] for c in result.steps("check")] == ["1", "1"]
+
+
+# Another program's growth: 80 MiB of its own host memory, written, kept until `again` exists.
+GROWER = """import pathlib, sys, time
+grown = bytearray(80 << 20)
+for at in range(0, len(grown), 4096):
+    grown[at] = 1
+pathlib.Path(sys.argv[1]).touch()
+while not pathlib.Path(sys.argv[2]).exists():
+    time.sleep(0.02)
+"""
+
+
+def test_an_unused_pool_goes_back_once_other_programs_eat_into_the_floor(scripted, cgroup):
+    """A program holding 24 MiB of staging memory it does not use, in a memory cgroup that then
+    has the floor libnvs keeps (and 8 MiB) free; another program in the group writes 80 MiB. The
+    first gives its staging memory back (it would be what the OOM killer takes) while the other
+    grows, and nobody is killed."""
+    gpu, scheduler = scripted
+    ran, again, grown = gpu.path("ran"), gpu.path("again"), gpu.path("grown")
+    holder = gpu.start([], env={"GEMSHARE_IDLE_RELEASE_MS": "0"}, command=cgroup.wrap(
+        gpu.command(["init", "alloc", "a", "24M", "write", "a", 17, "launch", 100, "sync",
+                     "touch-file", ran, "wait-file", again, "check", "a", 17])))
+    scheduler.turn(holder, ran)
+    scheduler.send(holder.pid, p.IdleHint(0, 0, 24 * MiB))
+    pinned = wait_for(lambda: fakelog.named(gpu.events(), "host_register", pid=holder.pid),
+                      "staging memory pinned ahead")
+    cgroup.limit(cgroup.used() + FLOOR + 8 * MiB)
+    grower = gpu.start([], preload=False, command=cgroup.wrap(
+        [sys.executable, "-c", GROWER, str(grown), str(again)]))
+    given = wait_for(lambda: fakelog.named(gpu.events(), "host_unregister", pid=holder.pid),
+                     "staging memory given back")
+    assert sum(int(e["size"]) for e in given) == sum(int(e["size"]) for e in pinned)
+    wait_for(lambda: grown.exists() or grower.process.poll() is not None, "the other to grow")
+    again.touch()
+    assert grower.wait().returncode == 0
+    assert holder.wait().returncode == 0
+    assert [c["ok"] for c in holder.result().steps("check")] == ["1"]
+    assert cgroup.oom_kills() == 0
