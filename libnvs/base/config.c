@@ -14,6 +14,7 @@
 #define GS_DEFAULT_IDLE_RELEASE_MS 250u
 #define GS_MAX_IDLE_RELEASE_MS 3600000u
 #define GS_DEFAULT_MOVE_STREAMS 4u
+#define GS_MAX_STAGING_MIB (1ull << 30) /* 1 PiB: past any host */
 #define GS_DEFAULT_SCHEDULER_TIMEOUT_MS 10000u
 /* Below this a busy host's scheduling delays alone would look like a stopped scheduler. */
 #define GS_MIN_SCHEDULER_TIMEOUT_MS 100u
@@ -53,6 +54,24 @@ static unsigned gs_env_uint(const char *name, unsigned fallback, unsigned min, u
     return (unsigned)n;
 }
 
+/* GEMSHARE_STAGING_MAX_MIB: whole MiB, or unset for no cap of its own. */
+static uint64_t gs_env_staging_max(void)
+{
+    const char *v = getenv("GEMSHARE_STAGING_MAX_MIB");
+    if (v == NULL || *v == '\0')
+        return UINT64_MAX;
+    char *end;
+    errno = 0;
+    unsigned long long n = strtoull(v, &end, 10);
+    if (errno || *end != '\0' || v[0] == '-' || n > GS_MAX_STAGING_MIB) {
+        gs_warn("ignoring GEMSHARE_STAGING_MAX_MIB=%s: expected whole MiB from 0 to %llu; staging "
+                "memory is then bounded only by the host's and the cgroup's free memory",
+                v, (unsigned long long)GS_MAX_STAGING_MIB);
+        return UINT64_MAX;
+    }
+    return (uint64_t)n << 20;
+}
+
 static void gs_env_text(const char *name, char *out, size_t size)
 {
     const char *v = getenv(name);
@@ -69,6 +88,7 @@ static void gs_config_load(void)
     gs_cfg.swap_in_wait = gs_env_bool("GEMSHARE_SWAP_IN_WAIT", true);
     gs_cfg.move_copy = gs_env_bool("GEMSHARE_MOVE_COPY", true);
     gs_cfg.populate = gs_env_bool("GEMSHARE_POPULATE", true);
+    gs_cfg.staging_max = gs_env_staging_max();
     gs_cfg.idle_release_ms = gs_env_uint("GEMSHARE_IDLE_RELEASE_MS", GS_DEFAULT_IDLE_RELEASE_MS, 0,
                                          GS_MAX_IDLE_RELEASE_MS, "whole milliseconds");
     gs_cfg.move_streams = gs_env_uint("GEMSHARE_MOVE_STREAMS", GS_DEFAULT_MOVE_STREAMS, 1,

@@ -3,6 +3,7 @@
 #define GS_CONFIG_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 #define GS_MAX_MOVE_STREAMS 16
 
@@ -14,6 +15,9 @@ struct gs_config {
     bool move_copy;      /* GEMSHARE_MOVE_COPY (default 1): moves out copy to pinned memory */
     bool populate;       /* GEMSHARE_POPULATE (default 1): new converted memory is prefetched */
     unsigned idle_release_ms; /* GEMSHARE_IDLE_RELEASE_MS (default 250; 0 disables) */
+    /* GEMSHARE_STAGING_MAX_MIB: the most host memory pinned to stage moves out, all devices
+     * together (0: none, moves go by the driver's migration); UINT64_MAX when unset. */
+    uint64_t staging_max;
     unsigned move_streams;    /* GEMSHARE_MOVE_STREAMS (default 4, 1 to GS_MAX_MOVE_STREAMS) */
     unsigned scheduler_timeout_ms; /* GEMSHARE_SCHEDULER_TIMEOUT_MS (default 10000) */
     char socket_path[108];    /* GEMSHARE_SOCKET, else the default path */

@@ -110,6 +110,11 @@ static void gs_connect(struct gs_session *s)
         gs_conn_send(&s->conn, GS_MSG_GANG, gang, sizeof *gang);
 }
 
+/* How often the host's and the cgroup's free memory is looked at while staging memory sits
+ * unused: other programs' growth must find it given back before their limit is reached. */
+#define GS_STAGING_WATCH_MS 40
+static int64_t gs_last_staging_watch;
+
 static int gs_poll_timeout(const struct gs_session *s, int64_t now)
 {
     int64_t due = INT64_MAX;
@@ -122,6 +127,8 @@ static int gs_poll_timeout(const struct gs_session *s, int64_t now)
         due = s->last_mem_report + GS_MEM_REPORT_INTERVAL_MS;
     if (s->last_reap + GS_REAP_INTERVAL_MS < due && gs_memory_deferred_pending())
         due = s->last_reap + GS_REAP_INTERVAL_MS;
+    if (gs_last_staging_watch + GS_STAGING_WATCH_MS < due && gs_migrate_staging_idle())
+        due = gs_last_staging_watch + GS_STAGING_WATCH_MS;
     int64_t idle_due = gs_lock_idle_due(s, now);
     if (idle_due < due)
         due = idle_due;
@@ -157,6 +164,17 @@ static void gs_pin_prepared(void)
     gs_capture_allow();
 }
 
+static void gs_watch_staging(int64_t now)
+{
+    if (now - gs_last_staging_watch < GS_STAGING_WATCH_MS || !gs_migrate_staging_idle())
+        return;
+    gs_last_staging_watch = now;
+    if (!gs_capture_hold_off(0))
+        return;
+    gs_migrate_relieve();
+    gs_capture_allow();
+}
+
 static void gs_handle_frame(void *arg, const struct gs_header *h, const uint8_t *payload)
 {
     struct gs_session *s = arg;
@@ -180,6 +198,7 @@ static void gs_service(struct gs_session *s, int64_t now)
 {
     gs_reap_freed(s, now); /* before a report, which then has the freed memory gone */
     gs_pin_prepared();
+    gs_watch_staging(now);
     if (s->conn.sock < 0) {
         if (now >= s->conn.next_retry || gs_registration_take_retry_now())
             gs_connect(s);

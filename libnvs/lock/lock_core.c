@@ -105,10 +105,11 @@ void gs_lock_core_idle_hint(struct gs_lock_core *c, uint32_t device, unsigned id
         return;
     }
     /* To a process that does not hold the device, only the move it may be asked for counts:
-     * memory it left there may have to go when somebody else asks. */
+     * memory it left there may have to go when somebody else asks, and 0 says none will (its
+     * staging memory can go back to the host). */
     if (c->devices[device].state == GS_LOCK_HELD)
         c->devices[device].idle_hint_ms = idle_release_ms;
-    else if (evict_bytes == 0 || !unified) {
+    else if (!unified) {
         gs_do(out, GS_DO_IGNORE, (int)device, GS_MSG_IDLE_HINT, 0);
         return;
     }

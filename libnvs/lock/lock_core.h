@@ -38,7 +38,7 @@ enum gs_lock_action_kind {
     GS_DO_RELEASE,       /* drain the device, move `bytes` out (0: none), send LOCK_RELEASED */
     GS_DO_EVICT,         /* drain the device, move `bytes` out, answer MOVED */
     GS_DO_EVICT_NOTHING, /* answer MOVED: 0 bytes moved */
-    GS_DO_PREPARE,       /* stage memory ahead for a drop that would move `bytes` */
+    GS_DO_PREPARE,       /* stage memory ahead for moves out of up to `bytes` (0: none) */
     GS_DO_CLOSE_ALL,     /* close every gate: locks are needed from now on */
     GS_DO_RUN_FREELY,    /* no lock applies: open every gate */
     GS_DO_UNGATE,        /* the device's gate stays open for good (and say why) */

@@ -25,6 +25,7 @@
 #include "gate/gate.h"
 #include "gate/wake.h"
 #include "memory/cold.h"
+#include "memory/host_room.h"
 #include "memory/memory.h"
 #include "memory/staging.h"
 #include "wire/gemshare_protocol.h"
@@ -78,6 +79,9 @@ static struct gs_migrate_state {
     struct gs_moved_out out[GS_MAX_DEVICES];
     struct gs_staged staged[GS_MAX_DEVICES];
     double migrate_bps[GS_MAX_DEVICES]; /* as the last move out with no copy measured it; 0: none */
+    /* What may have to leave the device: the scheduler's last word (IDLE_HINT), raised to what
+     * a move out since took. Staging memory is prepared for that much and kept no larger. */
+    uint64_t may_leave[GS_MAX_DEVICES];
 } gs_mig;
 
 /* Devices with converted memory allocated while the process could not run there: set by the
@@ -96,6 +100,7 @@ struct gs_mover {
     bool unusable;  /* an event reported an error: nothing more is waited for */
     uint64_t freed_bytes; /* of chunks whose allocation the program freed meanwhile */
     uint64_t copied_bytes; /* of chunks that went by copy, not by the driver's migration */
+    uint64_t ready_bytes;  /* of those, into staging memory that was ready before the move */
 };
 
 static int64_t gs_now_ns(void)
@@ -293,7 +298,7 @@ static void gs_arrived(struct gs_mover *mv, const struct gs_chunk *c)
 /* Whether converted memory may go by copy: the driver must have discards (CUDA 12.8). */
 static bool gs_copy_usable(void)
 {
-    return gs_config()->move_copy && gs_driver_version() >= 12080;
+    return gs_config()->move_copy && gs_config()->staging_max > 0 && gs_driver_version() >= 12080;
 }
 
 static double gs_migrate_bps(int device)
@@ -332,6 +337,9 @@ static void gs_stage(struct gs_mover *mv, struct gs_chunk *chunks, size_t n)
         }
     }
     if (count > 0) {
+        size_t ahead = gs_staging_ready_for(mv->device, sizes, count);
+        for (size_t i = 0; i < ahead; i++)
+            mv->ready_bytes += sizes[i];
         size_t ready = gs_staging_prepare(mv->device, sizes, count, gs_migrate_bps(mv->device));
         if (ready < count)
             gs_debug("staging memory for %zu of %zu pieces moving off device %d: the driver "
@@ -460,6 +468,15 @@ static uint64_t gs_round_up(uint64_t bytes)
     return (bytes + GS_MOVE_ALIGN - 1) / GS_MOVE_ALIGN * GS_MOVE_ALIGN;
 }
 
+static uint64_t gs_staged_bytes(int device)
+{
+    const struct gs_staged *st = &gs_mig.staged[device];
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < st->count; i++)
+        bytes += st->chunks[i].size;
+    return bytes;
+}
+
 /* The device's converted memory that is not in staging memory now: the most a move out can
  * still need staging memory for. */
 static uint64_t gs_unstaged(int device)
@@ -471,19 +488,16 @@ static uint64_t gs_unstaged(int device)
         if (!gs_cold_is(device, list[i].stamp)) /* never staged */
             bytes += list[i].size;
     free(list);
-    const struct gs_staged *st = &gs_mig.staged[device];
-    for (size_t i = 0; i < st->count; i++)
-        bytes -= st->chunks[i].size < bytes ? st->chunks[i].size : bytes;
-    return bytes;
+    uint64_t staged = gs_staged_bytes(device);
+    return bytes > staged ? bytes - staged : 0;
 }
 
-/* Once some of the program's memory may have to leave the device, all of it may: the staging
- * memory for all of it is made ready at once, in the background, rather than a move at a time
- * while somebody waits for the move (the scheduler's figure lags what the program allocates). */
-static void gs_prepare_all(int device)
+/* The pool kept for the device: what may have to leave it, and one move's piece more, since a
+ * piece never straddles two pinned blocks (a block's tail may stay unused). */
+static uint64_t gs_pool_target(int device)
 {
-    if (gs_copy_usable())
-        gs_staging_prepare_ahead(device, gs_unstaged(device), gs_wake);
+    uint64_t bytes = gs_mig.may_leave[device];
+    return bytes == 0 ? 0 : bytes > UINT64_MAX - GS_MOVE_CHUNK ? UINT64_MAX : bytes + GS_MOVE_CHUNK;
 }
 
 /* Cold memory goes first and all of it, whatever was asked, by migration: the driver moves only
@@ -511,6 +525,30 @@ static uint64_t gs_plan_cold(struct gs_plan *plan, int device, const struct gs_m
     }
     return bytes;
 }
+
+/* Staging memory for what may still have to leave the device (may_leave, less what is staged
+ * already, at most the converted memory still there) is made ready in the background, rather
+ * than a move at a time while somebody waits for the move. Never all of the program's memory
+ * for its own sake: only the part the scheduler expects to overflow the device. */
+static void gs_prepare_ahead(int device)
+{
+    uint64_t staged = gs_staged_bytes(device), unstaged = gs_unstaged(device);
+    uint64_t target = gs_pool_target(device);
+    uint64_t want = target > staged ? target - staged : 0;
+    if (gs_copy_usable() && want > 0)
+        gs_staging_prepare_ahead(device, want < unstaged ? want : unstaged, gs_wake);
+}
+
+/* Inside any of the device's contexts (pinning and unpinning need one); false when it has none. */
+static bool gs_enter_device(int device)
+{
+    size_t n;
+    struct gs_managed *list = gs_memory_managed(device, false, &n);
+    CUcontext ctx = list ? list[0].ctx : NULL;
+    free(list);
+    return ctx && gs_contexts_enter(ctx, NULL, NULL);
+}
+
 
 /* Oldest first: libnvs approximates "recently used" by "recently allocated", so what stays on
  * the device is what the program most likely touches first when it returns, and it comes back
@@ -544,13 +582,19 @@ struct gs_move gs_migrate_out(int device, uint64_t bytes, const struct gs_move_p
     free(list);
     gs_plan_run(&mv, &plan);
     gs_learn_migration(&mv);
-    gs_prepare_all(device); /* for the rest of it, should the next move out want it */
+    if (out->bytes > gs_mig.may_leave[device]) /* as much may be asked again */
+        gs_mig.may_leave[device] = out->bytes;
+    gs_prepare_ahead(device);
     gs_debug("moved %llu bytes (%zu ranges, oldest first) of managed memory to the host from "
              "device %d in %llu us%s; %llu bytes out since the last grant; %llu bytes of cold "
-             "memory migrated first, moving only what page faults brought back",
+             "memory migrated first, moving only what page faults brought back; by copy %llu "
+             "bytes, %llu of them into staging memory ready before the move",
              (unsigned long long)mv.result.bytes, mv.result.ranges, device,
              (unsigned long long)mv.result.elapsed_us, mv.result.failed ? ", then failed" : "",
-             (unsigned long long)out->bytes, (unsigned long long)cold);
+             (unsigned long long)out->bytes, (unsigned long long)cold,
+             (unsigned long long)mv.copied_bytes,
+             (unsigned long long)(mv.ready_bytes < mv.copied_bytes ? mv.ready_bytes
+                                                                   : mv.copied_bytes));
     return mv.result;
 }
 
@@ -633,8 +677,10 @@ struct gs_move gs_migrate_in(int device, const struct gs_move_progress *progress
 
 void gs_migrate_prepare(int device, uint64_t bytes)
 {
-    if (gs_device_ok(device) && bytes > 0)
-        gs_prepare_all(device);
+    if (!gs_device_ok(device))
+        return;
+    gs_mig.may_leave[device] = bytes; /* a pool beyond it goes back at gs_migrate_relieve */
+    gs_prepare_ahead(device);
 }
 
 bool gs_migrate_prepared(void)
@@ -650,18 +696,45 @@ void gs_migrate_pin_prepared(void)
     for (int d = 0; d < GS_MAX_DEVICES; d++) {
         if (!gs_staging_has_prepared(d))
             continue;
-        size_t n;
-        struct gs_managed *list = gs_memory_managed(d, false, &n);
-        CUcontext ctx = list ? list[0].ctx : NULL; /* pinning needs one; any of the device's */
-        free(list);
-        if (ctx && gs_contexts_enter(ctx, NULL, NULL)) {
+        if (gs_enter_device(d)) {
             if (gs_staging_adopt(d))
                 gs_wake(); /* the next piece on the next turn of the client's loop */
             gs_contexts_leave();
         }
         /* Asked for while this was prepared, the program's memory may have grown since. */
         if (!gs_staging_preparing(d))
-            gs_prepare_all(d);
+            gs_prepare_ahead(d);
+    }
+}
+
+/* Whether the device holds staging memory (pinned or prepared) that nothing waits in. */
+static bool gs_idle_pool(int device)
+{
+    return gs_mig.staged[device].count == 0 &&
+           (gs_staging_pinned(device) > 0 || gs_staging_has_prepared(device));
+}
+
+bool gs_migrate_staging_idle(void)
+{
+    for (int d = 0; d < GS_MAX_DEVICES; d++)
+        if (gs_idle_pool(d))
+            return true;
+    return false;
+}
+
+void gs_migrate_relieve(void)
+{
+    bool pressed = gs_host_pressed();
+    for (int d = 0; d < GS_MAX_DEVICES; d++) {
+        uint64_t keep = pressed ? 0 : gs_pool_target(d);
+        bool beyond = gs_staging_pinned(d) > keep || (keep == 0 && gs_staging_has_prepared(d));
+        if (!gs_idle_pool(d) || !beyond || !gs_enter_device(d))
+            continue;
+        uint64_t given = gs_staging_trim(d, keep);
+        gs_contexts_leave();
+        if (pressed)
+            gs_debug("host memory runs short: %llu MiB of staging memory of device %d given back",
+                     (unsigned long long)(given >> 20), d);
     }
 }
 

@@ -3,6 +3,7 @@
 #include "memory/staging.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,8 +11,10 @@
 #include <unistd.h>
 
 #include "base/clock.h"
+#include "base/config.h"
 #include "base/log.h"
 #include "cuda/impl.h"
+#include "memory/host_room.h"
 #include "memory/memory.h"
 
 #define GS_STAGING_MAX_BLOCKS 1024
@@ -56,6 +59,59 @@ struct gs_pool {
 
 /* Owned by the client thread; reset after fork (the child never had the pins). */
 static struct gs_pool *gs_pools[GS_MAX_DEVICES];
+
+/* Host memory staging holds in this process, all devices together: faulted in (or about to be)
+ * and not given back yet. Both threads that fault memory in count it here first. */
+static _Atomic uint64_t gs_taken;
+static atomic_bool gs_short_said;
+
+/* How much of `size` more bytes of host memory may be faulted in for staging, in whole
+ * GS_STAGING_ALIGN units, at least `least` (else none): within GEMSHARE_STAGING_MAX_MIB and
+ * within what the host and the process's memory cgroups have free, read now, before a page is
+ * touched (the OOM killer takes a program that faults in past its cgroup's limit, without a
+ * word). What it returns is counted as taken. What does not fit the driver migrates instead,
+ * which takes host pages only for what is out, and only while it is; one stderr line says so. */
+static size_t gs_may_take(int device, size_t size, size_t least)
+{
+    uint64_t cap = gs_config()->staging_max, taken = atomic_load(&gs_taken);
+    uint64_t room = gs_host_room();
+    uint64_t allowed = cap > taken ? cap - taken : 0;
+    bool capped = allowed < size;
+    if (room < allowed)
+        allowed = room;
+    if (allowed >= size)
+        allowed = size;
+    allowed = allowed / GS_STAGING_ALIGN * GS_STAGING_ALIGN;
+    if (allowed >= least && allowed > 0) {
+        atomic_fetch_add(&gs_taken, allowed);
+        if (allowed == size)
+            return allowed;
+    }
+    if (!atomic_exchange(&gs_short_said, true)) {
+        if (capped)
+            gs_warn("staging memory for moves off device %d stops at %llu MiB "
+                    "(GEMSHARE_STAGING_MAX_MIB=%llu): the driver migrates the rest",
+                    device, (unsigned long long)(taken >> 20),
+                    (unsigned long long)(cap >> 20));
+        else
+            gs_warn("host memory is short for staging moves off device %d (%s of %llu MiB, "
+                    "%llu MiB of staging memory held): the driver migrates the rest",
+                    device, gs_host_room_limit_is_cgroup() ? "memory cgroup limit" : "host memory",
+                    (unsigned long long)(gs_host_room_limit() >> 20),
+                    (unsigned long long)(taken >> 20));
+    }
+    gs_debug("no staging memory for %zu MiB more off device %d: %llu MiB held, %llu MiB may be "
+             "taken", size >> 20, device, (unsigned long long)(taken >> 20),
+             (unsigned long long)((room == UINT64_MAX ? 0 : room) >> 20));
+    return allowed >= least && allowed > 0 ? (size_t)allowed : 0;
+}
+
+/* Host memory staging had taken is unmapped. */
+static void gs_give_back(char *base, size_t size)
+{
+    munmap(base, size);
+    atomic_fetch_sub(&gs_taken, size);
+}
 
 struct gs_fault_job {
     char *from;
@@ -152,14 +208,14 @@ static size_t gs_aligned(uint64_t bytes)
 static bool gs_pin(struct gs_pool *pool, int device, char *base, size_t size)
 {
     if (pool->count == GS_STAGING_MAX_BLOCKS) {
-        munmap(base, size);
+        gs_give_back(base, size);
         return false;
     }
     int64_t began = gs_now_ms();
     CUresult r = GS_REAL(cuMemHostRegister_v2, GS_LEGACY)(base, size,
                                                           CU_MEMHOSTREGISTER_PORTABLE);
     if (r != CUDA_SUCCESS) {
-        munmap(base, size);
+        gs_give_back(base, size);
         gs_warn("cannot pin %zu MiB of host memory to stage moves off device %d (error %d); "
                 "the driver migrates the memory instead",
                 size >> 20, device, r);
@@ -174,14 +230,19 @@ static bool gs_pin(struct gs_pool *pool, int device, char *base, size_t size)
     return true;
 }
 
-/* Adds one pinned block of at least `size` bytes. */
-static bool gs_grow(struct gs_pool *pool, int device, size_t size)
+/* Adds one pinned block of `size` bytes, or of as much as staging may take, at least `least`. */
+static bool gs_grow(struct gs_pool *pool, int device, size_t size, size_t least)
 {
-    size = gs_aligned(size);
-    char *base = gs_map(size);
+    gs_host_claim_begin();
+    size = gs_may_take(device, gs_aligned(size), gs_aligned(least));
+    char *base = size ? gs_map(size) : NULL;
     if (base)
         gs_fault_in_timed(pool, base, size);
+    gs_host_claim_end();
+    if (size == 0)
+        return false;
     if (base == NULL) {
+        atomic_fetch_sub(&gs_taken, size);
         gs_warn("no host memory to stage %zu MiB moved off device %d; the driver migrates it "
                 "instead", size >> 20, device);
         return false;
@@ -210,7 +271,7 @@ static size_t gs_adopt(struct gs_pool *pool, int device, size_t wanted, size_t m
     if (piece.base == NULL)
         return 0;
     if (refused) {
-        munmap(piece.base, piece.size);
+        gs_give_back(piece.base, piece.size);
         return 0;
     }
     if (gs_pin(pool, device, piece.base, piece.size))
@@ -231,6 +292,7 @@ static size_t gs_pin_step(const struct gs_pool *pool)
 
 struct gs_ahead {
     struct gs_pool *pool;
+    int device;
     size_t size;
     void (*prepared)(void);
 };
@@ -244,7 +306,17 @@ static void *gs_prepare_in_background(void *arg)
     char *base = gs_map(job->size);
     for (size_t done = 0; base && done < job->size;) {
         size_t step = job->size - done < GS_PIN_STEP_MIN ? job->size - done : GS_PIN_STEP_MIN;
-        gs_fault_in_timed(pool, base + done, step);
+        gs_host_claim_begin();
+        size_t allowed = gs_may_take(job->device, step, GS_STAGING_ALIGN);
+        if (allowed > 0)
+            gs_fault_in_timed(pool, base + done, allowed);
+        gs_host_claim_end();
+        if (allowed < step) { /* what is past it was never touched */
+            munmap(base + done + allowed, job->size - done - allowed);
+            job->size = done + allowed;
+            if ((step = allowed) == 0)
+                break;
+        }
         pthread_mutex_lock(&pool->mu);
         if (pool->ready.base == NULL)
             pool->ready = (struct gs_block){base + done, step};
@@ -256,12 +328,10 @@ static void *gs_prepare_in_background(void *arg)
         pthread_mutex_unlock(&pool->mu);
         job->prepared();
     }
-    if (base == NULL) {
-        pthread_mutex_lock(&pool->mu);
-        pool->preparing = false;
-        pthread_cond_broadcast(&pool->done);
-        pthread_mutex_unlock(&pool->mu);
-    }
+    pthread_mutex_lock(&pool->mu); /* done, cut short, or nothing mapped */
+    pool->preparing = false;
+    pthread_cond_broadcast(&pool->done);
+    pthread_mutex_unlock(&pool->mu);
     free(job);
     return NULL;
 }
@@ -285,7 +355,7 @@ void gs_staging_prepare_ahead(int device, uint64_t bytes, void (*prepared)(void)
     bool busy = pool->preparing || pool->ready.base != NULL || pool->pin_refused;
     struct gs_ahead *job = busy ? NULL : malloc(sizeof *job);
     if (job) {
-        *job = (struct gs_ahead){pool, gs_aligned(bytes - room), prepared};
+        *job = (struct gs_ahead){pool, device, gs_aligned(bytes - room), prepared};
         pthread_t thread;
         pool->preparing = pthread_create(&thread, NULL, gs_prepare_in_background, job) == 0;
         if (pool->preparing)
@@ -381,7 +451,7 @@ size_t gs_staging_prepare(int device, const size_t *sizes, size_t n, double migr
         if (!gs_quicker_to_pin(pool, more, migrate_bps))
             break;
         size_t step = more < gs_pin_step(pool) ? (size_t)more : gs_pin_step(pool);
-        if (gs_adopt(pool, device, step, step) == 0 && !gs_grow(pool, device, step))
+        if (gs_adopt(pool, device, step, step) == 0 && !gs_grow(pool, device, step, sizes[fit]))
             break; /* the host gave what it could */
         fit = gs_within_blocks(pool, sizes, n);
     }
@@ -399,7 +469,7 @@ void *gs_staging_take(int device, size_t size)
         pool->offset = 0;
     }
     size_t grow = size > GS_STAGING_GROW ? size : GS_STAGING_GROW;
-    if (pool->block == pool->count && !gs_grow(pool, device, grow))
+    if (pool->block == pool->count && !gs_grow(pool, device, grow, size))
         return NULL;
     char *at = pool->blocks[pool->block].base + pool->offset;
     pool->offset += size;
@@ -413,6 +483,50 @@ void gs_staging_reset(int device)
         pool->block = pool->offset = 0;
 }
 
+size_t gs_staging_ready_for(int device, const size_t *sizes, size_t n)
+{
+    struct gs_pool *pool = device >= 0 && device < GS_MAX_DEVICES ? gs_pools[device] : NULL;
+    return pool ? gs_within_blocks(pool, sizes, n) : 0;
+}
+
+/* Memory prepared ahead and not pinned yet is given back, unless the thread still prepares it. */
+static uint64_t gs_drop_prepared(struct gs_pool *pool)
+{
+    pthread_mutex_lock(&pool->mu);
+    struct gs_block ready = pool->preparing ? (struct gs_block){0} : pool->ready;
+    if (ready.base)
+        pool->ready = (struct gs_block){0};
+    pthread_mutex_unlock(&pool->mu);
+    if (ready.base)
+        gs_give_back(ready.base, ready.size);
+    return ready.size;
+}
+
+uint64_t gs_staging_trim(int device, uint64_t keep)
+{
+    struct gs_pool *pool = device >= 0 && device < GS_MAX_DEVICES ? gs_pools[device] : NULL;
+    if (pool == NULL || pool->block != 0 || pool->offset != 0)
+        return 0; /* something waits in it */
+    uint64_t given = pool->pinned >= keep ? gs_drop_prepared(pool) : 0;
+    while (pool->count > 0 && pool->pinned - pool->blocks[pool->count - 1].size >= keep) {
+        struct gs_block *last = &pool->blocks[pool->count - 1];
+        CUresult r = GS_REAL(cuMemHostUnregister, GS_LEGACY)(last->base);
+        if (r != CUDA_SUCCESS) {
+            gs_debug("staging memory of device %d not unpinned (error %d): kept", device, r);
+            break;
+        }
+        gs_give_back(last->base, last->size);
+        pool->pinned -= last->size;
+        given += last->size;
+        pool->count--;
+    }
+    if (given > 0)
+        gs_debug("gave back %llu MiB of staging memory of device %d (%llu MiB kept)",
+                 (unsigned long long)(given >> 20), device,
+                 (unsigned long long)(pool->pinned >> 20));
+    return given;
+}
+
 uint64_t gs_staging_pinned(int device)
 {
     struct gs_pool *pool = device >= 0 && device < GS_MAX_DEVICES ? gs_pools[device] : NULL;
@@ -424,4 +538,7 @@ void gs_staging_after_fork_child(void)
     /* The child's copies of the blocks are not pinned, and CUDA is unusable there anyway: it
      * keeps nothing (the pool structs leak, once per fork). */
     memset(gs_pools, 0, sizeof gs_pools);
+    atomic_store(&gs_taken, 0);
+    atomic_store(&gs_short_said, false);
+    gs_host_room_after_fork_child();
 }

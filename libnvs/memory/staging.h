@@ -37,6 +37,15 @@ void *gs_staging_take(int device, size_t size);
 /* Everything taken from the device's pool is free again (its contents are back on the device). */
 void gs_staging_reset(int device);
 
+/* How many of these pieces, from the first, fit in what the pool has ready now (pinned and
+ * free), without growing it: the part of a move that finds staging memory prepared ahead. */
+size_t gs_staging_ready_for(int device, const size_t *sizes, size_t n);
+
+/* Gives pinned blocks back to the host, the newest first, as long as at least `keep` bytes stay
+ * pinned, and memory prepared ahead that is not pinned yet; only while nothing waits in the
+ * pool (after gs_staging_reset). Returns the bytes given back. A CUDA context must be current. */
+uint64_t gs_staging_trim(int device, uint64_t keep);
+
 /* Bytes pinned for the device. */
 uint64_t gs_staging_pinned(int device);
 

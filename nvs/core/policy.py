@@ -570,6 +570,8 @@ class Policy:
         # Every device: its reported capacity may have left with this client.
         for dev in list(self.devices.values()):
             actions += self._settle(dev, now)
+        for device in client.allocated.keys() - self.devices.keys():  # the idle may fit now
+            actions += self.room_rules.prepare_hints(device)
         return actions
 
     def configure(self, now: float, tq: int | None = None, mode: p.Mode | None = None,

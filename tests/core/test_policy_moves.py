@@ -15,6 +15,9 @@ M = 1 << 20
 CAPACITY = 24 * G
 RESERVE = 512 * M
 MARGIN = margin(CAPACITY)  # 384 MiB
+# What a pair of 16 GiB programs (pair()) may have to have off the 24 GiB device at once: the
+# overflow, all of it from the one that does not run. IDLE_HINT announces that much, not 16 GiB.
+PAIR_OVERFLOW = 8 * G + RESERVE + MARGIN
 
 
 # Gaps too short to lend a holder's device through (gap_rules.py): the usual idle hint applies.
@@ -383,10 +386,11 @@ def test_an_idle_holder_keeps_the_lock_through_gaps_shorter_than_its_swap():
     # Handing over moves that much out (3 GB/s assumed) and back when the holder returns (10 GB/s
     # assumed): idle gaps shorter than twice that are not worth handing over.
     expected = round(2 * (out / 3e9 + out / 10e9) * 1000)
-    # It also says what it may be asked to move out, all it has there (its drop asks for the
-    # room; later grants may ask for more), so that it can get ready for that once: from its
-    # grant on, since the two do not fit together (its own idle time while nobody waits).
-    assert driver.hints == [(1, p.IdleHint(0, 0, 16 * G)), (1, p.IdleHint(0, expected, 16 * G))]
+    # It also says what it may have to have out at once, the overflow (its drop asks for that
+    # room, and so do later grants), so that it can get ready for that once: from its grant on,
+    # since the two do not fit together (its own idle time while nobody waits).
+    assert driver.hints == [(1, p.IdleHint(0, 0, PAIR_OVERFLOW)),
+                            (1, p.IdleHint(0, expected, PAIR_OVERFLOW))]
     driver.hints.clear()
     driver.advance_to_deadline()
     driver.moved(1, out, seconds=1.0)  # a faster link after all
@@ -394,14 +398,14 @@ def test_an_idle_holder_keeps_the_lock_through_gaps_shorter_than_its_swap():
     swap_ms = round(2 * (1.0 + out / 10e9) * 1000)
     # Granted with nobody waiting, 2 keeps the lock through short gaps all the same: releasing it
     # would only have 1, the last holder, evicted as soon as it asks again.
-    assert driver.hints == [(2, p.IdleHint(0, swap_ms, 16 * G))]
+    assert driver.hints == [(2, p.IdleHint(0, swap_ms, PAIR_OVERFLOW))]
     driver.request(1)
-    assert driver.hints[-1] == (2, p.IdleHint(0, swap_ms, 16 * G))
+    assert driver.hints[-1] == (2, p.IdleHint(0, swap_ms, PAIR_OVERFLOW))
 
 
 def test_a_swap_longer_than_the_quantum_keeps_the_lock_for_the_quantum():
     driver = pair(tq=2)
-    assert driver.hints[-1] == (1, p.IdleHint(0, 2_000, 16 * G))
+    assert driver.hints[-1] == (1, p.IdleHint(0, 2_000, PAIR_OVERFLOW))
 
 
 def test_a_holder_whose_handoff_moves_nothing_releases_sooner_while_someone_waits():

@@ -5,10 +5,19 @@ expected back first, and moves share no link."""
 from policy_driver import Driver
 
 from gemshare_nvs import protocol as p
-from gemshare_nvs.core.rules.cost import CONTENDED_IDLE_RELEASE_MS
+from gemshare_nvs.core.rules.cost import CONTENDED_IDLE_RELEASE_MS, margin
 
 G = 1 << 30
 M = 1 << 20
+PAGE = 2 * M
+
+
+def overflow_share(allocated: int, capacity: int, givers: int, reserve: int = 512 * M) -> int:
+    """What each of `givers` programs may have to have off a device at once, by the room a
+    grant asks for: what does not fit (with one context reserve and the margin), shared among
+    them, in whole pages."""
+    share = -(-(allocated + reserve + margin(capacity) - capacity) // givers)
+    return -(-share // PAGE) * PAGE
 
 
 def evicts(driver: Driver) -> list[tuple[int, int]]:
@@ -106,9 +115,10 @@ def test_room_is_made_ahead_for_the_client_expected_back_first():
 
 def test_idle_clients_are_told_to_get_ready_once_their_memory_may_have_to_leave():
     """While the memory fits nobody prepares; once a third program's memory makes it not fit,
-    each idle program with memory there hears what it may be asked to move out (its staging
-    memory is then ready before anyone waits for it), once; the holder hears it in its own idle
-    hint, and as an idle program once it lets go."""
+    each idle program with memory there hears what it may have to have out (its share of the
+    overflow, not all it has: its staging memory is then ready before anyone waits for it, and
+    no larger than the host memory the overflow takes anyway); the holder hears it in its own
+    idle hint, and as an idle program once it lets go. A larger overflow is heard again."""
     driver = Driver(tq=10, limit=20 * G)
     for cid in (1, 2, 3):
         driver.register(cid)
@@ -119,14 +129,22 @@ def test_idle_clients_are_told_to_get_ready_once_their_memory_may_have_to_leave(
     assert driver.prepares == []  # 16 GiB and a reserve fit in 20
     driver.request(3)
     driver.mem(3, 8 * G, total=80 * G)
+    share = overflow_share(24 * G, 20 * G, givers=2)
+    assert share < 8 * G
     assert sorted((cid, hint.evict_bytes) for cid, hint in driver.prepares) == \
-        [(1, 8 * G), (2, 8 * G)]
-    assert driver.hints[-1][0] == 3 and driver.hints[-1][1].evict_bytes == 8 * G
+        [(1, share), (2, share)]
+    assert driver.hints[-1][0] == 3 and driver.hints[-1][1].evict_bytes == share
     driver.prepares.clear()
-    driver.mem(3, 9 * G, total=80 * G)
-    assert driver.prepares == []  # nothing new for the idle ones
+    driver.mem(3, 9 * G, total=80 * G)  # 512 MiB more for each idle one
+    grown = overflow_share(25 * G, 20 * G, givers=2)
+    assert sorted((cid, hint.evict_bytes) for cid, hint in driver.prepares) == \
+        [(1, grown), (2, grown)]
+    driver.prepares.clear()
+    driver.mem(3, 9 * G + 64 * M, total=80 * G)
+    assert driver.prepares == []  # too little to tell anyone
     driver.release(3, reason=p.ReleaseReason.IDLE, idle_us=100_000)
-    assert [(cid, hint.evict_bytes) for cid, hint in driver.prepares] == [(3, 9 * G)]
+    assert [(cid, hint.evict_bytes) for cid, hint in driver.prepares] == \
+        [(3, overflow_share(25 * G + 64 * M, 20 * G, givers=2))]
 
 
 def test_an_idle_client_is_told_when_a_program_that_has_not_run_yet_allocates_past_the_room():
@@ -139,7 +157,24 @@ def test_an_idle_client_is_told_when_a_program_that_has_not_run_yet_allocates_pa
     driver.mem(2, 6 * G, total=80 * G)
     assert driver.prepares == []  # 18 GiB and a reserve fit in 20
     driver.mem(2, 12 * G, total=80 * G)  # before it ever runs: 1 will have to make room
-    assert [(cid, hint.evict_bytes) for cid, hint in driver.prepares] == [(1, 12 * G)]
+    assert [(cid, hint.evict_bytes) for cid, hint in driver.prepares] == \
+        [(1, overflow_share(24 * G, 20 * G, givers=1))]
+
+
+def test_an_idle_client_hears_when_its_memory_no_longer_has_to_leave():
+    """Once the memory fits again (a program left), an idle program told to prepare hears 0,
+    and libnvs gives its staging memory back to the host."""
+    driver = Driver(tq=10, limit=20 * G)
+    for cid in (1, 2):
+        driver.register(cid)
+    driver.request(1)
+    driver.mem(1, 12 * G, total=80 * G)
+    driver.release(1, reason=p.ReleaseReason.IDLE, idle_us=100_000)
+    driver.mem(2, 12 * G, total=80 * G)
+    assert [hint.evict_bytes for cid, hint in driver.prepares if cid == 1] != [0]
+    driver.prepares.clear()
+    driver.disconnect(2)
+    assert [(cid, hint.evict_bytes) for cid, hint in driver.prepares] == [(1, 0)]
 
 
 def test_a_busy_waiter_is_passed_by_one_program_under_its_share_not_by_every_one():

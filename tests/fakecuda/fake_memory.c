@@ -501,6 +501,7 @@ FAKE_API CUresult cuMemHostUnregister(void *p)
         a.mapped != 0)
         return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
     fake_alloc_remove(a.base, NULL);
+    fake_log("host_unregister", "ptr=%p size=%zu", p, a.size);
     return CUDA_SUCCESS;
 }
 

@@ -157,7 +157,7 @@ static void the_idle_hint_bounds_early_release_for_one_grant(void)
     gs_lock_core_granted(&c, 0, 0, fresh());
     CHECK(gs_lock_core_idle_ms(&c, 0, 250) == 250); /* each grant starts without one */
     gs_lock_core_idle_hint(&c, 1, 100, 0, true, fresh());
-    CHECK(todo.count == 1 && did(0, GS_DO_IGNORE, 1));
+    CHECK(todo.count == 1 && did(0, GS_DO_PREPARE, 1) && todo.list[0].bytes == 0); /* not held */
 }
 
 static void an_idle_hint_to_a_process_not_holding_the_device_only_prepares(void)
@@ -166,7 +166,7 @@ static void an_idle_hint_to_a_process_not_holding_the_device_only_prepares(void)
     gs_lock_core_idle_hint(&c, 0, 100, 1 << 20, true, fresh());
     CHECK(todo.count == 1 && did(0, GS_DO_PREPARE, 0) && todo.list[0].bytes == 1 << 20);
     gs_lock_core_idle_hint(&c, 0, 100, 0, true, fresh());
-    CHECK(todo.count == 1 && did(0, GS_DO_IGNORE, 0));
+    CHECK(todo.count == 1 && did(0, GS_DO_PREPARE, 0) && todo.list[0].bytes == 0); /* give back */
     gs_lock_core_idle_hint(&c, 0, 100, 1 << 20, false, fresh());
     CHECK(todo.count == 1 && did(0, GS_DO_IGNORE, 0)); /* nothing can move */
     gs_lock_core_wanted(&c, 0, fresh());

@@ -25,7 +25,8 @@ def test_bad_settings_are_named_and_the_defaults_used(gpu):
     result = gpu.run(["init", "alloc", "a", "1M", "attr", "a", "launch", 100, "sync"],
                      env={"GEMSHARE_IDLE_RELEASE_MS": "soon",
                           "GEMSHARE_UNIFIED_MEMORY": "maybe", "GEMSHARE_MOVE_STREAMS": "17",
-                          "GEMSHARE_SCHEDULER_TIMEOUT_MS": "50"})
+                          "GEMSHARE_SCHEDULER_TIMEOUT_MS": "50",
+                          "GEMSHARE_STAGING_MAX_MIB": "lots"})
     assert result.returncode == 0, result.describe()
     warnings = "\n".join(result.gemshare_lines())
     assert re.search(r"GEMSHARE_IDLE_RELEASE_MS=soon", warnings), result.stderr
@@ -34,6 +35,8 @@ def test_bad_settings_are_named_and_the_defaults_used(gpu):
         result.stderr
     assert re.search(r"GEMSHARE_SCHEDULER_TIMEOUT_MS=50: expected .* from 100 to 3600000; "
                      r"using 10000", warnings), result.stderr
+    assert re.search(r"GEMSHARE_STAGING_MAX_MIB=lots: expected whole MiB from 0 to \d+; staging "
+                     r"memory is then bounded only by", warnings), result.stderr
     assert result.ok("attr")["is_managed"] == "1"  # the default: Unified Memory on
 
 

@@ -15,7 +15,12 @@ from ..model.stage import Stage
 from ..model.state import Client, Device
 from ..model.text import mib
 from .cost import Link, idle_release_ms, room_to_make
-from .residency import eviction_plan
+from .residency import PAGE, eviction_plan
+
+# A prepared client hears a new figure once its part of the overflow grew by this much (or by an
+# eighth), or fell to half: every allocation changes it a little, and each hint costs the
+# program a look at its staging memory.
+PREPARE_STEP = 256 << 20
 
 
 class RoomStage(Stage):
@@ -202,16 +207,30 @@ class RoomStage(Stage):
         return sum(size for victim, size in plan if victim == cid)
 
     def _room_it_may_give(self, dev: Device, cid: int) -> int:
-        """What a holder may be asked to move out, by its drop or, once it has let go, by the
-        EVICTs of later grants, while the clients' memory does not all fit on the device: all it
-        has there (the moves' sizes vary with what each grant needs, up to all of it). IDLE_HINT
+        """What a holder may be asked to have out at once, by its drop or, once it has let go,
+        by the EVICTs of later grants: its part of the overflow (_may_have_to_leave). IDLE_HINT
         announces it from the holder's grant on, so that the program gets its staging memory
         ready once, in the background, rather than at its first move (on an H200 a first move
         out of 5-9 GiB waited 0.8-2.6 s for new pinned host memory, where the move took 0.1-0.2
         s)."""
-        if not self._oversubscribed(dev.index):
+        return min(self._overflow_share(dev.index), self.policy.memory_of(cid, dev.index))
+
+    def _overflow_share(self, device: int) -> int:
+        """What of a client's memory may have to be off the device at once (at most what it has
+        allocated there): the overflow (what the device lacks for all of its clients' memory,
+        as any grant's room is counted), shared by the clients that may give it, all but one
+        that runs, in whole pages. Staging memory is pinned host memory for this much (libnvs),
+        so it stays about the host memory the overflow takes anyway, not a copy of every
+        program's whole memory; a move that asks for more migrates the rest."""
+        if not self._oversubscribed(device):
             return 0
-        return self.policy.residency.of(dev.index, cid)
+        dev = self.policy.devices.get(device)
+        holders = len(dev.holders) if dev is not None else 0
+        over = room_to_make(self.policy.capacity.of(device)[0], self.policy.allocated[device], 0,
+                            max(holders, 1), self.policy.reserve)
+        sharing = sum(1 for client in self.policy.clients.values() if client.allocated.get(device))
+        share = -(-over // max(sharing - 1, 1))
+        return -(-share // PAGE) * PAGE
 
     def _oversubscribed(self, device: int) -> bool:
         """Whether the memory allocated on the device does not all fit there at once."""
@@ -223,24 +242,35 @@ class RoomStage(Stage):
 
     def prepare_hints(self, device: int) -> list:
         """IDLE_HINT to each client with memory on the device that does not hold it, once its
-        memory there may have to leave (and again when it has more there): when somebody asks
-        for room, it then moves out at the copy's speed, not after growing its staging memory
-        (on an H200, 0.6-3.8 s for 1-7 GiB while other programs grew theirs, against a 0.1 s
-        move). Only its evict_bytes counts to a client that does not hold the device."""
+        memory there may have to leave (_overflow_share; again when that grew, or fell far,
+        and 0 once it all fits again, so that the program gives its staging memory back): when
+        somebody asks for room, it then moves out at the copy's speed, not after growing its
+        staging memory (on an H200, 0.6-3.8 s for 1-7 GiB while other programs grew theirs,
+        against a 0.1 s move). Only its evict_bytes counts to a client that does not hold the
+        device."""
         dev = self.policy.devices.get(device)
-        idle = {cid: resident for cid, resident in self.policy.residency.on(device).items()
-                if dev is None or cid not in dev.holders}
+        idle = [cid for cid in self.policy.residency.on(device)
+                if dev is None or cid not in dev.holders]
+        idle += [cid for cid, client in self.policy.clients.items()
+                 if client.told_to_prepare.get(device) and cid not in idle
+                 and (dev is None or cid not in dev.holders)]
         # Most reports find nobody idle with memory there: the capacity is not even looked up.
-        if not idle or not self._oversubscribed(device):
+        if not idle:
             return []
         actions = []
-        for cid, resident in idle.items():
+        overflow_share = self._overflow_share(device)
+        for cid in idle:
             client = self.policy.clients.get(cid)
-            if client is None or resident <= client.told_to_prepare.get(device, 0):
+            if client is None:
                 continue
-            client.told_to_prepare[device] = resident
+            told = client.told_to_prepare.get(device, 0)
+            share = min(overflow_share, self.policy.memory_of(cid, device))
+            grown = share >= told + max(PREPARE_STEP, told // 8)
+            if not (share > told and (told == 0 or grown)) and not share < told // 2:
+                continue
+            client.told_to_prepare[device] = share
             ordinal = client.numbering.own_ordinal(device)
-            actions.append(Send(cid, p.IdleHint(ordinal, 0, resident)))
+            actions.append(Send(cid, p.IdleHint(ordinal, 0, share)))
         return actions
 
     def switch_seconds(self, device: int) -> float:

@@ -1,0 +1,250 @@
+"""Host memory that staging takes (libnvs/README.md, "Host memory for staging has a budget"):
+within GEMSHARE_STAGING_MAX_MIB, within what the memory cgroup and the host have free (read
+before a page is faulted in), for what the scheduler expects to overflow the device rather than
+every program's whole memory, given back when no longer needed, and the driver's migration,
+with one warning, where staging would not fit. Programs that run under a memory limit without
+staging run under it with staging too.
+
+Four programs of 96 MiB (four buffers of 24 MiB: a move's pieces are no larger) take turns on a
+160 MiB fake device (a 1 s quantum), checking their bytes after every turn. On the fake, managed
+memory is host memory, so a program's RSS is its allocation and the libraries whatever the
+moves do, and staging memory comes on top of it."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+from gemshare_nvs import protocol as p
+
+import libnvs_fakelog as fakelog
+import memory_cgroup
+from libnvs_programs import FakeGpu, Result, wait_for
+from test_move_by_copy import CHECKED, WRITTEN
+from test_move_out import dropped, start_holding
+
+MiB = 1 << 20
+PROGRAMS = 4
+BUFFERS = "abcd"
+PIECE = "24M"
+DEVICE = "160M"
+TURNS = 6
+NO_STAGING = {"GEMSHARE_MOVE_COPY": "0"}
+# What libnvs keeps free below a limit for the programs' own growth (host_room.h, GS_HOST_FLOOR).
+FLOOR = 128 * MiB
+
+
+def peak_rss(pid: int) -> int:
+    """The most resident memory the process has had (VmHWM)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(re.search(r"^VmHWM:\s+(\d+) kB", status, re.M).group(1)) * 1024
+
+
+def take_turns(gpu: FakeGpu, env: dict, group: memory_cgroup.MemoryCgroup | None = None,
+               run: str = "") -> tuple[list[Result], list[int]]:
+    """The four programs, started together (in `group` when given); their results and each one's
+    peak RSS, read once it has done its turns."""
+    go, leave = gpu.path(f"go{run}"), gpu.path(f"leave{run}")
+    programs = []
+    for i in range(PROGRAMS):
+        allocate = [step for b in BUFFERS for step in ("alloc", b, PIECE, "write", b, 17 + i)]
+        check = [step for b in BUFFERS for step in ("check", b, 17 + i)]
+        steps = ["init", *allocate, "touch-file", gpu.path(f"ready{run}-{i}"), "wait-file", go,
+                 *["launch", 100_000, *check] * TURNS,
+                 "touch-file", gpu.path(f"done{run}-{i}"), "wait-file", leave]
+        command = gpu.command(steps)
+        programs.append(gpu.start([], env=env, command=group.wrap(command) if group else command))
+    for i, program in enumerate(programs):
+        ready = gpu.path(f"ready{run}-{i}")
+        wait_for(lambda: ready.exists() or program.process.poll() is not None,
+                 f"program {i} to allocate", timeout=60)
+    go.touch()
+    peaks = []
+    for i, program in enumerate(programs):
+        done = gpu.path(f"done{run}-{i}")
+        # Until it has done its turns, or ended without (killed): its result says which.
+        wait_for(lambda: done.exists() or program.process.poll() is not None,
+                 f"program {i} to do its turns", timeout=120)
+        peaks.append(peak_rss(program.pid) if program.process.poll() is None else 0)
+    leave.touch()
+    return [program.wait() for program in programs], peaks
+
+
+def all_intact(results: list[Result]) -> None:
+    for result in results:
+        assert result.returncode == 0, result.describe()
+        checks = [c["ok"] for c in result.steps("check")]
+        assert checks == ["1"] * TURNS * len(BUFFERS), result.describe()
+
+
+@pytest.fixture
+def cgroup():
+    group, why = memory_cgroup.create()
+    if group is None:
+        pytest.skip(why)
+    yield group
+    group.remove()
+
+
+@pytest.fixture
+def second_cgroup(cgroup):
+    group, why = memory_cgroup.create()
+    if group is None:
+        pytest.skip(why)
+    yield group
+    group.remove()
+
+
+def test_staging_stays_within_its_budget_and_the_moves_keep_every_byte(gpu_with):
+    gpu, scheduler = gpu_with(device_mem=DEVICE, tq=1, context_reserve_mib=1)
+    baseline, without = take_turns(gpu, NO_STAGING, run="plain")
+    all_intact(baseline)
+    budget = 32
+    results, with_budget = take_turns(gpu, {"GEMSHARE_STAGING_MAX_MIB": str(budget)},
+                                      run="budget")
+    all_intact(results)
+    events = gpu.events()
+    for result, peak in zip(results, with_budget):
+        pinned = sum(int(e["size"]) for e in fakelog.named(events, "host_register",
+                                                           pid=result.pid))
+        assert pinned <= budget * MiB, result.describe()
+        # Its memory, the libraries, and at most the budget (room for page tables and the fake's
+        # own bookkeeping: a tenth of the budget).
+        assert peak <= max(without) + budget * MiB * 11 // 10, (peak, without)
+    assert any(fakelog.discarded(events, r.pid) for r in results), "nothing went by copy"
+    warned = [line for r in results for line in r.gemshare_lines()
+              if "GEMSHARE_STAGING_MAX_MIB=32" in line]
+    assert warned and all(len([line for line in r.gemshare_lines()
+                               if "staging memory for moves off" in line]) <= 1
+                          for r in results), warned
+
+
+def test_programs_that_fit_a_memory_limit_without_staging_fit_it_with_staging(
+        gpu_with, cgroup, second_cgroup):
+    """Without staging the four programs peak at some P in their cgroup; under a limit of P, the
+    floor libnvs keeps, and 48 MiB (less than one program's whole memory, which staging used to
+    pin for each), they all finish with staging, every byte intact, nobody killed; what did not
+    fit in staging memory went by the driver's migration, and each program that fell back said
+    so once."""
+    gpu, scheduler = gpu_with(device_mem=DEVICE, tq=1, context_reserve_mib=1)
+    baseline, _ = take_turns(gpu, NO_STAGING, cgroup, run="plain")
+    all_intact(baseline)
+    limit = cgroup.peak() + FLOOR + 48 * MiB
+    second_cgroup.limit(limit)
+    results, _ = take_turns(gpu, {"GEMSHARE_DEBUG": "1"}, second_cgroup, run="limited")
+    staging = [f"{r.pid}: {line}" for r in results for line in r.gemshare_lines()
+               if "staging" in line or "faulted in" in line]
+    assert second_cgroup.oom_kills() == 0, (limit, [r.returncode for r in results],
+                                            "\n".join(staging))
+    all_intact(results)
+    assert second_cgroup.peak() <= limit
+    short = [line for r in results for line in r.gemshare_lines()
+             if "host memory is short for staging" in line and "memory cgroup limit" in line]
+    assert short, "\n".join(results[0].gemshare_lines())
+    assert all(len([line for line in r.gemshare_lines() if "is short for staging" in line]) <= 1
+               for r in results)
+
+
+def test_a_first_move_out_finds_staging_memory_prepared_since_the_allocation(gpu_with):
+    """Two programs of 40 MiB on a 64 MiB device. Once the second has allocated, the first,
+    which holds the device and works, is told what may have to leave it and prepares staging
+    memory for that in the background; its first move out, 1.5 s later, copies into memory
+    that was ready before the move: nothing is pinned while it moves. Pinning here takes 0.8 s
+    (50 MB/s), so a move that had to wait for it would show."""
+    gpu, scheduler = gpu_with(device_mem="64M", tq=10)
+    env = {"FAKECUDA_PIN_GBPS": "0.05", "GEMSHARE_DEBUG": "1"}
+    allocated = gpu.path("second-allocated")
+    first = gpu.start(["init", "alloc", "a", "40M", "write", "a", 17, "launch", 1000,
+                       "stream-sync", "wait-file", allocated, "launches", 15, 100_000,
+                       "stream-sync", "sleep-ms", 1500, "check", "a", 17], env=env)
+    second = gpu.start(["init", "alloc", "b", "40M", "touch-file", allocated,
+                        "sleep-ms", 1500, "launch", 1000, "stream-sync"], env=env)
+    for program in (first, second):
+        result = program.wait()
+        assert result.returncode == 0, result.describe()
+    lines = first.result().gemshare_lines()
+    moves = [re.search(r"by copy (\d+) bytes, (\d+) of them into staging memory ready before",
+                       line) for line in lines if "of managed memory to the host" in line]
+    moves = [(int(m.group(1)), int(m.group(2))) for m in moves if m]
+    assert moves, "\n".join(lines)
+    copied, ready = moves[0]
+    assert copied > 0 and ready == copied, moves
+    events = gpu.events()
+    pins = fakelog.named(events, "host_register", pid=first.pid)
+    first_move = min(e.ns for e in fakelog.moves_out(events, first.pid))
+    assert pins and all(pin.ns < first_move for pin in pins)
+    assert [c["ok"] for c in first.result().steps("check")] == ["1"]
+
+
+def test_staging_memory_goes_back_to_the_host_once_nothing_may_have_to_leave(scripted):
+    """Told that 7 MiB may have to leave, a program pins staging memory for it ahead; told then
+    that nothing may (the others' memory fits now: _prepare_hints), it unpins and unmaps all of
+    it. A move out later still goes by copy, into memory pinned for that move."""
+    gpu, scheduler = scripted
+    program = start_holding(gpu, scheduler, WRITTEN, then=CHECKED)
+    scheduler.send(program.pid, p.IdleHint(0, 0, 7 * MiB))
+    pinned = wait_for(lambda: fakelog.named(gpu.events(), "host_register", pid=program.pid),
+                      "staging memory pinned ahead")
+    scheduler.send(program.pid, p.IdleHint(0, 0, 0))
+    given = wait_for(lambda: fakelog.named(gpu.events(), "host_unregister", pid=program.pid),
+                     "staging memory given back")
+    assert sum(int(e["size"]) for e in given) == sum(int(e["size"]) for e in pinned) >= 7 * MiB
+    scheduler.drop(program.pid, p.EVICT_ALL)
+    scheduler.wait_for(program.pid, p.LockReleased)
+    result = scheduler.last_turn(program, gpu.path("again"))
+    ptr = result.pointers()
+    assert fakelog.discarded(gpu.events(), result.pid) == [(ptr["a"], 3 * MiB), (ptr["b"], 4 * MiB)]
+    assert [c["ok"] for c in result.steps("check")] == ["1", "1"]
+
+
+def test_a_budget_of_nothing_leaves_every_move_to_the_drivers_migration(scripted):
+    gpu, scheduler = scripted
+    result, events = dropped(gpu, scheduler, WRITTEN, evict_bytes=p.EVICT_ALL, then=CHECKED,
+                             env={"GEMSHARE_STAGING_MAX_MIB": "0"})
+    ptr = result.pointers()
+    assert not fakelog.named(events, "host_register", pid=result.pid)
+    assert not fakelog.discarded(events, result.pid)
+    assert fakelog.prefetched(events, result.pid, to_host=True) == \
+        [(ptr["a"], 3 * MiB), (ptr["m"], 2 * MiB), (ptr["b"], 4 * MiB)]
+    assert [c["ok"] for c in result.steps("check")] == ["1", "1"]
+
+
+# Another program's growth: 80 MiB of its own host memory, written, kept until `again` exists.
+GROWER = """import pathlib, sys, time
+grown = bytearray(80 << 20)
+for at in range(0, len(grown), 4096):
+    grown[at] = 1
+pathlib.Path(sys.argv[1]).touch()
+while not pathlib.Path(sys.argv[2]).exists():
+    time.sleep(0.02)
+"""
+
+
+def test_an_unused_pool_goes_back_once_other_programs_eat_into_the_floor(scripted, cgroup):
+    """A program holding 24 MiB of staging memory it does not use, in a memory cgroup that then
+    has the floor libnvs keeps (and 8 MiB) free; another program in the group writes 80 MiB. The
+    first gives its staging memory back (it would be what the OOM killer takes) while the other
+    grows, and nobody is killed."""
+    gpu, scheduler = scripted
+    ran, again, grown = gpu.path("ran"), gpu.path("again"), gpu.path("grown")
+    holder = gpu.start([], env={"GEMSHARE_IDLE_RELEASE_MS": "0"}, command=cgroup.wrap(
+        gpu.command(["init", "alloc", "a", "24M", "write", "a", 17, "launch", 100, "sync",
+                     "touch-file", ran, "wait-file", again, "check", "a", 17])))
+    scheduler.turn(holder, ran)
+    scheduler.send(holder.pid, p.IdleHint(0, 0, 24 * MiB))
+    pinned = wait_for(lambda: fakelog.named(gpu.events(), "host_register", pid=holder.pid),
+                      "staging memory pinned ahead")
+    cgroup.limit(cgroup.used() + FLOOR + 8 * MiB)
+    grower = gpu.start([], preload=False, command=cgroup.wrap(
+        [sys.executable, "-c", GROWER, str(grown), str(again)]))
+    given = wait_for(lambda: fakelog.named(gpu.events(), "host_unregister", pid=holder.pid),
+                     "staging memory given back")
+    assert sum(int(e["size"]) for e in given) == sum(int(e["size"]) for e in pinned)
+    wait_for(lambda: grown.exists() or grower.process.poll() is not None, "the other to grow")
+    again.touch()
+    assert grower.wait().returncode == 0
+    assert holder.wait().returncode == 0
+    assert [c["ok"] for c in holder.result().steps("check")] == ["1"]
+    assert cgroup.oom_kills() == 0
