@@ -126,6 +126,7 @@ from .rules.mps_rules import MpsRules, mps_words
 from .rules.residency import Residency
 from .rules.room_rules import RoomRules
 from .rules.share_rules import ShareRules
+from .rules.throttle import QuickReturns, ThrottleRules
 from .rules.usage import Usage
 from .snapshot import ClientSnapshot, DeviceSnapshot, GangSnapshot, Snapshot
 from .tallies import Series, Tallies, series_of
@@ -155,7 +156,7 @@ def _series(client: Client) -> Series:
     return series_of(client.registration, client.identity.label)
 
 
-class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
+class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules, ThrottleRules):
     def __init__(self, tq: int, mode: p.Mode, grace_s: float, max_clients: int,
                  reserve_bytes: int = 512 << 20, nvml_capacity: dict[int, int] | None = None,
                  capacity_limit: int | None = None, nvml_uuids: dict[str, int] | None = None,
@@ -169,6 +170,7 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
         self.usage = Usage()
         self.gaps = Gaps()  # how long each client's idle gaps last, to lend them (gaps.py)
         self.gangs = Gangs(gang_timeout_s)
+        self.returns = QuickReturns()  # who takes the device back right after letting go
         self.weighted: set[int] = set()  # clients whose weight is not 1, or is a container's
         self.limited: set[int] = set()  # clients with a gpu_limit
         self.mode = mode
@@ -345,8 +347,10 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
         if cid in dev.holders or cid in dev.waiters:
             return [Log(f"repeated request from {client} for device {device}", debug=True)]
         dev.waiters[cid] = Wait(now, queued=False, keeping=keeping)
+        throttled = self._count_return(cid, device, now)
         self.gaps.requested(cid, device, now)
         returning, actions = self._returning(dev, cid, now)
+        actions = throttled + actions
         actions += self._gang_outgrows_turn(cid, dev, now) + self._settle(dev, now)
         waiting = ""
         if cid in dev.waiters:  # not granted at once: it waits behind someone
@@ -378,8 +382,8 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
         dropped = hold.dropped_at is not None
         lent = []
         if reason == p.ReleaseReason.IDLE and not dropped:
-            self.gaps.released_idle(cid, device, now,
-                                    idle_waited_s(hold.idle_hint_ms, idle_us))
+            self.gaps.released_idle(cid, device, now, idle_waited_s(
+                hold.idle_hint_ms, idle_us, now - hold.granted_at))
             lent = self._lend(dev, cid, hold, now)
         held = self._end_hold(dev, cid, now, why)
         return [Log(f"release {client}: device {device} {words}, held {held:.3f} s")] + lent + \
@@ -500,6 +504,7 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
         self.credit.forget(cid)
         self.capacity.forget(cid)
         self.gaps.forget(cid)
+        self.returns.forget(cid)
         held, waited = [], []
         for dev in self.devices.values():
             dev.evictions.pop(cid, None)  # its memory left with it
@@ -813,6 +818,7 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules):
         self.credit.asked_out(dev.index, cid, evict)
         if evict:
             self.tallies.evicted(dev.index)
+            self._charge_moves(next(iter(dev.waiters), None), dev.index, evict, now)
         hold.dropped_at, hold.drop_reason, hold.drop_evict = now, reason, evict
         hold.revoke_at = now + self.grace_s + self._link(dev.index).to_host.seconds(evict)
         ordinal = self.clients[cid].numbering.own_ordinal(dev.index)

@@ -90,7 +90,8 @@ class GapRules:
     def _lend(self, dev: Device, cid: int, hold: Hold, now: float) -> list:
         """A holder let go early: if its hint lent the gap, a loan begins, for the rest of its
         turn."""
-        if not hold.lending or hold.dropped_at is not None or hold.quantum_end <= now:
+        if not hold.lending or hold.dropped_at is not None or hold.quantum_end <= now or \
+                self._throttled(cid, dev.index):
             return []
         dev.loan = Loan(cid, hold.quantum_end)
         gap = self.gaps.lendable(cid, dev.index)

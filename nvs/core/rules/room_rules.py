@@ -87,6 +87,7 @@ class RoomRules:
             client = self.clients[victim]
             self.credit.asked_out(dev.index, victim, size)
             self.tallies.evicted(dev.index)
+            self._charge_moves(beneficiary.registration.id, dev.index, size, now)
             actions.append(Log(f"evict {client}: device {dev.index}, {mib(size)} to the host to "
                                f"make room for {beneficiary}{why}"))
             if client.revoked:

@@ -17,7 +17,10 @@ from .shares import clearly_under, limit_levels, minimum_slice, turn_length, wei
 
 class ShareRules:
     def _weighted_usage(self, cid: int, device: int, now: float) -> float:
-        return weighted(self.usage.read(cid, device, now), self._share_weight(cid, device))
+        """Its lock time, and the moves charged to it for taking the device back at once
+        (throttle.py), over its weight."""
+        used = self.usage.read(cid, device, now) + self.returns.charged(cid, device, now)
+        return weighted(used, self._share_weight(cid, device))
 
     def _eligible_at(self, cid: int, device: int) -> float:
         """When a waiter may be granted: at once (-inf) unless its gpu_limit pauses it until its
@@ -96,7 +99,7 @@ class ShareRules:
         (a trainer, dropped at the end of each) wants all the GPU it can get and may be passed
         by every program under its share during its first TQ of waiting: held to one pass, the
         second of a class of notebooks queued behind a trainer waited out its quantum."""
-        if cid in self.gangs.of_client:  # a gang is granted as a whole, in its members' order
+        if cid in self.gangs.of_client or self._throttled(cid, dev.index):  # gangs: as a whole
             return []
         mine = self._weighted_usage(cid, dev.index, now)
         passed = []  # from the back of the queue: usually none, so the queue is not walked
@@ -128,7 +131,7 @@ class ShareRules:
         run a minimum slice. Weighed again at every settling, not only when it asks: a waiter
         that reaches the front behind one that passed a busy program keeps its claim when that
         program is granted next (else it waits out that program's whole quantum)."""
-        if cid in self.gangs.of_client:  # a gang is granted as a whole, in its members' order
+        if cid in self.gangs.of_client or self._throttled(cid, dev.index):  # gangs: as a whole
             return []
         mine = self._weighted_usage(cid, dev.index, now)
         busier = [(holder, hold) for holder, hold in dev.holders.items()
