@@ -116,6 +116,8 @@ from .model.text import (
 from .rules.admission import Budget, Waiting, admitted, kept
 from .rules.budgets import KUBELET_SOURCE, BudgetRules, Budgets, node_names, said_otherwise
 from .rules.capacity import Capacity, renumbered
+from .rules.claim_rules import ClaimRules
+from .rules.claims import Listing
 from .rules.cost import GB, LINK_CEILING_BPS, Link
 from .rules.credit import MoveCredit
 from .rules.gang_rules import GangRules
@@ -156,7 +158,8 @@ def _series(client: Client) -> Series:
     return series_of(client.registration, client.identity.label)
 
 
-class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules, ThrottleRules):
+class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules, ThrottleRules,
+             ClaimRules):
     def __init__(self, tq: int, mode: p.Mode, grace_s: float, max_clients: int,
                  reserve_bytes: int = 512 << 20, nvml_capacity: dict[int, int] | None = None,
                  capacity_limit: int | None = None, nvml_uuids: dict[str, int] | None = None,
@@ -199,6 +202,10 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules, 
         self.compute_cap = compute_cap  # what compute units cap besides the weight (budgets.py)
         self.budgets = Budgets()  # the programs of each container, and what LIMITS told them
         self.viewers: dict[int, Client] = {}  # REG_VIEW_ONLY registrations
+        self.listing = Listing()  # NVML's processes of each GPU, as the shell last read them
+        self.unregistered: dict = {}  # device -> GPU users that are no client (claim_rules.py)
+        self.unregistered_since: dict = {}
+        self.unregistered_told: set = set()
 
     # ----- events -------------------------------------------------------------------------
 
@@ -301,6 +308,7 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules, 
         if moves:  # its memory, reported totals and residency follow the GPUs
             self.allocated.subtract(client.allocated)
             client.allocated = renumbered(client.allocated, moves)
+            client.reported = renumbered(client.reported, moves)
             self.allocated.update(client.allocated)
             self.capacity.renumber(cid, moves)
             self.residency.renumber(cid, moves)
@@ -398,7 +406,7 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules, 
             return [Log(f"memory {client} on its device {ordinal} not counted: which GPU that "
                         "is, only its registered device says", debug=True)]
         refused = self.capacity.report(cid, device, total)
-        allocated = min(allocated, self.capacity.device_total(device))  # never past a GPU's
+        allocated = self._believed(client, device, allocated)  # claim_rules.py
         self.allocated[device] += allocated - client.allocated.get(device, 0)
         client.allocated[device] = allocated
         dev = self.devices.get(device)

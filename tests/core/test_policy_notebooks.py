@@ -129,17 +129,21 @@ def test_idle_clients_are_told_to_get_ready_once_their_memory_may_have_to_leave(
     assert [(cid, hint.evict_bytes) for cid, hint in driver.prepares] == [(3, 9 * G)]
 
 
-def test_an_idle_client_is_told_when_a_program_that_has_not_run_yet_allocates_past_the_room():
-    driver = Driver(tq=10, limit=20 * G)
+def test_a_program_that_has_not_asked_for_the_device_makes_nobody_move_for_its_memory():
+    """Its memory is on the host until it runs, and what it says it allocated is only its
+    word: a client holding nothing that reported 4 TiB had three idle programs pin staging
+    memory (issue 38). Its request is what makes room."""
+    driver = Driver(tq=10, limit=20 * G, answer_evictions=True)
     for cid in (1, 2):
         driver.register(cid)
     driver.request(1)
     driver.mem(1, 12 * G, total=80 * G)
     driver.release(1, reason=p.ReleaseReason.IDLE, idle_us=100_000)
-    driver.mem(2, 6 * G, total=80 * G)
-    assert driver.prepares == []  # 18 GiB and a reserve fit in 20
-    driver.mem(2, 12 * G, total=80 * G)  # before it ever runs: 1 will have to make room
-    assert [(cid, hint.evict_bytes) for cid, hint in driver.prepares] == [(1, 12 * G)]
+    driver.mem(2, 4 << 40, total=80 * G)  # before it ever asks
+    assert driver.prepares == []
+    assert not any(log.text.startswith("evict ") for log in driver.logs)
+    driver.request(2)  # now 1 makes room for it
+    assert any(log.text.startswith("evict client 1 ") for log in driver.logs)
 
 
 def test_a_busy_waiter_is_passed_by_one_program_under_its_share_not_by_every_one():

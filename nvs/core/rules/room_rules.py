@@ -198,12 +198,22 @@ class RoomRules:
         return self.residency.of(dev.index, cid)
 
     def _oversubscribed(self, device: int) -> bool:
-        """Whether the memory allocated on the device does not all fit there at once."""
+        """Whether the memory allocated on the device does not all fit there at once. Only the
+        memory of clients that hold the device, wait for it or have held it counts: a client
+        that never asked for it has nothing there and runs nowhere, so what it says it
+        allocated makes nobody get ready to move out (issue 38: one report of 4 TiB from a
+        client holding nothing had three idle programs pin 256 MiB each)."""
         capacity = self.capacity.of(device)[0]
+        if capacity is None:
+            return False
         dev = self.devices.get(device)
         holders = len(dev.holders) if dev is not None else 0
-        return capacity is not None and \
-            self.allocated[device] + self.reserve * max(holders, 1) > capacity
+        room = capacity - self.reserve * max(holders, 1)
+        if self.allocated[device] <= room:  # most reports: no client is walked
+            return False
+        asked = sum(client.allocated.get(device, 0) for cid, client in self.clients.items()
+                    if device in client.last_grant or (dev is not None and cid in dev.waiters))
+        return asked > room
 
     def _prepare_hints(self, device: int) -> list:
         """IDLE_HINT to each client with memory on the device that does not hold it, once its

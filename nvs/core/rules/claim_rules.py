@@ -1,0 +1,92 @@
+"""The rules of memory claims, as part of the policy core: each client's MEM_REPORT is believed
+only as far as NVML's list of the GPU's processes bears it out (claims.py), and the processes
+that use a GPU without being clients are logged and counted.
+
+- A report is checked when it comes, against the last list, and again at every list that
+  follows (ProcessWatch reads one every second, and at once when a report's process was not in
+  the last): a client that was refused is believed as soon as the list shows it, and one whose
+  process leaves the list stops counting.
+- A refusal is logged once per client, device and reason, after the list that confirms it, and
+  counted (tallies.py: the metric gemshare_memory_reports_refused).
+- A process NVML lists on a GPU that is no registered client (nor a view-only registration),
+  in lists at least UNREGISTERED_AFTER_S apart (a program's context is made before its
+  REGISTER arrives), is logged once, counted (gemshare_unregistered_gpu_processes) and shown in
+  status: it uses the GPU outside every rule.
+
+A mixin of policy.Policy, as room_rules.py is.
+"""
+
+from __future__ import annotations
+
+from ..model.actions import Log
+from ..model.state import Client
+from ..model.text import mib, printable
+from .claims import GpuProcess, refusal_words
+
+UNREGISTERED_AFTER_S = 2.0
+
+
+class ClaimRules:
+    def _believed(self, client: Client, device: int, reported: int) -> int:
+        """What of a report of `reported` bytes on `device` (the scheduler's) is counted: at
+        most a GPU's total (capacity.py), and no more than NVML bears out (claims.py). The
+        report is kept, to be weighed again at the next list."""
+        reported = min(reported, self.capacity.device_total(device))  # never past a GPU's
+        client.reported[device] = reported
+        believed, why = self.listing.believed(client.registration.pid, device, reported,
+                                              self.reserve)
+        client.refusing[device] = why
+        return believed
+
+    def gpu_processes(self, devices: dict[int, dict[int, GpuProcess]], now: float) -> list:
+        """NVML's processes of each GPU it could list, by the scheduler's index."""
+        self.listing.update(devices, {c.registration.pid for c in self.clients.values()})
+        actions = []
+        for client in list(self.clients.values()):
+            for device, reported in list(client.reported.items()):
+                if client.registration.id not in self.clients:
+                    break  # closed by an earlier report's settling
+                was = client.refusing.get(device)
+                ordinal = client.numbering.own_ordinal(device)
+                if self.listing.believed(client.registration.pid, device, reported,
+                                         self.reserve)[0] != client.allocated.get(device, 0):
+                    actions += self.mem_report(client.registration.id, ordinal, reported, 0, now)
+                actions += self._refusal_confirmed(client, device, was, reported)
+        return actions + self._unregistered_users(now)
+
+    def _refusal_confirmed(self, client: Client, device: int, was: str | None,
+                           reported: int) -> list:
+        """A refusal that a list after the report bears out: logged once per client, device and
+        reason, and counted."""
+        why = client.refusing.get(device)
+        if why is None or why != was or (device, why) in client.refused:
+            return []
+        client.refused.add((device, why))
+        self.tallies.refused_report(device, why)
+        words = refusal_words(why, device, reported, client.allocated.get(device, 0))
+        return [Log(f"memory {client}: it {words}", warning=True)]
+
+    def _unregistered_users(self, now: float) -> list:
+        known = {c.registration.pid for c in (*self.clients.values(), *self.viewers.values())}
+        listed = self.listing.unregistered(known)
+        seen = {(device, found.pid) for device, processes in listed.items()
+                for found in processes}
+        self.unregistered_since = {key: self.unregistered_since.get(key, now) for key in seen}
+        actions = []
+        self.unregistered = {}
+        for device, processes in listed.items():
+            for found in processes:
+                if now - self.unregistered_since[(device, found.pid)] < UNREGISTERED_AFTER_S:
+                    continue
+                self.unregistered.setdefault(device, []).append(found)
+                if (device, found.pid) in self.unregistered_told:
+                    continue
+                self.unregistered_told.add((device, found.pid))
+                self.tallies.unregistered_user(device)
+                who = f"uid {found.uid}" if found.uid is not None else "uid unknown"
+                actions.append(Log(
+                    f"unregistered GPU user: pid {found.pid} ({printable(found.name, 64) or '?'}, "
+                    f"{who}) uses device {device} ({mib(found.used_bytes)} per NVML) without "
+                    "the scheduler: no lock, budget or rule applies to it", warning=True))
+        self.unregistered_told &= seen  # one that comes back is told again
+        return actions
