@@ -704,7 +704,8 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules, 
             mps=client.mps, mps_why=client.mps_why, node=client.node,
             identity_from=client.identity_from,
             units=self._units_of(client), others_allocated=self._others_allocated(client),
-            sharing=self._sharing_ids(client))
+            sharing=self._sharing_ids(client), throttled=self.returns.of_client(cid),
+            refused={d: why for d, why in sorted(client.refusing.items()) if why})
 
     def memory_of(self, cid: int, device: int) -> int:
         return self.clients[cid].allocated.get(device, 0)

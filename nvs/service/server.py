@@ -44,6 +44,7 @@ from .connect_rate import ROOT, ConnectRate
 from .gpus import Gpus
 from .mps import MpsControl
 from .permissions import may_control
+from .process_watch import ProcessWatch
 
 log = logging.getLogger("gemshare.scheduler")
 
@@ -170,6 +171,8 @@ class Server:
                              compute_cap=start["compute_cap"])
         self.mps = MpsControl.for_scheduler(settings.socket, start["mps_pipe_directory"]) \
             if start["mps"] else None
+        # NVML's processes of each GPU, against which memory reports are checked.
+        self.processes = ProcessWatch(gpus) if gpus is not None and gpus.available else None
         self._reloading = trio.Lock()  # one reload at a time, in the order asked
         self._saving = trio.Lock()  # and one write of the kept settings
         self._listener = listener
@@ -203,6 +206,8 @@ class Server:
                                        lambda pipe: self._apply(self.policy.set_mps(pipe)))
                 if self.settings.config is not None:
                     nursery.start_soon(self._watch_config)
+                if self.processes is not None:
+                    nursery.start_soon(self.processes.watch, self._gpu_processes)
                 task_status.started(self)
                 await self._accept_loop(nursery)
         finally:
@@ -430,6 +435,8 @@ class Server:
         if type(message) is p.Ping:  # liveness: answered here, at once; the policy never hears
             self._apply([Send(conn.id, p.Pong(message.token))], conn.peer_key)
             return
+        if type(message) is p.MemReport and self.processes is not None:
+            self.processes.want(conn.pid)  # checked against the next list of GPU processes
         event = POLICY_EVENTS.get(type(message))
         if event is not None:
             actions = event(self.policy, conn, message, trio.current_time())
@@ -703,6 +710,10 @@ class Server:
         if conn.kind != CLIENT:
             return []
         return self.policy.disconnect(conn.id, trio.current_time())
+
+    def _gpu_processes(self, devices: dict) -> None:
+        # Unbudgeted: each line is said once per client, or per process using a GPU.
+        self._apply(self.policy.gpu_processes(devices, trio.current_time()))
 
     async def _timer(self) -> None:
         while True:
