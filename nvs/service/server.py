@@ -39,7 +39,7 @@ from ..observe.status import build_status, encoded_size, fit_status
 from ..version import version
 from ..wire.conversation import CLIENT, CONTROL, next_kind
 from ..wire.peer import Credentials, peer_credentials, peer_ids
-from . import fair_slots
+from . import fair_slots, log_rate
 from .connect_rate import ROOT, ConnectRate
 from .gpus import Gpus
 from .mps import MpsControl
@@ -104,14 +104,28 @@ class Conn:
         return self.peer.gid
 
     @property
-    def peer_key(self) -> str | None:
+    def in_container(self) -> bool:
+        """Whether the peer runs in a container, so that its uid and gid are the container's,
+        not the node's: its cgroup names a pod (known from its REGISTER on), or it is in
+        another pid namespace (SO_PEERCRED's pid 0)."""
+        return self.pid == 0 or self.named_by in (NAMED_BY_NODE, NOT_NAMED_YET)
+
+    @property
+    def node_root(self) -> bool:
+        """The node's root: uid 0 outside any container. Root in a container is whatever uid
+        its pod spec asked for, and is held to the caps and log budget of any user."""
+        return self.uid == ROOT and not self.in_container
+
+    @property
+    def peer_key(self) -> str:
         """Whose budget of log lines this connection's doings spend (log_rate.py): its uid's,
-        since a user may open any number of connections. None, no budget, for root and the
-        control group (once known: at REGISTER or CONTROL): the limit is meant for
-        unprivileged peers, and must not silence the administrator's own programs."""
-        if self.uid == ROOT or self.privileged:
-            return None
-        return peer_key(self.uid)
+        since a user may open any number of connections. The node's root and the control group
+        (once known: at REGISTER or CONTROL) have a budget of their own, ten times as large:
+        the administrator's own programs are rarely held back, and a busy pair of them cannot
+        write the log full (one wrote 200 KB a second)."""
+        if self.node_root or (self.privileged and not self.in_container):
+            return log_rate.privileged(peer_key(self.uid))
+        return peer_key(self.uid) + (" in a container" if self.uid == ROOT else "")
 
     def __str__(self) -> str:
         return f"connection {self.id} (pid {self.pid}, uid {self.uid})"
@@ -418,15 +432,19 @@ class Server:
                 await trio.to_thread.run_sync(_who_registers, conn, self.settings.control_group)
             # Within its bound, however the node's daemons fare.
             conn.node, conn.named_by = await who_is(self.node, conn.pid, self.settings.proc)
+            if conn.in_container:  # its uid and groups are its pod's: not the node's admin
+                conn.privileged = False
             # Checked and counted with no wait between, so that registrations of one user at
             # once cannot pass the cap together.
             if message.flags & p.REG_VIEW_ONLY:
                 why = fair_slots.view_only_refusal(self.conns.values(), conn.uid, conn.user,
                                                    self.settings.max_view_only,
-                                                   self.settings.view_only_per_user())
+                                                   self.settings.view_only_per_user(),
+                                                   node_root=conn.node_root)
             else:
                 why = fair_slots.refusal(self.conns.values(), conn.uid, conn.user, CLIENT,
-                                         self.settings.clients_per_user())
+                                         self.settings.clients_per_user(),
+                                         node_root=conn.node_root)
             if why is not None:
                 raise p.ProtocolError(why, p.ErrorCode.TOO_MANY_CLIENTS)
             conn.view_only = bool(message.flags & p.REG_VIEW_ONLY)
