@@ -71,8 +71,8 @@ class ClientSnapshot:
     others_allocated: int  # bytes the others sharing that budget have allocated
     sharing: list[int]  # the clients sharing that budget, itself included; [] for none
     identity_from: str = NAMED_BY_PROGRAM  # who named it (model/container.py)
-    throttled: list[int] = field(default_factory=list)  # devices (throttle.py)
-    refused: dict[int, str] = field(default_factory=dict)  # device -> why (claims.py)
+    throttled: list[int] = field(default_factory=list)  # devices (checks/throttle.py)
+    refused: dict[int, str] = field(default_factory=dict)  # device -> why (checks/claims.py)
 
 
 @dataclass(frozen=True)

@@ -74,7 +74,7 @@ class Tallies:
     # device -> clients asked to move memory to the host: by EVICT, or by a drop that moves some
     evictions: Counter = field(default_factory=Counter)
     moved: Counter = field(default_factory=Counter)  # (device, TO_HOST or TO_DEVICE) -> bytes
-    # (device, why) -> memory reports refused against NVML's list (claims.py's reasons)
+    # (device, why) -> memory reports refused against NVML's list (checks/claims.py's reasons)
     refused_reports: Counter = field(default_factory=Counter)
     unregistered: Counter = field(default_factory=Counter)  # device -> GPU users not clients
     # (series, device) -> seconds of finished holds there; forgotten when the series empties

@@ -26,7 +26,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from ..core.model.text import HOLD_ENDINGS, REVOKED
 from ..core.policy import Policy
-from ..core.rules.claims import REFUSALS
+from ..core.rules.checks.claims import REFUSALS
 from ..core.rules.gangs import BROKEN, COMPLETE, FORMING
 from ..core.tallies import TO_DEVICE, TO_HOST, WAIT_BUCKETS, Series, WaitHistogram, series_of
 from ..version import version

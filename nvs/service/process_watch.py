@@ -1,7 +1,7 @@
 """NVML's processes of each GPU, read for the policy core once a second, and at once when a
 memory report comes from a process the last list did not show (a program's context is made
 just before it allocates): the core checks memory reports against them and notices GPU users
-that are no clients (core/rules/claim_rules.py).
+that are no clients (core/rules/checks/claim_rules.py).
 
 The reading (NVML, /proc) is blocking and runs in a thread. The scheduler's own process and
 NVIDIA's MPS server (which the MPS control daemon starts, and whose clients NVML lists on their
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import trio
 
-from ..core.rules.claims import GpuProcess
+from ..core.rules.checks.claims import GpuProcess
 from .gpus import Gpus
 
 PROC = Path("/proc")

@@ -12,7 +12,7 @@ what moves cost is the core's arithmetic, tested on its own) weighs with its usa
 from __future__ import annotations
 
 from gemshare_nvs.core.rules.shares import clearly_under
-from gemshare_nvs.core.rules.throttle import QUICK_RETURN_S, QUICK_RETURNS
+from gemshare_nvs.core.rules.checks.throttle import QUICK_RETURN_S, QUICK_RETURNS
 from gemshare_nvs.core.rules.usage import Usage
 
 

@@ -4,8 +4,8 @@ claim_rules.py), and processes that use a GPU without the scheduler are noticed.
 from policy_driver import Driver
 
 from gemshare_nvs import protocol as p
-from gemshare_nvs.core.rules.claim_rules import UNREGISTERED_AFTER_S
-from gemshare_nvs.core.rules.claims import BELOW_NVML, NOT_LISTED, GpuProcess
+from gemshare_nvs.core.rules.checks.claim_rules import UNREGISTERED_AFTER_S
+from gemshare_nvs.core.rules.checks.claims import BELOW_NVML, NOT_LISTED, GpuProcess
 
 G = 1 << 30
 CONTEXT = 300 << 20  # what NVML shows of a program under libnvs: its context, about

@@ -9,7 +9,7 @@ import pytest
 from policy_driver import Driver
 
 from gemshare_nvs import protocol as p
-from gemshare_nvs.core.rules.throttle import QUICK_RETURN_S, QUICK_RETURNS
+from gemshare_nvs.core.rules.checks.throttle import QUICK_RETURN_S, QUICK_RETURNS
 
 G = 1 << 30
 MINUTE_US = 60_000_000

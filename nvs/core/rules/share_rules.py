@@ -18,7 +18,7 @@ from .shares import clearly_under, limit_levels, minimum_slice, turn_length, wei
 class ShareRules:
     def _weighted_usage(self, cid: int, device: int, now: float) -> float:
         """Its lock time, and the moves charged to it for taking the device back at once
-        (throttle.py), over its weight."""
+        (checks/throttle.py), over its weight."""
         used = self.usage.read(cid, device, now) + self.returns.charged(cid, device, now)
         return weighted(used, self._share_weight(cid, device))
 

@@ -45,7 +45,7 @@ class Meter:
         self.since = None
 
     def charge(self, seconds: float, now: float) -> None:
-        """Count `seconds` more at `now`, never past saturation (throttle.py's charges)."""
+        """Count `seconds` more at `now`, never past saturation (checks/throttle.py's charges)."""
         self.advance(now)
         self.value = min(self.value + max(seconds, 0.0), SATURATED_S)
 

@@ -29,9 +29,9 @@ links. The bookkeeping is QuickReturns below.
 
 from __future__ import annotations
 
-from ..model.actions import Log
-from .cost import CONTENDED_IDLE_RELEASE_MS
-from .usage import Usage
+from ...model.actions import Log
+from ..cost import CONTENDED_IDLE_RELEASE_MS
+from ..usage import Usage
 
 QUICK_RETURN_S = CONTENDED_IDLE_RELEASE_MS / 1000
 QUICK_RETURNS = 3  # in a row on one device: then it is throttled there

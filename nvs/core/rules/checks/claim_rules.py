@@ -18,9 +18,9 @@ A mixin of policy.Policy, as room_rules.py is.
 
 from __future__ import annotations
 
-from ..model.actions import Log
-from ..model.state import Client
-from ..model.text import mib, printable
+from ...model.actions import Log
+from ...model.state import Client
+from ...model.text import mib, printable
 from .claims import GpuProcess, refusal_words
 
 UNREGISTERED_AFTER_S = 2.0
