@@ -406,7 +406,7 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules, 
             return [Log(f"memory {client} on its device {ordinal} not counted: which GPU that "
                         "is, only its registered device says", debug=True)]
         refused = self.capacity.report(cid, device, total)
-        allocated = self._believed(client, device, allocated)  # checks/claim_rules.py
+        allocated = self._believed(client, device, allocated, now)  # checks/claim_rules.py
         self.allocated[device] += allocated - client.allocated.get(device, 0)
         client.allocated[device] = allocated
         dev = self.devices.get(device)

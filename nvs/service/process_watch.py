@@ -50,13 +50,14 @@ class ProcessWatch:
         if pid not in self.listed:
             self._wanted.set()
 
-    async def watch(self, take: Callable[[dict[int, dict[int, GpuProcess]]], None]) -> None:
-        """Read the lists until cancelled, giving each to `take`."""
+    async def watch(self, take: Callable[[dict[int, dict[int, GpuProcess]], float], None]) -> None:
+        """Read the lists until cancelled, giving each to `take` with when its reading began."""
         while True:
             self._wanted = trio.Event()
+            read_at = trio.current_time()
             devices = await trio.to_thread.run_sync(self.read, abandon_on_cancel=True)
             self.listed = {pid for processes in devices.values() for pid in processes}
-            take(devices)
+            take(devices, read_at)
             await trio.sleep(SOONEST_S)
             with trio.move_on_after(POLL_S - SOONEST_S):
                 await self._wanted.wait()

@@ -729,9 +729,9 @@ class Server:
             return []
         return self.policy.disconnect(conn.id, trio.current_time())
 
-    def _gpu_processes(self, devices: dict) -> None:
+    def _gpu_processes(self, devices: dict, read_at: float) -> None:
         # Unbudgeted: each line is said once per client, or per process using a GPU.
-        self._apply(self.policy.gpu_processes(devices, trio.current_time()))
+        self._apply(self.policy.gpu_processes(devices, trio.current_time(), read_at))
 
     async def _timer(self) -> None:
         while True:

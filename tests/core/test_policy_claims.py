@@ -15,10 +15,14 @@ def pid_of(cid: int) -> int:
     return 4000 + cid  # the driver's pids
 
 
-def listing(driver: Driver, *listed: tuple[int, int], device: int = 0) -> list:
-    """NVML lists these (pid, bytes) on the device."""
+def listing(driver: Driver, *listed: tuple[int, int], device: int = 0,
+            read_s_ago: float = 0.0) -> list:
+    """NVML lists these (pid, bytes) on the device, in a list read `read_s_ago` (a moment
+    after the last event when 0)."""
+    driver.advance(0.01)
     processes = {pid: GpuProcess(pid, used, "proc", 1000) for pid, used in listed}
-    return driver._take(driver.policy.gpu_processes({device: processes}, driver.now))
+    return driver._take(driver.policy.gpu_processes({device: processes}, driver.now,
+                                                    driver.now - read_s_ago))
 
 
 def warnings(driver: Driver, text: str) -> list[str]:
@@ -54,6 +58,18 @@ def test_a_report_that_came_before_its_process_was_listed_counts_once_it_is():
     assert driver.policy.memory_of(2, 0) == 8 * G
     assert warnings(driver, "memory client 2") == []
     assert not driver.policy.tallies.refused_reports
+
+
+def test_a_list_read_before_a_report_came_confirms_no_refusal_of_it():
+    driver = Driver(tq=10)
+    driver.register(1)
+    driver.register(2)
+    listing(driver, (pid_of(1), CONTEXT))
+    driver.mem(2, 8 * G)
+    listing(driver, (pid_of(1), CONTEXT), read_s_ago=0.02)  # read as the report was on its way
+    assert driver.policy.memory_of(2, 0) == 0 and warnings(driver, "memory client 2") == []
+    listing(driver, (pid_of(1), CONTEXT))
+    assert len(warnings(driver, "memory client 2")) == 1
 
 
 def test_where_the_schedulers_pids_are_not_nvmls_reports_are_believed_as_before():

@@ -54,6 +54,7 @@ class Client:
     # device -> its last MEM_REPORT, of which `allocated` holds what is believed (claims.py);
     # why the last was refused (None: it was not); and the refusals logged already
     reported: dict[int, int] = field(default_factory=dict)
+    reported_at: dict[int, float] = field(default_factory=dict)  # when it last changed
     refusing: dict[int, str | None] = field(default_factory=dict)
     refused: set = field(default_factory=set)
 

@@ -27,19 +27,24 @@ UNREGISTERED_AFTER_S = 2.0
 
 
 class ClaimRules:
-    def _believed(self, client: Client, device: int, reported: int) -> int:
+    def _believed(self, client: Client, device: int, reported: int, now: float) -> int:
         """What of a report of `reported` bytes on `device` (the scheduler's) is counted: at
         most a GPU's total (capacity.py), and no more than NVML bears out (claims.py). The
         report is kept, to be weighed again at the next list."""
         reported = min(reported, self.capacity.device_total(device))  # never past a GPU's
+        if client.reported.get(device) != reported:
+            client.reported_at[device] = now
         client.reported[device] = reported
         believed, why = self.listing.believed(client.registration.pid, device, reported,
                                               self.reserve)
         client.refusing[device] = why
         return believed
 
-    def gpu_processes(self, devices: dict[int, dict[int, GpuProcess]], now: float) -> list:
-        """NVML's processes of each GPU it could list, by the scheduler's index."""
+    def gpu_processes(self, devices: dict[int, dict[int, GpuProcess]], now: float,
+                      read_at: float | None = None) -> list:
+        """NVML's processes of each GPU it could list, by the scheduler's index, as read from
+        `read_at` (by default `now`) on: only a list read after a report confirms its refusal."""
+        read_at = now if read_at is None else read_at
         self.listing.update(devices, {c.registration.pid for c in self.clients.values()})
         actions = []
         for client in list(self.clients.values()):
@@ -51,7 +56,8 @@ class ClaimRules:
                 if self.listing.believed(client.registration.pid, device, reported,
                                          self.reserve)[0] != client.allocated.get(device, 0):
                     actions += self.mem_report(client.registration.id, ordinal, reported, 0, now)
-                actions += self._refusal_confirmed(client, device, was, reported)
+                if client.reported_at.get(device, now) < read_at:
+                    actions += self._refusal_confirmed(client, device, was, reported)
         return actions + self._unregistered_users(now)
 
     def _refusal_confirmed(self, client: Client, device: int, was: str | None,
