@@ -117,7 +117,8 @@ from .rules.admission import Budget, Waiting, admitted, kept
 from .rules.budgets import KUBELET_SOURCE, BudgetRules, Budgets, node_names, said_otherwise
 from .rules.capacity import Capacity, renumbered
 from .rules.checks.claim_rules import ClaimRules
-from .rules.checks.claims import Listing
+from .rules.checks.claims import Listing, Unregistered
+from .rules.checks.throttle import QuickReturns, ThrottleRules
 from .rules.cost import GB, LINK_CEILING_BPS, Link
 from .rules.credit import MoveCredit
 from .rules.gang_rules import GangRules
@@ -128,7 +129,6 @@ from .rules.mps_rules import MpsRules, mps_words
 from .rules.residency import Residency
 from .rules.room_rules import RoomRules
 from .rules.share_rules import ShareRules
-from .rules.checks.throttle import QuickReturns, ThrottleRules
 from .rules.usage import Usage
 from .snapshot import ClientSnapshot, DeviceSnapshot, GangSnapshot, Snapshot
 from .tallies import Series, Tallies, series_of
@@ -203,9 +203,7 @@ class Policy(GangRules, ShareRules, RoomRules, GapRules, MpsRules, BudgetRules, 
         self.budgets = Budgets()  # the programs of each container, and what LIMITS told them
         self.viewers: dict[int, Client] = {}  # REG_VIEW_ONLY registrations
         self.listing = Listing()  # NVML's processes of each GPU, as the shell last read them
-        self.unregistered: dict = {}  # device -> GPU users that are no client (checks/claim_rules.py)
-        self.unregistered_since: dict = {}
-        self.unregistered_told: set = set()
+        self.unregistered = Unregistered()  # GPU users that are no client (checks/claims.py)
 
     # ----- events -------------------------------------------------------------------------
 

@@ -66,7 +66,7 @@ class SchedulerCollector(Collector):
         devices = sorted({dev.index for dev in snapshot.devices} | set(policy.grants) |
                          set(tallies.waits) | {device for device, _ in tallies.ended} |
                          set(tallies.evictions) | {device for device, _ in tallies.moved} |
-                         set(policy.unregistered) | set(tallies.unregistered))
+                         set(policy.unregistered.now) | set(tallies.unregistered))
         by_index = {dev.index: dev for dev in snapshot.devices}
 
         labels = list(DEVICE_LABELS)
@@ -120,7 +120,7 @@ class SchedulerCollector(Collector):
                 moved.add_metric([*names, direction], tallies.moved[device, direction])
             for reason in REFUSALS:
                 refused.add_metric([*names, reason], tallies.refused_reports[device, reason])
-            unregistered.add_metric(names, len(policy.unregistered.get(device, ())))
+            unregistered.add_metric(names, len(policy.unregistered.now.get(device, ())))
             unregistered_seen.add_metric(names, tallies.unregistered[device])
 
         held = CounterMetricFamily("gemshare_lock_held_seconds",

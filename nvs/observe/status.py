@@ -39,7 +39,7 @@ def build_status(policy: Policy, now: float, wall: float, *, grace_ms: int,
         # Processes that NVML lists on a GPU and that are no client: they use it unscheduled.
         "unregistered": [{"device": device, "pid": found.pid, "name": found.name,
                           "uid": found.uid, "used_bytes": found.used_bytes}
-                         for device, processes in sorted(policy.unregistered.items())
+                         for device, processes in sorted(policy.unregistered.now.items())
                          for found in processes],
         "time": round(wall, 3),
     }

@@ -4,7 +4,6 @@ claim_rules.py), and processes that use a GPU without the scheduler are noticed.
 from policy_driver import Driver
 
 from gemshare_nvs import protocol as p
-from gemshare_nvs.core.rules.checks.claim_rules import UNREGISTERED_AFTER_S
 from gemshare_nvs.core.rules.checks.claims import BELOW_NVML, NOT_LISTED, GpuProcess
 
 G = 1 << 30
@@ -105,16 +104,16 @@ def test_a_process_using_the_gpu_without_registering_is_logged_once_and_counted(
     driver = Driver(tq=10)
     driver.register(1)
     listing(driver, (pid_of(1), CONTEXT), (9999, 2 * G))
-    assert driver.policy.unregistered == {}  # its REGISTER may be on the way
-    driver.advance(UNREGISTERED_AFTER_S)
+    assert driver.policy.unregistered.now == {}  # its REGISTER may be on the way
+    driver.advance(driver.policy.unregistered.after_s)
     listing(driver, (pid_of(1), CONTEXT), (9999, 2 * G))
     listing(driver, (pid_of(1), CONTEXT), (9999, 2 * G))
-    assert [found.pid for found in driver.policy.unregistered[0]] == [9999]
+    assert [found.pid for found in driver.policy.unregistered.now[0]] == [9999]
     told = warnings(driver, "unregistered GPU user: pid 9999")
     assert len(told) == 1 and "2048 MiB" in told[0] and "uid 1000" in told[0]
     assert driver.policy.tallies.unregistered[0] == 1
     listing(driver, (pid_of(1), CONTEXT))  # it ended
-    assert driver.policy.unregistered == {}
+    assert driver.policy.unregistered.now == {}
 
 
 def test_a_client_is_no_unregistered_user():
@@ -122,6 +121,6 @@ def test_a_client_is_no_unregistered_user():
     driver.register(1)
     driver.register(2, flags=p.REG_VIEW_ONLY)
     listing(driver, (pid_of(1), CONTEXT), (pid_of(2), 0))
-    driver.advance(UNREGISTERED_AFTER_S)
+    driver.advance(driver.policy.unregistered.after_s)
     listing(driver, (pid_of(1), CONTEXT), (pid_of(2), 0))
-    assert driver.policy.unregistered == {}
+    assert driver.policy.unregistered.now == {}

@@ -9,7 +9,7 @@ that use a GPU without being clients are logged and counted.
 - A refusal is logged once per client, device and reason, after the list that confirms it, and
   counted (tallies.py: the metric gemshare_memory_reports_refused).
 - A process NVML lists on a GPU that is no registered client (nor a view-only registration),
-  in lists at least UNREGISTERED_AFTER_S apart (a program's context is made before its
+  in lists at least 2 s apart (claims.Unregistered: a program's context is made before its
   REGISTER arrives), is logged once, counted (gemshare_unregistered_gpu_processes) and shown in
   status: it uses the GPU outside every rule.
 
@@ -22,8 +22,6 @@ from ...model.actions import Log
 from ...model.state import Client
 from ...model.text import mib, printable
 from .claims import GpuProcess, refusal_words
-
-UNREGISTERED_AFTER_S = 2.0
 
 
 class ClaimRules:
@@ -74,25 +72,12 @@ class ClaimRules:
 
     def _unregistered_users(self, now: float) -> list:
         known = {c.registration.pid for c in (*self.clients.values(), *self.viewers.values())}
-        listed = self.listing.unregistered(known)
-        seen = {(device, found.pid) for device, processes in listed.items()
-                for found in processes}
-        self.unregistered_since = {key: self.unregistered_since.get(key, now) for key in seen}
         actions = []
-        self.unregistered = {}
-        for device, processes in listed.items():
-            for found in processes:
-                if now - self.unregistered_since[(device, found.pid)] < UNREGISTERED_AFTER_S:
-                    continue
-                self.unregistered.setdefault(device, []).append(found)
-                if (device, found.pid) in self.unregistered_told:
-                    continue
-                self.unregistered_told.add((device, found.pid))
-                self.tallies.unregistered_user(device)
-                who = f"uid {found.uid}" if found.uid is not None else "uid unknown"
-                actions.append(Log(
-                    f"unregistered GPU user: pid {found.pid} ({printable(found.name, 64) or '?'}, "
-                    f"{who}) uses device {device} ({mib(found.used_bytes)} per NVML) without "
-                    "the scheduler: no lock, budget or rule applies to it", warning=True))
-        self.unregistered_told &= seen  # one that comes back is told again
+        for device, found in self.unregistered.seen(self.listing.unregistered(known), now):
+            self.tallies.unregistered_user(device)
+            who = f"uid {found.uid}" if found.uid is not None else "uid unknown"
+            actions.append(Log(
+                f"unregistered GPU user: pid {found.pid} ({printable(found.name, 64) or '?'}, "
+                f"{who}) uses device {device} ({mib(found.used_bytes)} per NVML) without the "
+                "scheduler: no lock, budget or rule applies to it", warning=True))
         return actions

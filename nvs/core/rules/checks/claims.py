@@ -76,6 +76,35 @@ class Listing:
                 if any(pid not in known for pid in processes)}
 
 
+class Unregistered:
+    """The processes listed on a GPU that are no client: each counts once it has been listed
+    for `after_s`, and is told of once while it stays."""
+
+    def __init__(self, after_s: float = 2.0) -> None:
+        self.after_s = after_s
+        self.now: dict[int, list[GpuProcess]] = {}  # device -> those that count now
+        self._since: dict[tuple[int, int], float] = {}  # (device, pid) -> first listed
+        self._told: set[tuple[int, int]] = set()
+
+    def seen(self, listed: dict[int, list[GpuProcess]], now: float) -> list[tuple[int, GpuProcess]]:
+        """A new list of them (Listing.unregistered); those to be told of now."""
+        keys = {(device, found.pid) for device, processes in listed.items()
+                for found in processes}
+        self._since = {key: self._since.get(key, now) for key in keys}
+        self._told &= keys  # one that comes back is told of again
+        self.now, tell = {}, []
+        for device, processes in listed.items():
+            for found in processes:
+                key = (device, found.pid)
+                if now - self._since[key] < self.after_s:
+                    continue
+                self.now.setdefault(device, []).append(found)
+                if key not in self._told:
+                    self._told.add(key)
+                    tell.append((device, found))
+        return tell
+
+
 def refusal_words(why: str, device: int, reported: int, believed: int) -> str:
     if why == NOT_LISTED:
         return (f"reports {reported} bytes on device {device}, where NVML lists no process of "
