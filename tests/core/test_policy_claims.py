@@ -124,3 +124,18 @@ def test_a_client_is_no_unregistered_user():
     driver.advance(driver.policy.unregistered.after_s)
     listing(driver, (pid_of(1), CONTEXT), (pid_of(2), 0))
     assert driver.policy.unregistered.now == {}
+
+
+def test_a_program_nvml_lists_makes_idle_ones_ready_before_it_asks():
+    """Its context is on the GPU and its memory will come: the idle ones get ready to move out
+    (IDLE_HINT with their bytes) from its report on, as before the checks, where a client NVML
+    does not list makes nobody get ready (test_policy_notebooks.py)."""
+    driver = Driver(tq=10, limit=20 * G)
+    driver.register(1)
+    driver.register(2)
+    listing(driver, (pid_of(1), CONTEXT), (pid_of(2), CONTEXT))
+    driver.request(1)
+    driver.mem(1, 12 * G)
+    driver.release(1, reason=p.ReleaseReason.IDLE, idle_us=100_000)
+    driver.mem(2, 12 * G)
+    assert [(cid, hint.evict_bytes) for cid, hint in driver.prepares] == [(1, 12 * G)]

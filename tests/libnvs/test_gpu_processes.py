@@ -14,25 +14,15 @@ import sys
 import time
 from pathlib import Path
 
-from libnvs_programs import FAKECUDA, scheduler_status, wait_file, wait_for
+from libnvs_programs import scheduler_status, wait_file, wait_for
 from metrics_scrape import metrics_url, scrape
 
 LIAR = Path(__file__).with_name("lying_client.py")
 
 
-def nvml_scheduler(gpu_with, tmp_path, device_mem: str, **options):
-    """A scheduler that reads the fake GPU's NVML: the same shared device as the programs."""
-    env = {"LD_LIBRARY_PATH": str(FAKECUDA), "FAKECUDA_DEVICE_MEM": device_mem,
-           "FAKECUDA_SHARED_DEVICE": str(tmp_path / "shared-device")}
-    gpu, scheduler = gpu_with(device_mem, env=env, **options)
-    assert "GPU information: NVML unavailable" not in scheduler.log(), scheduler.log()
-    return gpu, scheduler
-
-
-def test_a_report_from_a_client_with_nothing_on_the_gpu_moves_no_idle_program(gpu_with,
-                                                                              tmp_path):
+def test_a_report_from_a_client_with_nothing_on_the_gpu_moves_no_idle_program(gpu_with_nvml):
     # Their 768 MiB and a context reserve fit in 2 GiB: none of them moves for the others.
-    gpu, scheduler = nvml_scheduler(gpu_with, tmp_path, "2G", anti_thrash="auto")
+    gpu, scheduler = gpu_with_nvml("2G", anti_thrash="auto")
     idle = [gpu.start(["init", "alloc", "buf", "256M", "launch", 1000, "sync",
                        "touch-file", gpu.path(f"ran-{i}"), "wait-file", gpu.path("done")])
             for i in range(3)]
@@ -62,9 +52,8 @@ def test_a_report_from_a_client_with_nothing_on_the_gpu_moves_no_idle_program(gp
         assert program.wait().returncode == 0
 
 
-def test_a_program_using_the_gpu_without_the_library_is_logged_counted_and_shown(gpu_with,
-                                                                                 tmp_path):
-    gpu, scheduler = nvml_scheduler(gpu_with, tmp_path, "1G", metrics="127.0.0.1:0")
+def test_a_program_using_the_gpu_without_the_library_is_logged_counted_and_shown(gpu_with_nvml):
+    gpu, scheduler = gpu_with_nvml("1G", metrics="127.0.0.1:0")
     scheduled = gpu.start(["init", "alloc", "buf", "64M", "launch", 1000, "sync",
                            "touch-file", gpu.path("scheduled"), "wait-file", gpu.path("done")])
     unscheduled = gpu.start(["init", "alloc", "buf", "128M", "touch-file", gpu.path("ready"),

@@ -199,8 +199,8 @@ class RoomRules:
 
     def _oversubscribed(self, device: int) -> bool:
         """Whether the memory allocated on the device does not all fit there at once. Only the
-        memory of clients that hold the device, wait for it or have held it counts: a client
-        that never asked for it has nothing there and runs nowhere, so what it says it
+        memory of clients that may bring it there counts (checks/claim_rules.py): what a
+        client that never asked for the device, and that NVML does not list there, says it
         allocated makes nobody get ready to move out (issue 38: one report of 4 TiB from a
         client holding nothing had three idle programs pin 256 MiB each)."""
         capacity = self.capacity.of(device)[0]
@@ -212,7 +212,7 @@ class RoomRules:
         if self.allocated[device] <= room:  # most reports: no client is walked
             return False
         asked = sum(client.allocated.get(device, 0) for cid, client in self.clients.items()
-                    if device in client.last_grant or (dev is not None and cid in dev.waiters))
+                    if self._may_bring_memory(cid, client, dev, device))
         return asked > room
 
     def _prepare_hints(self, device: int) -> list:

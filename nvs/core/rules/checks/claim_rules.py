@@ -38,6 +38,14 @@ class ClaimRules:
         client.refusing[device] = why
         return believed
 
+    def _may_bring_memory(self, cid: int, client: Client, dev, device: int) -> bool:
+        """Whether a client's memory may come to the device, so that others get ready to make
+        room for it: it holds it, waits for it or has held it, or NVML lists its process there
+        (a program with a context there, which has allocated and not run yet). Without NVML's
+        word, a client that never asked for the device is taken to bring nothing."""
+        return device in client.last_grant or (dev is not None and cid in dev.waiters) or \
+            self.listing.lists(client.registration.pid, device)
+
     def gpu_processes(self, devices: dict[int, dict[int, GpuProcess]], now: float,
                       read_at: float | None = None) -> list:
         """NVML's processes of each GPU it could list, by the scheduler's index, as read from

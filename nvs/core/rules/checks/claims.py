@@ -55,6 +55,10 @@ class Listing:
             self.armed = any(pid in clients for processes in devices.values()
                              for pid in processes)
 
+    def lists(self, pid: int, device: int) -> bool:
+        """Whether the check applies and the last list shows `pid` on the device."""
+        return self.armed and pid in self.devices.get(device, {})
+
     def believed(self, pid: int, device: int, reported: int,
                  reserve: int) -> tuple[int, str | None]:
         """(the bytes believed of a report, why the report was refused or None)."""
