@@ -2,7 +2,9 @@
 
 Put this folder first on PYTHONPATH. FAKE_NVML_GPUS is a JSON list of
 {"name", "uuid", "total", "used"} and optionally "pcie": [generation, width] (without it the
-PCIe queries answer Not Supported, as for a GPU with no PCIe host link); FAKE_NVML_BYTES=1 answers names and UUIDs as bytes (as old
+PCIe queries answer Not Supported, as for a GPU with no PCIe host link), "compute" and "mps":
+lists of [pid, used bytes or null] (the GPU's processes; without "compute" its list answers
+Not Supported); FAKE_NVML_BYTES=1 answers names and UUIDs as bytes (as old
 pynvml releases do); FAKE_NVML_INIT_ERROR makes nvmlInit fail with that text;
 FAKE_NVML_FAIL_AT=N makes every query of GPU N fail, as a GPU that fell off the bus does.
 """
@@ -76,3 +78,18 @@ def nvmlDeviceGetMaxPcieLinkGeneration(handle):
 
 def nvmlDeviceGetMaxPcieLinkWidth(handle):
     return _pcie(handle)[1]
+
+
+def _processes(handle, kind: str) -> list:
+    listed = _gpu(handle).get(kind)
+    if listed is None:
+        raise NVMLError("Not Supported")
+    return [SimpleNamespace(pid=pid, usedGpuMemory=used) for pid, used in listed]
+
+
+def nvmlDeviceGetComputeRunningProcesses(handle):
+    return _processes(handle, "compute")
+
+
+def nvmlDeviceGetMPSComputeRunningProcesses(handle):
+    return _processes(handle, "mps")
