@@ -439,12 +439,28 @@ def truncation_note(status: dict) -> Text | None:
                 style="yellow")
 
 
+def unregistered_lines(status: dict) -> Text | None:
+    """The processes that use a GPU without the scheduler, one line each."""
+    found = status.get("unregistered")
+    if not isinstance(found, list) or not found:
+        return None
+    lines = [Text(f"Unregistered GPU user: pid {entry.get('pid', MISSING)} "
+                  f"({entry.get('name') or '?'}, uid {entry.get('uid', MISSING)}) on device "
+                  f"{entry.get('device', MISSING)}, {human_bytes(entry.get('used_bytes'))} per "
+                  "NVML: not scheduled", style="yellow")
+             for entry in found if isinstance(entry, dict)]
+    return Text("\n").join(lines) if lines else None
+
+
 def status_view(console: Console, status: dict, socket: str) -> Group:
     """Everything `gemsharectl status` prints, top to bottom."""
     parts = [_summary(status, socket)]
     about_config = config_lines(status)
     if about_config is not None:
         parts.append(about_config)
+    unregistered = unregistered_lines(status)
+    if unregistered is not None:
+        parts.append(unregistered)
     note = truncation_note(status)
     if note is not None:
         parts.append(note)

@@ -122,6 +122,9 @@ from .pipeline import DROP_DECISIONS, STAGES, Pipeline
 from .rules.admission import Budget, Waiting, admitted, kept
 from .rules.budgets import KUBELET_SOURCE, BudgetRules, node_names, said_otherwise
 from .rules.capacity import Capacity, renumbered
+from .rules.checks.claim_rules import ClaimRules
+from .rules.checks.claims import Listing, Unregistered
+from .rules.checks.throttle import QuickReturns, ThrottleRules
 from .rules.cost import GB, LINK_CEILING_BPS, Link
 from .rules.credit import MoveCredit
 from .rules.gang_rules import GangStage, with_gang
@@ -186,6 +189,7 @@ class Policy:
         self.rules = rules
         self.usage = Usage()
         self.gaps = Gaps()  # how long each client's idle gaps last, to lend them (gaps.py)
+        self.returns = QuickReturns()  # who takes the device back right after letting go
         self.mode = mode
         self.grace_s = grace_s
         self.max_clients = max_clients
@@ -211,7 +215,12 @@ class Policy:
         # Beside the pipeline: who goes through MPS, and the budgets of containers' programs.
         self.mps_rules = MpsRules(self, enabled=mps)
         self.budget_rules = BudgetRules(self, compute_cap)
+        # And the checks of what clients say: quick returns, memory reports against NVML.
+        self.throttle_rules = ThrottleRules(self)
+        self.claim_rules = ClaimRules(self)
         self.viewers: dict[int, Client] = {}  # REG_VIEW_ONLY registrations
+        self.listing = Listing()  # NVML's processes of each GPU, as the shell last read them
+        self.unregistered = Unregistered()  # GPU users that are no client (checks/claims.py)
 
     # ----- events -------------------------------------------------------------------------
 
@@ -333,6 +342,7 @@ class Policy:
         if moves:  # its memory, reported totals and residency follow the GPUs
             self.allocated.subtract(client.allocated)
             client.allocated = renumbered(client.allocated, moves)
+            client.reported = renumbered(client.reported, moves)
             self.allocated.update(client.allocated)
             self.capacity.renumber(cid, moves)
             self.residency.renumber(cid, moves)
@@ -379,10 +389,11 @@ class Policy:
         if cid in dev.holders or cid in dev.waiters:
             return [Log(f"repeated request from {client} for device {device}", debug=True)]
         wait = dev.waiters[cid] = Wait(now, queued=False, keeping=keeping)
+        throttled = self.throttle_rules.count_return(cid, device, now)
         self.gaps.requested(cid, device, now)
         placed = self.pipeline.arrive(dev, cid, now)
         wait.placed_by = placed.decision if placed else None
-        actions = placed.actions if placed else []
+        actions = throttled + (placed.actions if placed else [])
         actions += self.gang_rules.outgrows_turn(cid, dev, now) + self._settle(dev, now)
         waiting = ""
         if cid in dev.waiters:  # not granted at once: it waits behind someone
@@ -419,8 +430,8 @@ class Policy:
         dropped = hold.dropped_at is not None
         lent = []
         if reason == p.ReleaseReason.IDLE and not dropped:
-            self.gaps.released_idle(cid, device, now,
-                                    idle_waited_s(hold.idle_hint_ms, idle_us))
+            self.gaps.released_idle(cid, device, now, idle_waited_s(
+                hold.idle_hint_ms, idle_us, now - hold.granted_at))
             lent = self.gap_rules.lend(dev, cid, hold, now)
         held = self._end_hold(dev, cid, now, why)
         return [Log(f"release {client}: device {device} {words}, held {held:.3f} s")] + lent + \
@@ -435,7 +446,7 @@ class Policy:
             return [Log(f"memory {client} on its device {ordinal} not counted: which GPU that "
                         "is, only its registered device says", debug=True)]
         refused = self.capacity.report(cid, device, total)
-        allocated = min(allocated, self.capacity.device_total(device))  # never past a GPU's
+        allocated = self.claim_rules.believed(client, device, allocated, now)  # checks/claim_rules.py
         self.allocated[device] += allocated - client.allocated.get(device, 0)
         client.allocated[device] = allocated
         dev = self.devices.get(device)
@@ -548,6 +559,7 @@ class Policy:
         self.credit.forget(cid)
         self.capacity.forget(cid)
         self.gaps.forget(cid)
+        self.returns.forget(cid)
         held, waited = [], []
         self.pipeline.forget_client(cid)
         for dev in self.devices.values():
@@ -751,11 +763,16 @@ class Policy:
             identity_from=client.identity_from,
             units=self.budget_rules.units_of(client),
             others_allocated=self.budget_rules.others_allocated(client),
-            sharing=self.budget_rules.sharing_ids(client))
+            sharing=self.budget_rules.sharing_ids(client), throttled=self.returns.of_client(cid),
+            refused={d: why for d, why in sorted(client.refusing.items()) if why})
 
     def switch_seconds(self, device: int) -> float:
         """What handing the device to the next client now would cost in moves (room_rules.py)."""
         return self.room_rules.switch_seconds(device)
+
+    def gpu_processes(self, devices: dict, now: float, read_at: float | None = None) -> list:
+        """NVML's processes of each GPU, as the shell read them (checks/claim_rules.py)."""
+        return self.claim_rules.gpu_processes(devices, now, read_at)
 
     def memory_of(self, cid: int, device: int) -> int:
         return self.clients[cid].allocated.get(device, 0)
@@ -900,6 +917,7 @@ class Policy:
         self.credit.asked_out(dev.index, cid, evict)
         if evict:
             self.tallies.evicted(dev.index)
+            self.throttle_rules.charge_moves(next(iter(dev.waiters), None), dev.index, evict, now)
         hold.dropped_at, hold.drop_reason, hold.drop_evict = now, reason, evict
         hold.dropped_by = decision
         hold.revoke_at = now + self.grace_s + self.room_rules.link(dev.index).to_host.seconds(evict)

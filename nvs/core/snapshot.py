@@ -6,7 +6,7 @@ suits them. Nothing in a snapshot changes with later events.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..protocol import Mode
 from .model.container import NAMED_BY_PROGRAM, GpuUnits, NodeIdentity
@@ -76,6 +76,8 @@ class ClientSnapshot:
     others_allocated: int  # bytes the others sharing that budget have allocated
     sharing: list[int]  # the clients sharing that budget, itself included; [] for none
     identity_from: str = NAMED_BY_PROGRAM  # who named it (model/container.py)
+    throttled: list[int] = field(default_factory=list)  # devices (checks/throttle.py)
+    refused: dict[int, str] = field(default_factory=dict)  # device -> why (checks/claims.py)
 
 
 @dataclass(frozen=True)

@@ -74,6 +74,9 @@ class Tallies:
     # device -> clients asked to move memory to the host: by EVICT, or by a drop that moves some
     evictions: Counter = field(default_factory=Counter)
     moved: Counter = field(default_factory=Counter)  # (device, TO_HOST or TO_DEVICE) -> bytes
+    # (device, why) -> memory reports refused against NVML's list (checks/claims.py's reasons)
+    refused_reports: Counter = field(default_factory=Counter)
+    unregistered: Counter = field(default_factory=Counter)  # device -> GPU users not clients
     # (series, device) -> seconds of finished holds there; forgotten when the series empties
     held: Counter = field(default_factory=Counter)
     _devices_of: dict[Series, set[int]] = field(default_factory=dict)  # series -> its devices
@@ -106,6 +109,12 @@ class Tallies:
     def waited(self, device: int, seconds: float) -> None:
         """A wait in the queue that ended in a grant."""
         self.waits.setdefault(device, WaitHistogram()).add(seconds)
+
+    def refused_report(self, device: int, why: str) -> None:
+        self.refused_reports[device, why] += 1
+
+    def unregistered_user(self, device: int) -> None:
+        self.unregistered[device] += 1
 
     def evicted(self, device: int) -> None:
         self.evictions[device] += 1

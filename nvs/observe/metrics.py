@@ -26,6 +26,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from ..core.model.text import HOLD_ENDINGS, REVOKED
 from ..core.policy import Policy
+from ..core.rules.checks.claims import REFUSALS
 from ..core.rules.gangs import BROKEN, COMPLETE, FORMING
 from ..core.tallies import TO_DEVICE, TO_HOST, WAIT_BUCKETS, Series, WaitHistogram, series_of
 from ..version import version
@@ -41,11 +42,12 @@ DIRECTIONS = (TO_HOST, TO_DEVICE)
 GANG_STATES = (FORMING, COMPLETE, BROKEN)
 # What the cardinality bound above adds up: the node's own series (clients connected, view-only
 # registrations, gangs by state, build info); each GPU's (grants, drops by reason, revocations, the wait histogram's
-# buckets, sum and count, queue, holders, evictions, moves by direction); and per client
+# buckets, sum and count, queue, holders, evictions, moves by direction, memory reports refused
+# by reason, GPU users that are no client now and since the start); and per client
 # identity and GPU, its lock time and its memory.
 FIXED_SERIES = 1 + 1 + len(GANG_STATES) + 1
 PER_DEVICE_SERIES = (1 + len(END_REASONS) + 1 + len(WAIT_BUCKETS) + 1 + 2 + 1 + 1 + 1 +
-                     len(DIRECTIONS))
+                     len(DIRECTIONS) + len(REFUSALS) + 1 + 1)
 PER_CLIENT_FAMILIES = 2
 PER_BUDGET_SERIES = 1  # a container's memory budget
 
@@ -63,7 +65,8 @@ class SchedulerCollector(Collector):
         tallies = policy.tallies
         devices = sorted({dev.index for dev in snapshot.devices} | set(policy.grants) |
                          set(tallies.waits) | {device for device, _ in tallies.ended} |
-                         set(tallies.evictions) | {device for device, _ in tallies.moved})
+                         set(tallies.evictions) | {device for device, _ in tallies.moved} |
+                         set(policy.unregistered.now) | set(tallies.unregistered))
         by_index = {dev.index: dev for dev in snapshot.devices}
 
         labels = list(DEVICE_LABELS)
@@ -88,6 +91,17 @@ class SchedulerCollector(Collector):
         moved = CounterMetricFamily("gemshare_moved_bytes",
                                     "Bytes clients reported moving between device and host.",
                                     labels=[*labels, "direction"])
+        refused = CounterMetricFamily("gemshare_memory_reports_refused",
+                                      "Clients' memory reports that NVML's list of the GPU's "
+                                      "processes did not bear out, by device and reason "
+                                      "(not_on_device, below_nvml), each client counted once.",
+                                      labels=[*labels, "reason"])
+        unregistered = GaugeMetricFamily("gemshare_unregistered_gpu_processes",
+                                         "Processes NVML lists on the GPU that are no client of "
+                                         "the scheduler: they use it unscheduled.", labels=labels)
+        unregistered_seen = CounterMetricFamily("gemshare_unregistered_gpu_processes_seen",
+                                                "Processes found using the GPU without the "
+                                                "scheduler, since it started.", labels=labels)
         for device in devices:
             names = [str(device), policy.gpu_indices.uuid_of(device)]
             grants.add_metric(names, policy.grants.get(device, 0))
@@ -104,6 +118,10 @@ class SchedulerCollector(Collector):
             evictions.add_metric(names, tallies.evictions[device])
             for direction in DIRECTIONS:
                 moved.add_metric([*names, direction], tallies.moved[device, direction])
+            for reason in REFUSALS:
+                refused.add_metric([*names, reason], tallies.refused_reports[device, reason])
+            unregistered.add_metric(names, len(policy.unregistered.now.get(device, ())))
+            unregistered_seen.add_metric(names, tallies.unregistered[device])
 
         held = CounterMetricFamily("gemshare_lock_held_seconds",
                                    "Seconds the clients of one identity (namespace, pod, "
@@ -154,7 +172,8 @@ class SchedulerCollector(Collector):
                                   labels=["version"])
         build.add_metric([version()], 1)
         yield from (held, grants, drops, revocations, waits, queue, holders, allocated,
-                    budgets, evictions, moved, connected, viewers, gangs, build)
+                    budgets, evictions, moved, refused, unregistered, unregistered_seen,
+                    connected, viewers, gangs, build)
 
 
 def _client_labels(policy: Policy, who: Series, device: int) -> list[str]:

@@ -37,6 +37,11 @@ def build_status(policy: Policy, now: float, wall: float, *, grace_ms: int,
         "max_clients": snapshot.max_clients,
         "revocations": snapshot.revocations,
         "nvml": gpus is not None,
+        # Processes that NVML lists on a GPU and that are no client: they use it unscheduled.
+        "unregistered": [{"device": device, "pid": found.pid, "name": found.name,
+                          "uid": found.uid, "used_bytes": found.used_bytes}
+                         for device, processes in sorted(policy.unregistered.now.items())
+                         for found in processes],
         "time": round(wall, 3),
     }
     status.update(extra or {})
@@ -141,6 +146,10 @@ def _client_entry(client: ClientSnapshot) -> dict:
         "gang": client.gang or None,
         # Every device it holds or waits for: a program may use several GPUs.
         "devices": {"holding": client.holding, "waiting": client.waiting},
+        # Checked claims: the devices where it is throttled for taking the GPU back at once,
+        # and why its last memory report there was refused (docs/security.md).
+        "throttled": client.throttled,
+        "memory_refused": {str(d): why for d, why in client.refused.items()},
     }
 
 

@@ -24,13 +24,28 @@ CONTROL_PER_USER_SHARE = 8  # one user outside the control group: an eighth of t
 CONTROL_KEPT_SHARE = 4  # a quarter kept for root and the control group
 
 
-def refusal(conns: Iterable, uid: int, user: str, kind: str | None, cap: int) -> str | None:
+def _counts_as_root(conn) -> bool:
+    """Whether an open connection is the node's root: uid 0 outside any container (a
+    connection without the attribute is taken by its uid)."""
+    return getattr(conn, "node_root", conn.uid == ROOT)
+
+
+def _same_user(conn, uid: int) -> bool:
+    """Whether `conn` counts against the caps of the user `uid` (not the node's root): uid 0
+    in containers is one user of its own, apart from the node's root."""
+    return conn.uid == uid and not _counts_as_root(conn)
+
+
+def refusal(conns: Iterable, uid: int, user: str, kind: str | None, cap: int,
+            node_root: bool | None = None) -> str | None:
     """Why a connection of `uid` may not become (or, for None, stay unnamed as) `kind`, given
     the open `conns` (each with .uid, .kind and .view_only) besides it; None when there is
-    room. View-only registrations are not counted: they have slots of their own."""
-    if uid == ROOT:
+    room. View-only registrations are not counted: they have slots of their own. `node_root`:
+    whether it is the node's root, which no cap holds (by default, whether `uid` is 0; uid 0
+    in a container is not)."""
+    if uid == ROOT if node_root is None else node_root:
         return None
-    held = sum(1 for conn in conns if conn.uid == uid and conn.kind == kind
+    held = sum(1 for conn in conns if _same_user(conn, uid) and conn.kind == kind
                and not conn.view_only)
     if held < cap:
         return None
@@ -44,16 +59,17 @@ def refusal(conns: Iterable, uid: int, user: str, kind: str | None, cap: int) ->
 
 
 def view_only_refusal(conns: Iterable, uid: int, user: str, cap: int,
-                      per_user: int) -> str | None:
+                      per_user: int, node_root: bool | None = None) -> str | None:
     """Why a connection of `uid` may not become a view-only registration beside the open
     `conns` (each with .uid and .view_only): `cap` of them together, `per_user` of one user
-    (root aside); None when there is room."""
+    (the node's root aside, as in `refusal`); None when there is room."""
     viewers = [conn for conn in conns if conn.view_only]
     if len(viewers) >= cap:
         return (f"the scheduler already has {len(viewers)} view-only registrations (nvidia-smi, "
                 "NVML), its limit; try again later")
-    mine = sum(1 for conn in viewers if conn.uid == uid)
-    if uid != ROOT and mine >= per_user:
+    root = uid == ROOT if node_root is None else node_root
+    mine = sum(1 for conn in viewers if _same_user(conn, uid))
+    if not root and mine >= per_user:
         who = f"user {user} (uid {uid})" if user else f"uid {uid}"
         return (f"{who} already has {mine} view-only registrations (nvidia-smi, NVML), the most "
                 "one user may have; end some of them")

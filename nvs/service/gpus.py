@@ -15,6 +15,10 @@ import warnings
 
 from ..core.rules.cost import link_prior_bps
 
+# NVML's lists of a GPU's processes: CUDA programs, graphics programs, MPS servers' clients.
+PROCESS_LISTS = ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses",
+                 "nvmlDeviceGetMPSComputeRunningProcesses")
+
 
 class Gpus:
     def __init__(self):
@@ -92,6 +96,31 @@ class Gpus:
         except Exception:  # a GPU that fell off the bus must not break status
             complete = False
         return result if complete else result or None
+
+    def processes(self) -> dict[int, dict[int, int]]:
+        """Each GPU's processes as NVML lists them (compute, graphics and MPS clients, which
+        may appear in more than one list): GPU index -> pid -> device memory used (0 where
+        NVML does not say). A GPU whose lists cannot be read is left out, so that nothing is
+        concluded about its processes."""
+        if not self.available:
+            return {}
+        listed = {}
+        for handle, facts in self._found:
+            found: dict[int, int] = {}
+            for call in PROCESS_LISTS:
+                try:
+                    processes = getattr(self._nvml, call)(handle)
+                except Exception:  # Not Supported, an older pynvml, a GPU off the bus
+                    if call == PROCESS_LISTS[0]:
+                        break  # without the CUDA programs nothing can be said of this GPU
+                    continue
+                for process in processes:
+                    used = process.usedGpuMemory  # None: NVML_VALUE_NOT_AVAILABLE
+                    found[int(process.pid)] = max(found.get(int(process.pid), 0),
+                                                  int(used) if used is not None else 0)
+            else:
+                listed[facts["index"]] = found
+        return listed
 
     def close(self) -> None:
         if self.available:

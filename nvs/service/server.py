@@ -45,11 +45,12 @@ from ..observe.status import build_status, encoded_size, fit_status
 from ..version import version
 from ..wire.conversation import CLIENT, CONTROL, next_kind
 from ..wire.peer import Credentials, peer_credentials, peer_ids
-from . import fair_slots
+from . import fair_slots, log_rate
 from .connect_rate import ROOT, ConnectRate
 from .gpus import Gpus
 from .mps import MpsControl
 from .permissions import may_control, pod_control_refusal
+from .process_watch import ProcessWatch
 
 log = logging.getLogger("gemshare.scheduler")
 
@@ -109,14 +110,28 @@ class Conn:
         return self.peer.gid
 
     @property
-    def peer_key(self) -> str | None:
+    def in_container(self) -> bool:
+        """Whether the peer runs in a container, so that its uid and gid are the container's,
+        not the node's: its cgroup names a pod (known from its REGISTER on), or it is in
+        another pid namespace (SO_PEERCRED's pid 0)."""
+        return self.pid == 0 or self.named_by in (NAMED_BY_NODE, NOT_NAMED_YET)
+
+    @property
+    def node_root(self) -> bool:
+        """The node's root: uid 0 outside any container. Root in a container is whatever uid
+        its pod spec asked for, and is held to the caps and log budget of any user."""
+        return self.uid == ROOT and not self.in_container
+
+    @property
+    def peer_key(self) -> str:
         """Whose budget of log lines this connection's doings spend (log_rate.py): its uid's,
-        since a user may open any number of connections. None, no budget, for root and the
-        control group (once known: at REGISTER or CONTROL): the limit is meant for
-        unprivileged peers, and must not silence the administrator's own programs."""
-        if self.uid == ROOT or self.privileged:
-            return None
-        return peer_key(self.uid)
+        since a user may open any number of connections. The node's root and the control group
+        (once known: at REGISTER or CONTROL) have a budget of their own, ten times as large:
+        the administrator's own programs are rarely held back, and a busy pair of them cannot
+        write the log full (one wrote 200 KB a second)."""
+        if self.node_root or (self.privileged and not self.in_container):
+            return log_rate.privileged(peer_key(self.uid))
+        return peer_key(self.uid) + (" in a container" if self.uid == ROOT else "")
 
     def __str__(self) -> str:
         return f"connection {self.id} (pid {self.pid}, uid {self.uid})"
@@ -177,6 +192,8 @@ class Server:
                              compute_cap=start["compute_cap"])
         self.mps = MpsControl.for_scheduler(settings.socket, start["mps_pipe_directory"]) \
             if start["mps"] else None
+        # NVML's processes of each GPU, against which memory reports are checked.
+        self.processes = ProcessWatch(gpus) if gpus is not None and gpus.available else None
         self._reloading = trio.Lock()  # one reload at a time, in the order asked
         self._saving = trio.Lock()  # and one write of the kept settings
         self._listener = listener
@@ -213,6 +230,8 @@ class Server:
                                        lambda pipe: self._apply(self.policy.set_mps(pipe)))
                 if self.settings.config is not None:
                     nursery.start_soon(self._watch_config)
+                if self.processes is not None:
+                    nursery.start_soon(self.processes.watch, self._gpu_processes)
                 task_status.started(self)
                 await self._accept_loop(nursery)
         finally:
@@ -423,15 +442,19 @@ class Server:
                 await trio.to_thread.run_sync(_who_registers, conn, self.settings.control_group)
             # Within its bound, however the node's daemons fare.
             conn.node, conn.named_by = await who_is(self.node, conn.pid, self.settings.proc)
+            if conn.in_container:  # its uid and groups are its pod's: not the node's admin
+                conn.privileged = False
             # Checked and counted with no wait between, so that registrations of one user at
             # once cannot pass the cap together.
             if message.flags & p.REG_VIEW_ONLY:
                 why = fair_slots.view_only_refusal(self.conns.values(), conn.uid, conn.user,
                                                    self.settings.max_view_only,
-                                                   self.settings.view_only_per_user())
+                                                   self.settings.view_only_per_user(),
+                                                   node_root=conn.node_root)
             else:
                 why = fair_slots.refusal(self.conns.values(), conn.uid, conn.user, CLIENT,
-                                         self.settings.clients_per_user())
+                                         self.settings.clients_per_user(),
+                                         node_root=conn.node_root)
             if why is not None:
                 raise p.ProtocolError(why, p.ErrorCode.TOO_MANY_CLIENTS)
             conn.view_only = bool(message.flags & p.REG_VIEW_ONLY)
@@ -440,6 +463,8 @@ class Server:
         if type(message) is p.Ping:  # liveness: answered here, at once; the policy never hears
             self._apply([Send(conn.id, p.Pong(message.token))], conn.peer_key)
             return
+        if type(message) is p.MemReport and self.processes is not None:
+            self.processes.want(conn.pid)  # checked against the next list of GPU processes
         event = POLICY_EVENTS.get(type(message))
         if event is not None:
             actions = event(self.policy, conn, message, trio.current_time())
@@ -732,6 +757,10 @@ class Server:
         if conn.kind != CLIENT:
             return []
         return self.policy.disconnect(conn.id, trio.current_time())
+
+    def _gpu_processes(self, devices: dict, read_at: float) -> None:
+        # Unbudgeted: each line is said once per client, or per process using a GPU.
+        self._apply(self.policy.gpu_processes(devices, trio.current_time(), read_at))
 
     async def _timer(self) -> None:
         while True:

@@ -19,6 +19,7 @@ from gemshare_nvs.observe.metrics import (
     PER_DEVICE_SERIES,
     registry_for,
 )
+from gemshare_nvs.core.rules.checks.claims import GpuProcess
 from gemshare_nvs.version import version
 
 M = 1 << 20
@@ -31,7 +32,10 @@ FAMILIES = {"gemshare_lock_held_seconds": "counter", "gemshare_grants": "counter
             "gemshare_evictions": "counter", "gemshare_moved_bytes": "counter",
             "gemshare_clients_connected": "gauge", "gemshare_view_only_connected": "gauge",
             "gemshare_gangs": "gauge",
-            "gemshare_build_info": "gauge", "gemshare_memory_budget_bytes": "gauge"}
+            "gemshare_build_info": "gauge", "gemshare_memory_budget_bytes": "gauge",
+            "gemshare_memory_reports_refused": "counter",
+            "gemshare_unregistered_gpu_processes": "gauge",
+            "gemshare_unregistered_gpu_processes_seen": "counter"}
 
 
 def scrape(driver: Driver) -> dict:
@@ -293,3 +297,23 @@ def test_view_only_registrations_are_counted_apart_from_the_clients():
     samples = scrape(driver)
     assert value(samples, "gemshare_view_only_connected") == 3
     assert value(samples, "gemshare_clients_connected") == 2
+
+
+def test_refused_reports_and_unregistered_gpu_users_are_counted_per_device():
+    driver = Driver(tq=10)
+    driver.register(1)
+    listed = {0: {4001: GpuProcess(4001, 0), 9999: GpuProcess(9999, 64 * M, "rogue", 1000)}}
+    driver._take(driver.policy.gpu_processes(listed, driver.now))
+    driver.register(2)
+    driver.mem(2, 48 * M)  # a client NVML does not list
+    for _ in range(2):
+        driver.advance(driver.policy.unregistered.after_s)
+        driver._take(driver.policy.gpu_processes(listed, driver.now))
+    samples = scrape(driver)
+    labels = device_labels()
+    assert value(samples, "gemshare_memory_reports_refused_total", reason="not_on_device",
+                 **labels) == 1
+    assert value(samples, "gemshare_memory_reports_refused_total", reason="below_nvml",
+                 **labels) == 0
+    assert value(samples, "gemshare_unregistered_gpu_processes", **labels) == 1
+    assert value(samples, "gemshare_unregistered_gpu_processes_seen_total", **labels) == 1

@@ -92,7 +92,8 @@ class AutoMachine(ClockMachine):
         self.holders: dict[int, dict[int, Hold]] = {d: {} for d in DEVICES}  # grant order
         self.stuck: dict[int, tuple[int, float]] = {}  # device -> (head, first seen stuck)
         self.displaced: list[tuple[int, int]] = []  # (device, client) dropped for memory, per step
-        self.shares = ShareModel()
+        self.shares = ShareModel(lambda cid, device, now:
+                                 self.policy.returns.charged(cid, device, now))
         self.loans = LoanModel()
         self.gap_drops: set[tuple[int, int]] = set()  # (device, client) a lender back drops
         self.bringing_back: set[int] = set()  # granted, and not yet said their memory is back
@@ -333,6 +334,7 @@ class AutoMachine(ClockMachine):
             and all(entry[0] != cid for entry in queue)
         if new:
             queue.append([cid, self.now, True, False])
+            self.shares.asked(cid, device, self.now)
         actions = self.policy.request_lock(cid, device, self.now)
         placed = False
         if new:

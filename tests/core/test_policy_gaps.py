@@ -50,6 +50,7 @@ def see_gap(driver: Driver, cid: int, gap_s: float) -> None:
     """The holder `cid` lets go early, as libnvs does its hinted idle time after its work, and
     asks again `gap_s` after its work ended."""
     idle = idle_waited_s(last_hint(driver, cid))
+    driver.advance(idle)  # idle while holding: the scheduler sees no more idleness than that
     driver.release(cid, reason=p.ReleaseReason.IDLE)
     driver.advance(gap_s - idle)
     driver.request(cid)

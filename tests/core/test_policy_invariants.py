@@ -56,7 +56,8 @@ class PolicyMachine(ClockMachine):
         self.granted_at: dict[int, float] = {}  # device -> time
         self.dropped_at: dict[int, float] = {}  # device -> time
         self.preempt_at: dict[int, float] = {}  # device -> end of the holder's minimum slice
-        self.shares = ShareModel()
+        self.shares = ShareModel(lambda cid, device, now:
+                                 self.policy.returns.charged(cid, device, now))
 
     # ----- checking what the core sends -----------------------------------------------------
 
@@ -175,6 +176,7 @@ class PolicyMachine(ClockMachine):
                 and all(entry[0] != cid for entry in queue):
             waits = bool(queue) or device in self.holder
             queue.append([cid, waits, self.now, False])
+            self.shares.asked(cid, device, self.now)
         actions = self.policy.request_lock(cid, device, self.now)
         if waits:
             self.claim(device, cid)

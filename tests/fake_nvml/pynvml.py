@@ -4,8 +4,9 @@ Put this folder first on PYTHONPATH. FAKE_NVML_GPUS is a JSON list of
 {"name", "uuid", "total", "used"} and optionally "pcie": [generation, width] (without it the
 PCIe queries answer Not Supported, as for a GPU with no PCIe host link), "pci_bus_id" (default
 00000000:<10 + index>:00.0), "numa" (without it the NUMA query answers Not Supported) and
-"minor" (its /dev/nvidiaN, default its index); the driver is 550.54.15 with CUDA 12.4;
-FAKE_NVML_BYTES=1 answers names and UUIDs as bytes (as old
+"minor" (its /dev/nvidiaN, default its index), "compute" and "mps": lists of [pid, used bytes
+or null] (the GPU's processes; without "compute" its list answers Not Supported); the driver
+is 550.54.15 with CUDA 12.4; FAKE_NVML_BYTES=1 answers names and UUIDs as bytes (as old
 pynvml releases do); FAKE_NVML_INIT_ERROR makes nvmlInit fail with that text;
 FAKE_NVML_FAIL_AT=N makes every query of GPU N fail, as a GPU that fell off the bus does.
 """
@@ -103,3 +104,18 @@ def nvmlDeviceGetNumaNodeId(handle):
 
 def nvmlDeviceGetMinorNumber(handle):
     return _gpu(handle).get("minor", handle)
+
+
+def _processes(handle, kind: str) -> list:
+    listed = _gpu(handle).get(kind)
+    if listed is None:
+        raise NVMLError("Not Supported")
+    return [SimpleNamespace(pid=pid, usedGpuMemory=used) for pid, used in listed]
+
+
+def nvmlDeviceGetComputeRunningProcesses(handle):
+    return _processes(handle, "compute")
+
+
+def nvmlDeviceGetMPSComputeRunningProcesses(handle):
+    return _processes(handle, "mps")

@@ -121,6 +121,13 @@ bool fake_device_reserve(CUdevice dev, uint64_t bytes);
 void fake_device_unreserve(CUdevice dev, uint64_t bytes);
 /* Managed bytes allocated (delta > 0) or freed on dev: never limited. */
 void fake_managed_count(CUdevice dev, int64_t delta);
+/* This process made a context on dev: from now on NVML lists it there (fake_gpu.c). */
+void fake_process_on_device(CUdevice dev);
+/* The processes NVML lists on dev, as a driver counts them: each live process that made a
+ * context there, with the device memory it has in use outside managed memory (which the driver
+ * does not count per process). Returns how many were written, at most `max`. */
+unsigned int fake_device_processes(CUdevice dev, unsigned int *pids, uint64_t *used,
+                                   unsigned int max);
 /* The device's UUID bytes ("gemsharefake", FAKECUDA_GPU_SET, the ordinal), as the driver's
  * cuDeviceGetUuid and NVML's nvmlDeviceGetUUID both give them. */
 void fake_gpu_uuid(CUdevice dev, unsigned char out[16]);

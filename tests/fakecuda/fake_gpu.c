@@ -4,10 +4,14 @@
  *
  * Each process has a device of its own, unless FAKECUDA_SHARED_DEVICE names a file: processes
  * naming the same file count their memory on one shared device, as processes on one GPU do
- * (a killed process's memory is not given back, unlike on the GPU), and NVML reads it there. */
+ * (a killed process's memory is not given back, unlike on the GPU), and NVML reads it there,
+ * with each process that made a context on a device and its own device memory (the table of
+ * FAKE_MAX_PROCESSES below; a dead process's entry is taken by the next that needs one). */
 #define _GNU_SOURCE
 #include <ctype.h>
+#include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -132,10 +136,21 @@ const struct fake_config *fake_config(void)
 
 /* ---- memory in use ------------------------------------------------------------------------ */
 
+#define FAKE_MAX_PROCESSES 64
+
+/* One process of the device's: its pid (0: a free entry), the devices it made a context on (a
+ * bit each) and its device memory on each, outside managed memory. */
+struct process_entry {
+    _Atomic int32_t pid;
+    _Atomic uint64_t on_devices;
+    _Atomic uint64_t device[FAKE_MAX_DEVICES];
+};
+
 /* Bytes in use per device; lock-free atomics, so they work in a shared mapping too. */
 struct usage {
     _Atomic uint64_t device[FAKE_MAX_DEVICES];
     _Atomic uint64_t managed[FAKE_MAX_DEVICES];
+    struct process_entry processes[FAKE_MAX_PROCESSES];
 };
 static struct usage private_usage;
 static struct usage *usage = &private_usage;
@@ -169,6 +184,57 @@ static struct usage *usage_of(void)
 }
 
 
+static bool alive(int32_t pid)
+{
+    return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM);
+}
+
+/* This process's entry in the table, taken on first use (a free one, or a dead process's);
+ * NULL when every entry belongs to a live process. */
+static struct process_entry *own_entry(void)
+{
+    static struct process_entry *mine;
+    static pthread_mutex_t taking = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&taking);
+    int32_t me = (int32_t)getpid();
+    if (mine && atomic_load(&mine->pid) != me)
+        mine = NULL; /* a child forked after it was taken */
+    for (int i = 0; !mine && i < FAKE_MAX_PROCESSES; i++) {
+        struct process_entry *e = &usage_of()->processes[i];
+        int32_t was = atomic_load(&e->pid);
+        if ((was == 0 || !alive(was)) && atomic_compare_exchange_strong(&e->pid, &was, me)) {
+            atomic_store(&e->on_devices, 0);
+            for (int d = 0; d < FAKE_MAX_DEVICES; d++)
+                atomic_store(&e->device[d], 0);
+            mine = e;
+        }
+    }
+    pthread_mutex_unlock(&taking);
+    return mine;
+}
+
+void fake_process_on_device(CUdevice dev)
+{
+    struct process_entry *e = own_entry();
+    if (e)
+        atomic_fetch_or(&e->on_devices, 1ull << dev);
+}
+
+unsigned int fake_device_processes(CUdevice dev, unsigned int *pids, uint64_t *used,
+                                   unsigned int max)
+{
+    unsigned int n = 0;
+    for (int i = 0; i < FAKE_MAX_PROCESSES && n < max; i++) {
+        struct process_entry *e = &usage_of()->processes[i];
+        int32_t pid = atomic_load(&e->pid);
+        if (alive(pid) && (atomic_load(&e->on_devices) >> dev & 1)) {
+            pids[n] = (unsigned int)pid;
+            used[n++] = atomic_load(&e->device[dev]);
+        }
+    }
+    return n;
+}
+
 bool fake_device_reserve(CUdevice dev, uint64_t bytes)
 {
     uint64_t limit = fake_config()->device_mem;
@@ -178,12 +244,18 @@ bool fake_device_reserve(CUdevice dev, uint64_t bytes)
         if (bytes > limit || cur > limit - bytes)
             return false;
     } while (!atomic_compare_exchange_weak(used, &cur, cur + bytes));
+    struct process_entry *e = own_entry();
+    if (e)
+        atomic_fetch_add(&e->device[dev], bytes);
     return true;
 }
 
 void fake_device_unreserve(CUdevice dev, uint64_t bytes)
 {
     atomic_fetch_sub(&usage_of()->device[dev], bytes);
+    struct process_entry *e = own_entry();
+    if (e)
+        atomic_fetch_sub(&e->device[dev], bytes);
 }
 
 void fake_memory_usage(CUdevice dev, uint64_t *device_bytes, uint64_t *managed_bytes)

@@ -227,6 +227,7 @@ static struct CUctx_st *ctx_new(CUdevice dev, unsigned int flags, bool primary)
     legacy->ctx = c;
     legacy->legacy = true;
     c->legacy = legacy;
+    fake_process_on_device(dev);
     return c;
 }
 

@@ -8,7 +8,9 @@
  * first): FAKECUDA_NVML_REVERSED=1 numbers them in the reverse of the driver's order. Of each
  * device's memory, FAKE_NVML_RESERVED bytes are the driver's own. The running processes are
  * FAKECUDA_NVML_PROCESSES, a comma-separated list of KIND:PID:BYTES (KIND compute, graphics or
- * mps; PID a number, or `self` for the process that asks), the same for every device. */
+ * mps; PID a number, or `self` for the process that asks), the same for every device; without
+ * it, the compute processes are those that made a context on the device (fake_gpu.c), each with
+ * its own device memory outside managed memory, as a driver counts them. */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
@@ -194,10 +196,23 @@ FAKE_API nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t 
 }
 
 /* FAKECUDA_NVML_PROCESSES entries of one mode (NVML_PROCESS_MODE_ALL: every one), as details. */
-static unsigned int running(unsigned int mode, nvmlProcessDetail_v1_t out[FAKE_NVML_MAX_PROCESSES])
+static unsigned int running(CUdevice dev, unsigned int mode,
+                            nvmlProcessDetail_v1_t out[FAKE_NVML_MAX_PROCESSES])
 {
     static const char *const kinds[] = {"compute", "graphics", "mps"};
     const char *list = getenv("FAKECUDA_NVML_PROCESSES");
+    if (!list) {
+        unsigned int pids[FAKE_NVML_MAX_PROCESSES];
+        uint64_t used[FAKE_NVML_MAX_PROCESSES];
+        unsigned int n = mode == NVML_PROCESS_MODE_COMPUTE || mode == NVML_PROCESS_MODE_ALL
+                             ? fake_device_processes(dev, pids, used, FAKE_NVML_MAX_PROCESSES)
+                             : 0;
+        for (unsigned int i = 0; i < n; i++)
+            out[i] = (nvmlProcessDetail_v1_t){.pid = pids[i], .usedGpuMemory = used[i],
+                                              .gpuInstanceId = FAKE_NVML_NO_INSTANCE,
+                                              .computeInstanceId = FAKE_NVML_NO_INSTANCE};
+        return n;
+    }
     char copy[2048];
     snprintf(copy, sizeof copy, "%s", list ? list : "");
     unsigned int n = 0;
@@ -224,14 +239,14 @@ static unsigned int running(unsigned int mode, nvmlProcessDetail_v1_t out[FAKE_N
 
 /* A list call's answer: the entries if *count has room for them (copied into infos with
  * `copy`), else NVML_ERROR_INSUFFICIENT_SIZE with the count needed. */
-static nvmlReturn_t answer(unsigned int mode, unsigned int *count, void *infos,
+static nvmlReturn_t answer(CUdevice dev, unsigned int mode, unsigned int *count, void *infos,
                            void (*copy)(void *infos, unsigned int i,
                                         const nvmlProcessDetail_v1_t *p))
 {
     if (!count || (!infos && *count > 0))
         return NVML_ERROR_INVALID_ARGUMENT;
     nvmlProcessDetail_v1_t found[FAKE_NVML_MAX_PROCESSES];
-    unsigned int n = running(mode, found);
+    unsigned int n = running(dev, mode, found);
     if (n > *count) {
         *count = n;
         return NVML_ERROR_INSUFFICIENT_SIZE;
@@ -263,7 +278,7 @@ static void copy_detail(void *infos, unsigned int i, const nvmlProcessDetail_v1_
                                  entry_type *infos)                                              \
     {                                                                                            \
         nvmlReturn_t r = check_device(device);                                                   \
-        return r != NVML_SUCCESS ? r : answer(mode, infoCount, infos, copy);                     \
+        return r != NVML_SUCCESS ? r : answer(device->dev, mode, infoCount, infos, copy);        \
     }
 #define FAKE_PROCESS_LISTS(kind, mode)                                                           \
     FAKE_PROCESS_LIST(nvmlDeviceGet##kind##RunningProcesses, nvmlProcessInfo_v1_t, mode, copy_v1)\
@@ -284,5 +299,6 @@ FAKE_API nvmlReturn_t nvmlDeviceGetRunningProcessDetailList(nvmlDevice_t device,
         return NVML_ERROR_INVALID_ARGUMENT;
     if (plist->version != nvmlProcessDetailList_v1)
         return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
-    return answer(plist->mode, &plist->numProcArrayEntries, plist->procArray, copy_detail);
+    return answer(device->dev, plist->mode, &plist->numProcArrayEntries, plist->procArray,
+                  copy_detail);
 }

@@ -2,7 +2,8 @@
 
 `fake_gpu` is a simulated GPU for the test with no scheduler on its socket; `gpu_with` starts a
 real gemshare-scheduler (through `scheduler_factory` of tests/conftest.py) and returns the
-simulated GPU bound to it, and `gpu` does so with default scheduler options. `scripted` binds the
+simulated GPU bound to it, `gpu_with_nvml` one that reads the simulated GPU's NVML, and `gpu`
+does so with default scheduler options. `scripted` binds the
 simulated GPU to a scheduler stand-in the test drives message by message (scripted_scheduler.py).
 """
 
@@ -49,6 +50,21 @@ def gpu_with(built, tmp_path, scheduler_factory):
     yield start
     for gpu in gpus:
         gpu.stop_all()
+
+
+@pytest.fixture
+def gpu_with_nvml(gpu_with, tmp_path):
+    """`gpu_with` whose scheduler reads the fake GPU's NVML (build/fakecuda/libnvidia-ml.so.1)
+    of the programs' shared device, which lists each process that made a context there with
+    its own device memory, as a driver does."""
+    def start(device_mem: str = "64M", **options):
+        env = {"LD_LIBRARY_PATH": str(libnvs_programs.FAKECUDA), "FAKECUDA_DEVICE_MEM": device_mem,
+               "FAKECUDA_SHARED_DEVICE": str(tmp_path / "shared-device")}
+        gpu, scheduler = gpu_with(device_mem, env=env, **options)
+        assert "GPU information: from NVML" in scheduler.log(), scheduler.log()
+        return gpu, scheduler
+
+    return start
 
 
 @pytest.fixture

@@ -137,12 +137,13 @@ def test_pinning_new_staging_memory_is_not_counted_as_the_moves_time(scripted):
     assert checks(result) == ["1", "1"]
 
 
-def test_a_program_whose_memory_may_have_to_move_pins_its_staging_memory_ahead(gpu_with):
+def test_a_program_whose_memory_may_have_to_move_pins_its_staging_memory_ahead(gpu_with_nvml):
     """Two programs of 40 MiB on a 64 MiB device: once both have allocated, the first to hold
     the lock is told (IDLE_HINT) that all it has there may have to move, and pins its staging
     memory in the background while it runs; the eviction that comes after it let go then only
-    copies. Pinning here takes 0.8 s (50 MB/s), the copy a few milliseconds."""
-    gpu, scheduler = gpu_with(device_mem="64M", tq=10)
+    copies. Pinning here takes 0.8 s (50 MB/s), the copy a few milliseconds. The second has not
+    asked for the GPU yet: its memory counts because NVML lists its process there."""
+    gpu, scheduler = gpu_with_nvml(device_mem="64M", tq=10)
     env = {"FAKECUDA_PIN_GBPS": "0.05"}
     first_alloc, second_alloc = gpu.path("first-alloc"), gpu.path("second-alloc")
     first = gpu.start(["init", "alloc", "a", "40M", "write", "a", 17, "touch-file", first_alloc,
@@ -178,13 +179,16 @@ def seconds_of(clock: str) -> float:
     return int(hours) * 3600 + int(minutes) * 60 + float(seconds)
 
 
-def test_an_idle_program_pins_its_staging_memory_once_another_allocates_past_the_room(gpu_with):
+def test_an_idle_program_pins_its_staging_memory_once_another_allocates_past_the_room(
+        gpu_with_nvml):
     """The first program ran alone and went idle; the second then allocates so much that the
     first's memory may have to leave. The first, which holds nothing, is told so (IDLE_HINT),
     pins its staging memory in the background, and the eviction that comes when the second
     runs only copies. Pinning here takes 0.8 s (50 MB/s), the copy a few milliseconds. A
-    context reserve of 1 MiB lets the first run alone with nothing to prepare."""
-    gpu, scheduler = gpu_with(device_mem="64M", tq=10, context_reserve_mib=1)
+    context reserve of 1 MiB lets the first run alone with nothing to prepare. The second's
+    memory counts before it asks because NVML lists its process on the GPU (a client NVML does
+    not list makes nobody pin: test_gpu_processes.py)."""
+    gpu, scheduler = gpu_with_nvml(device_mem="64M", tq=10, context_reserve_mib=1)
     env = {"FAKECUDA_PIN_GBPS": "0.05"}
     ran = gpu.path("ran")
     first = gpu.start(["init", "alloc", "a", "40M", "write", "a", 17, "launch", 1000,

@@ -1,6 +1,6 @@
-"""The log as an operator reads it: the lines one user's doings cause are held to a budget (but
-root's and the control group's never are), a value with a newline in it stays on its line, and
-under systemd each line carries its syslog priority for `journalctl -p`."""
+"""The log as an operator reads it: the lines one user's doings cause are held to a budget (root's
+and the control group's to one ten times as large), a value with a newline in it stays on its
+line, and under systemd each line carries its syslog priority for `journalctl -p`."""
 
 import grp
 import logging
@@ -88,7 +88,7 @@ def test_lines_one_user_causes_are_limited_at_any_level_and_counted(scheduler_fa
     assert closing_lines(log, 0) == 1
 
 
-def test_roots_own_lines_are_never_held_back(scheduler_factory):
+def test_roots_own_lines_are_held_back_only_far_past_a_users_budget(scheduler_factory):
     require_root()  # the test's own connections are root's
     running = scheduler_factory()
     flood = log_rate.BURST + 100
@@ -110,7 +110,8 @@ def lock_cycles(path: str, count: int) -> int:
     return os.getpid()
 
 
-def test_the_control_groups_programs_lines_are_never_held_back(scheduler_factory):
+def test_the_control_groups_programs_lines_are_held_back_only_far_past_a_users_budget(
+        scheduler_factory):
     require_root()
     group = grp.getgrgid(NOBODY).gr_name  # uid 65534's own group: it is a member
     running = scheduler_factory(control_group=group)
@@ -176,6 +177,18 @@ def test_a_budget_gives_a_burst_then_a_rate_and_counts_the_rest():
         assert len(seen) == 1 and limit.filter(record()) and limit.filter(record())
     finally:
         logger.removeHandler(keep)
+
+
+def test_root_and_the_control_group_have_ten_times_a_users_budget():
+    """A busy pair of root's programs logged 200 KB a second, unbudgeted (issue 38): now they
+    are held back too, far later than a user."""
+    limit = log_rate.PeerRateLimit(burst=2, rate=0.5, clock=lambda: 0.0)
+    made = logging.LogRecord("gemshare.scheduler", logging.INFO, __file__, 1, "x", (), None)
+    made.peer = log_rate.privileged("uid 0")
+    share = log_rate.PRIVILEGED_SHARE
+    assert [limit.filter(made) for _ in range(2 * share + 1)] == [True] * 2 * share + [False]
+    made.peer = "uid 0 in a container"  # uid 0 in a pod is a user like any other
+    assert [limit.filter(made) for _ in range(3)] == [True, True, False]
 
 
 @pytest.mark.parametrize("matching", [True, False], ids=["journal", "elsewhere"])

@@ -145,3 +145,15 @@ def test_gemsharectl_shows_the_gpu_names(scheduler_factory):
                             env=dict(os.environ, COLUMNS="200"), timeout=60)
     assert result.returncode == 0, result.stderr
     assert "Fake H100" in result.stdout and "Fake H200" in result.stdout
+
+
+def test_each_gpus_processes_are_its_compute_and_mps_lists(fake_nvml):
+    gpus = fake_nvml([
+        {**TWO_GPUS[0], "compute": [[100, GIB], [101, None]], "mps": [[100, 2 * GIB]]},
+        TWO_GPUS[1]])  # no process list: nothing is said of it, rather than "no processes"
+    # Graphics programs are Not Supported by the stand-in, as on many data-center GPUs.
+    assert gpus.processes() == {0: {100: 2 * GIB, 101: 0}}
+
+
+def test_without_nvml_no_gpu_lists_processes(fake_nvml):
+    assert fake_nvml(FAKE_NVML_INIT_ERROR="no driver").processes() == {}

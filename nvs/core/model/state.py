@@ -53,6 +53,12 @@ class Client:
     told_to_prepare: dict[int, int] = field(default_factory=dict)
     # device -> whether its last hold there ended by its own release, not a drop or revocation
     let_go: dict[int, bool] = field(default_factory=dict)
+    # device -> its last MEM_REPORT, of which `allocated` holds what is believed (claims.py);
+    # why the last was refused (None: it was not); and the refusals logged already
+    reported: dict[int, int] = field(default_factory=dict)
+    reported_at: dict[int, float] = field(default_factory=dict)  # when it last changed
+    refusing: dict[int, str | None] = field(default_factory=dict)
+    refused: set = field(default_factory=set)
 
     def __str__(self) -> str:
         who = self.registration

@@ -149,7 +149,8 @@ class GapStage(Stage):
     def lend(self, dev: Device, cid: int, hold: Hold, now: float) -> list:
         """A holder let go early: if its hint lent the gap, a loan begins, for the rest of its
         turn."""
-        if not hold.lending or hold.dropped_at is not None or hold.quantum_end <= now:
+        if not hold.lending or hold.dropped_at is not None or hold.quantum_end <= now or \
+                self.policy.throttle_rules.throttled(cid, dev.index):
             return []
         self.loans[dev.index] = Loan(cid, hold.quantum_end)
         gap = self.policy.gaps.lendable(cid, dev.index)

@@ -4,7 +4,8 @@ times given by the caller (the policy core's clock).
 A gap runs from a client's last work on a device to its next request there. The policy sees its
 end (REQUEST_LOCK) and, when the client lets the lock go early (RELEASE_IDLE), its start: the
 release less the idle time the client says it had (LOCK_RELEASED's idle_us), or, where it says
-none, the idle time the scheduler's hint asked for (IDLE_HINT) or libnvs's default. A gap with no
+none, the idle time the scheduler's hint asked for (IDLE_HINT) or libnvs's default; never more
+than the hold the scheduler saw end there (idle_waited_s). A gap with no
 early release (a holder that kept the lock through it) is not seen at all, so an estimate comes
 only from programs that let go.
 
@@ -34,13 +35,15 @@ RECENT_GAPS = 3  # the gaps a loan is weighed against
 STALE_GAPS = 2.0
 
 
-def idle_waited_s(hint_ms: int, reported_us: int = 0) -> float:
+def idle_waited_s(hint_ms: int, reported_us: int = 0, held_s: float = MAX_GAP_S) -> float:
     """How long a client released early had been idle: what it reported (LOCK_RELEASED's
     idle_us, protocol 8), else its hinted idle time, or libnvs's own default where the hint left
-    it that (0)."""
-    if reported_us > 0:
-        return min(reported_us / 1e6, MAX_GAP_S)
-    return (hint_ms or DEFAULT_IDLE_RELEASE_MS) / 1000
+    it that (0); never longer than the hold the scheduler saw (`held_s`). A client can have
+    been idle only while it held the device, so its word may shorten the estimate, never
+    lengthen it past what was observed: one that claims a minute's idleness after 50 ms does
+    not make its gaps look worth lending (issue 38)."""
+    said = reported_us / 1e6 if reported_us > 0 else (hint_ms or DEFAULT_IDLE_RELEASE_MS) / 1000
+    return max(min(said, held_s, MAX_GAP_S), 0.0)
 
 
 def worth_lending(gap_s: float | None, loan_s: float) -> bool:
@@ -96,6 +99,10 @@ class Gaps:
 
     def hold_ended(self, cid: int, device: int, now: float) -> None:
         self._held_until[(cid, device)] = now
+
+    def held_until(self, cid: int, device: int) -> float | None:
+        """When the client's last hold on the device ended; None if it never held it."""
+        return self._held_until.get((cid, device))
 
     def idle_since(self, cid: int, device: int) -> float | None:
         """When the client's work on the device last ended, as far as is known: the start of

@@ -108,6 +108,8 @@ class RoomStage(Stage):
             client = self.policy.clients[victim]
             self.policy.credit.asked_out(dev.index, victim, size)
             self.policy.tallies.evicted(dev.index)
+            self.policy.throttle_rules.charge_moves(beneficiary.registration.id, dev.index, size,
+                                                    now)
             actions.append(Log(f"evict {client}: device {dev.index}, {mib(size)} to the host to "
                                f"make room for {beneficiary}{why}"))
             if client.revoked:
@@ -233,12 +235,22 @@ class RoomStage(Stage):
         return -(-share // PAGE) * PAGE
 
     def _oversubscribed(self, device: int) -> bool:
-        """Whether the memory allocated on the device does not all fit there at once."""
+        """Whether the memory allocated on the device does not all fit there at once. Only the
+        memory of clients that may bring it there counts (checks/claim_rules.py): what a
+        client that never asked for the device, and that NVML does not list there, says it
+        allocated makes nobody get ready to move out (issue 38: one report of 4 TiB from a
+        client holding nothing had three idle programs pin 256 MiB each)."""
         capacity = self.policy.capacity.of(device)[0]
+        if capacity is None:
+            return False
         dev = self.policy.devices.get(device)
         holders = len(dev.holders) if dev is not None else 0
-        return capacity is not None and \
-            self.policy.allocated[device] + self.policy.reserve * max(holders, 1) > capacity
+        room = capacity - self.policy.reserve * max(holders, 1)
+        if self.policy.allocated[device] <= room:  # most reports: no client is walked
+            return False
+        asked = sum(client.allocated.get(device, 0) for cid, client in self.policy.clients.items()
+                    if self.policy.claim_rules.may_bring_memory(cid, client, dev, device))
+        return asked > room
 
     def prepare_hints(self, device: int) -> list:
         """IDLE_HINT to each client with memory on the device that does not hold it, once its

@@ -77,9 +77,11 @@ class ShareStage(Stage):
     # ----- turns ------------------------------------------------------------------------------
 
     def weighted_usage(self, cid: int, device: int, now: float) -> float:
+        """Its lock time, and the moves charged to it for taking the device back at once
+        (checks/throttle.py), over its weight."""
         policy = self.policy
-        return weighted(policy.usage.read(cid, device, now),
-                        policy.budget_rules.share_weight(cid, device))
+        used = policy.usage.read(cid, device, now) + policy.returns.charged(cid, device, now)
+        return weighted(used, policy.budget_rules.share_weight(cid, device))
 
     def min_slice(self, dev: Device, incoming: int) -> float:
         """How long a holder runs before it is preempted for `incoming`: longer when handing the
@@ -128,7 +130,8 @@ class ShareStage(Stage):
 
         Returns whether it went ahead of anyone, and the drops that follow."""
         policy = self.policy
-        if cid in policy.gangs.of_client:  # a gang is granted as a whole, in its members' order
+        # A gang is granted as a whole, in its members' order; a throttled client waits its turn.
+        if cid in policy.gangs.of_client or policy.throttle_rules.throttled(cid, dev.index):
             return False, []
         mine = self.weighted_usage(cid, dev.index, now)
         passed = []  # from the back of the queue: usually none, so the queue is not walked
@@ -158,7 +161,8 @@ class ShareStage(Stage):
         that reaches the front behind one that passed a busy program keeps its claim when that
         program is granted next (else it waits out that program's whole quantum)."""
         policy = self.policy
-        if cid in policy.gangs.of_client:  # a gang is granted as a whole, in its members' order
+        # A gang is granted as a whole, in its members' order; a throttled client waits its turn.
+        if cid in policy.gangs.of_client or policy.throttle_rules.throttled(cid, dev.index):
             return []
         mine = self.weighted_usage(cid, dev.index, now)
         busier = [(holder, hold) for holder, hold in dev.holders.items()

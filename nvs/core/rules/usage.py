@@ -44,6 +44,11 @@ class Meter:
         self.advance(now)
         self.since = None
 
+    def charge(self, seconds: float, now: float) -> None:
+        """Count `seconds` more at `now`, never past saturation (checks/throttle.py's charges)."""
+        self.advance(now)
+        self.value = min(self.value + max(seconds, 0.0), SATURATED_S)
+
     def advance(self, now: float) -> None:
         """Fold the time up to `now` into `value`: the same usage, read from a later `at`."""
         self.value, self.at = self.read(now), max(now, self.at)

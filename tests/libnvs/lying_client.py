@@ -1,0 +1,82 @@
+"""A client that lies to the scheduler, as its own process: it speaks the protocol itself (no
+libnvs, no CUDA), so it holds no GPU memory whatever it says.
+
+    python lying_client.py SOCKET report BYTES
+        one MEM_REPORT of BYTES for device 0, never asking for the lock; prints "reported",
+        then sleeps until killed
+    python lying_client.py SOCKET bounce BYTES IDLE_S HOLD_S
+        reports BYTES, then again and again: asks for the lock, holds it HOLD_S, releases it as
+        idle claiming IDLE_S of idleness, and asks again at once; answers drops and EVICTs as
+        libnvs would (at once, claiming every byte moved); prints the grants it had at SIGTERM
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+
+from gemshare_nvs import protocol as p
+from gemshare_nvs.wire.connection import Connection
+
+
+def registered(path: str, allocated: int) -> Connection:
+    conn = Connection(path, timeout=60)
+    conn.send(p.Register(0, 0, "liar"))
+    while not isinstance(conn.recv()[0], p.Registered):  # its LIMITS come first
+        pass
+    conn.send(p.MemReport(0, 0, allocated, 0))
+    return conn
+
+
+def answer(conn: Connection, message, allocated: int) -> bool:
+    """Answer what asks for an answer; whether it was a DROP_LOCK (the lock is gone)."""
+    if isinstance(message, p.Evict):
+        conn.send(p.Moved(0, p.MOVED_TO_HOST | p.MOVED_DONE, message.bytes, 1))
+    if isinstance(message, p.DropLock):
+        conn.send(p.LockReleased(0, p.ReleaseReason.DROPPED))
+        return True
+    return isinstance(message, p.LockRevoked)
+
+
+def bounce(conn: Connection, allocated: int, idle_s: float, hold_s: float) -> None:
+    grants = 0
+
+    def stop(*_):
+        print(grants, flush=True)
+        sys.exit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    while True:
+        conn.send(p.RequestLock(0))
+        while True:
+            message, _ = conn.recv(timeout=600)
+            if isinstance(message, p.LockGranted):
+                break
+            answer(conn, message, allocated)
+        grants += 1
+        # Its memory "comes back" as any program's would, in no time.
+        conn.send(p.Moved(0, p.MOVED_DONE, allocated, 1))
+        end = time.monotonic() + hold_s
+        dropped = False
+        while not dropped and (left := end - time.monotonic()) > 0:
+            try:
+                message, _ = conn.recv(timeout=left)
+            except TimeoutError:
+                break
+            dropped = answer(conn, message, allocated)
+        if not dropped:
+            conn.send(p.LockReleased(0, p.ReleaseReason.IDLE, int(idle_s * 1e6)))
+
+
+def main(path: str, mode: str, allocated: str, *rest: str) -> None:
+    conn = registered(path, int(allocated))
+    if mode == "report":
+        print("reported", flush=True)
+        time.sleep(3600)
+    else:
+        bounce(conn, int(allocated), float(rest[0]), float(rest[1]))
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
