@@ -237,24 +237,23 @@ SETS: dict[int, dict] = {
     1: {"parts": ("notebooks", "beside_trainer"),
         "env": {"NOTEBOOKS_SETS": "4x12,8x6", "NOTEBOOKS_CELLS": "16", "NOTEBOOKS_PERIOD_S": "3",
                 "BESIDE_MODES": "on", "BESIDE_ROUNDS": "1"}},
-    2: {"parts": ("launch_rate", "train_steps", "oversub", "classroom", "mps"),
-        "env": {"BENCH_ROUNDS": "3", "OVERSUB_GAPS": "0,0.2,1", "OVERSUB_PASSES": "12",
+    2: {"parts": ("oversub", "classroom", "mps"),
+        "env": {"OVERSUB_GAPS": "0,0.2,1", "OVERSUB_PASSES": "12",
                 "CLASSROOM_SETUPS": "on,auto_mps_low",
                 "MPS_ONLY": "loops", "MPS_SETUPS": "mps,auto_mps", "MPS_SECONDS": "5"}},
-    # Inference servers: their start-ups (each run starts the servers afresh) are the least
-    # certain part.
-    3: {"parts": ("llm_servers",),
+    # Inference servers, whose start-ups (each run starts the servers afresh) are the least
+    # certain part, and the overhead's A/B rounds.
+    3: {"parts": ("llm_servers", "launch_rate", "train_steps"),
         "env": {"LLM_SERVERS": "2", "LLM_PARAMS_B": "3", "LLM_CARD_MIB": "32768",
-                "LLM_REQUESTS": "5", "LLM_IDLE_S": "5,15"}},
+                "LLM_REQUESTS": "5", "LLM_IDLE_S": "5,15", "BENCH_ROUNDS": "3"}},
 }
-# Estimated seconds of each part with the settings above, on one H200, from the parts' earlier
-# runs (docs/benchmarks.md) and their programs' lengths; a run's JSON has the real ones
-# (`part_seconds`).
-PART_SECONDS = {"notebooks": 370, "beside_trainer": 105, "mps": 30, "launch_rate": 65,
-                "train_steps": 40, "oversub": 195, "classroom": 190,
-                # four runs (alone, shared, together, restart), each about a minute: the
-                # schedule's 47 s and the servers' start (not yet measured on a GPU)
-                "llm_servers": 300}
+# Seconds of each part with the settings above, on one H200, as the runs of 2026-12-02 took
+# them (docs/benchmarks.md; a run's JSON has the real ones, `part_seconds`): set 2 of that day,
+# with launch rate and training in it, ran past its command's limit.
+PART_SECONDS = {"notebooks": 362, "beside_trainer": 89, "mps": 28, "launch_rate": 87,
+                "train_steps": 83, "oversub": 206,
+                # four runs of 2026-12-02's three took 176 s
+                "classroom": 235, "llm_servers": 304}
 SET_LIMIT_S = 540  # under nine minutes, a lent machine's command each
 
 
