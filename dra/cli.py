@@ -12,9 +12,7 @@ import importlib
 import logging
 import os
 import re
-import signal
 import sys
-import threading
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
@@ -172,7 +170,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"{PROG}: the DRA driver needs gRPC, protobuf and the Kubernetes client, and "
               f"{missing}; {INSTALL}", file=sys.stderr)
         return 1
-    from gemshare_plugin.health import HealthServer
+    from gemshare_plugin.health import serve_until_stopped
 
     from .api_server import ApiError, ApiServer
     from .cdi import CdiSpecs, HostPaths, write_preload
@@ -205,26 +203,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         HostPaths(options.library, options.scheduler_socket, preload))
     driver.services = KubeletServices(preparer, options.kubelet_plugins_dir,
                                       options.kubelet_registry_dir)
-    stop = threading.Event()
-
-    def stop_on_signal(number, frame):
-        log.info("stopping on %s", signal.Signals(number).name)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, stop_on_signal)
-    signal.signal(signal.SIGINT, stop_on_signal)
     log.info("node %s, API server %s, CDI specs in %s", options.node_name, api.host,
              options.cdi_dir)
     log.info("extended resources: %s", served_here(api))
-    probes = HealthServer(health_socket, driver) if health_socket is not None else None
-    if probes is not None:
-        probes.start()
-    try:
-        driver.run(stop)
-    finally:
-        if probes is not None:
-            probes.stop()
-    return 0
+    return serve_until_stopped(driver, health_socket, log)
 
 
 if __name__ == "__main__":

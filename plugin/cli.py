@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import sys
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
@@ -213,7 +211,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except GrpcMissing as missing:
         print(f"{PROG}: {missing}", file=sys.stderr)
         return 1
-    from .health import HealthServer
+    from .health import serve_until_stopped
     from .lifecycle import Plugin
 
     # The scheduler's format, journal priorities included (journal.py).
@@ -236,23 +234,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     plugin = Plugin(options.kubelet_socket_dir,
                     family(options.resource_name, options.slots, options.memory_unit,
                            options.memory_overcommit), paths)
-    stop = threading.Event()
-
-    def stop_on_signal(number, frame):
-        log.info("stopping on %s", signal.Signals(number).name)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, stop_on_signal)
-    signal.signal(signal.SIGINT, stop_on_signal)
-    probes = HealthServer(health_socket, plugin) if health_socket is not None else None
-    if probes is not None:
-        probes.start()
-    try:
-        plugin.run(stop)
-    finally:
-        if probes is not None:
-            probes.stop()
-    return 0
+    return serve_until_stopped(plugin, health_socket, log)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,8 @@ scheduler's package): the probes read two of the loop's attributes and never wai
 from __future__ import annotations
 
 import logging
+import signal
+import threading
 import socket
 import time
 
@@ -47,3 +49,26 @@ class HealthServer(ProbeServer):
     def __init__(self, sock: socket.socket, plugin: Plugin,
                  stuck_after: float = DEFAULT_STUCK_AFTER_S):
         super().__init__(sock, lambda path: verdict(plugin, path, stuck_after), log)
+
+
+def serve_until_stopped(service, health_socket, log: logging.Logger) -> int:
+    """Runs `service` (its `run(stop)`) until SIGTERM or SIGINT, its probes answered on
+    `health_socket` meanwhile where one is given: the device plugin's and the DRA driver's
+    main loop."""
+    stop = threading.Event()
+
+    def stop_on_signal(number, frame):
+        log.info("stopping on %s", signal.Signals(number).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, stop_on_signal)
+    signal.signal(signal.SIGINT, stop_on_signal)
+    probes = HealthServer(health_socket, service) if health_socket is not None else None
+    if probes is not None:
+        probes.start()
+    try:
+        service.run(stop)
+    finally:
+        if probes is not None:
+            probes.stop()
+    return 0
