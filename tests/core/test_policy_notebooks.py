@@ -142,7 +142,7 @@ def test_idle_clients_are_told_to_get_ready_once_their_memory_may_have_to_leave(
 def test_a_program_that_has_not_asked_for_the_device_makes_nobody_move_for_its_memory():
     """Its memory is on the host until it runs, and what it says it allocated is only its
     word: a client holding nothing that reported 4 TiB had three idle programs pin staging
-    memory (issue 38). Its request is what makes room, where NVML does not say that its process
+    memory. Its request is what makes room, where NVML does not say that its process
     is on the GPU (test_policy_claims.py)."""
     driver = Driver(tq=10, limit=20 * G, answer_evictions=True)
     for cid in (1, 2):

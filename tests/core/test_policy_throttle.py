@@ -1,6 +1,6 @@
 """What a client says of its idleness is checked against what the scheduler saw, and a client
 that takes the device back right after giving it up is throttled (gaps.py, throttle.py): the
-finding of issue 38, a client holding 50 ms, claiming 60 s of idleness at each release and
+abuse it answers: a client holding 50 ms, claiming 60 s of idleness at each release and
 asking again at once, which dropped a program beside it 38 times."""
 
 import re

@@ -1,5 +1,5 @@
 """uid 0 in a container is not the node's root: whoever may create a pod chooses its uid, so its
-programs are held to the per-user caps and the log budget of any user (issue 38), while the
+programs are held to the per-user caps and the log budget of any user, while the
 node's own root stays above them. The test runs as root: each program's cgroup, faked in a
 /proc of the test's, says whether it is in a pod."""
 

@@ -3,8 +3,9 @@ and the real scheduler on the fake driver, whose NVML (build/fakecuda/libnvidia-
 each process that made a context on the device with its own device memory, as a driver does:
 
 - a client with no GPU context that reports 4 TiB makes no idle program move or pin anything
-  (issue 38: three idle programs pinned 256 MiB each within a second), its report refused;
-- a program that uses the GPU without libnvs is logged, counted and shown in status (issue 41).
+  (before the check, three idle programs pinned 256 MiB each within a second), its report
+  refused;
+- a program that uses the GPU without libnvs is logged, counted and shown in status.
 """
 
 from __future__ import annotations

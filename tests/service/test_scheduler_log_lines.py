@@ -180,7 +180,7 @@ def test_a_budget_gives_a_burst_then_a_rate_and_counts_the_rest():
 
 
 def test_root_and_the_control_group_have_ten_times_a_users_budget():
-    """A busy pair of root's programs logged 200 KB a second, unbudgeted (issue 38): now they
+    """A busy pair of root's programs logged 200 KB a second, when unbudgeted: now they
     are held back too, far later than a user."""
     limit = log_rate.PeerRateLimit(burst=2, rate=0.5, clock=lambda: 0.0)
     made = logging.LogRecord("gemshare.scheduler", logging.INFO, __file__, 1, "x", (), None)

@@ -41,7 +41,7 @@ def idle_waited_s(hint_ms: int, reported_us: int = 0, held_s: float = MAX_GAP_S)
     it that (0); never longer than the hold the scheduler saw (`held_s`). A client can have
     been idle only while it held the device, so its word may shorten the estimate, never
     lengthen it past what was observed: one that claims a minute's idleness after 50 ms does
-    not make its gaps look worth lending (issue 38)."""
+    not make its gaps look worth lending."""
     said = reported_us / 1e6 if reported_us > 0 else (hint_ms or DEFAULT_IDLE_RELEASE_MS) / 1000
     return max(min(said, held_s, MAX_GAP_S), 0.0)
 

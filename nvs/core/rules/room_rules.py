@@ -238,8 +238,8 @@ class RoomStage(Stage):
         """Whether the memory allocated on the device does not all fit there at once. Only the
         memory of clients that may bring it there counts (checks/claim_rules.py): what a
         client that never asked for the device, and that NVML does not list there, says it
-        allocated makes nobody get ready to move out (issue 38: one report of 4 TiB from a
-        client holding nothing had three idle programs pin 256 MiB each)."""
+        allocated makes nobody get ready to move out (one report of 4 TiB from a client
+        holding nothing once had three idle programs pin 256 MiB each)."""
         capacity = self.policy.capacity.of(device)[0]
         if capacity is None:
             return False

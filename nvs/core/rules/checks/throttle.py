@@ -19,7 +19,7 @@ throttled there until it next comes back later than that:
 The threshold is the idle time after which a contended holder is told to let go
 (cost.CONTENDED_IDLE_RELEASE_MS): a program that comes back sooner would have been told to
 keep the lock through that gap. Programs whose bursts of work come closer together a couple of
-times (a notebook's cells in threes) stay below QUICK_RETURNS; the finding of issue 38 was a
+times (a notebook's cells in threes) stay below QUICK_RETURNS; the abuse it answers is a
 client holding 50 ms and asking again at once, 38 times, which made a program beside it take
 4.1 times as long.
 
