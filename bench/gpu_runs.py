@@ -3,6 +3,7 @@ ones under a scheduler of their own, and none left running whatever way a run en
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -96,3 +97,28 @@ def attempt(name: str, line, measure, *args) -> dict:
         run = {"error": f"{type(exc).__name__}: {exc}"}
     print(line(name, run), file=sys.stderr, flush=True)
     return run
+
+
+def stderr_tail(directory: Path, prefix: str) -> str:
+    """The ends of the PREFIX-* programs' stderr files in `directory`: why a start failed."""
+    tails = [path.read_text()[-1500:] for path in sorted(directory.glob(f"{prefix}-*.err"))]
+    return "\n".join(tail for tail in tails if tail.strip())[-4000:]
+
+
+def printed(stem: Path) -> dict:
+    """The JSON line a workload printed last on its `.out`; a clear error with its stderr's end
+    when there is none."""
+    lines = stem.with_suffix(".out").read_text().strip().splitlines()
+    try:
+        return json.loads(lines[-1])
+    except (IndexError, ValueError):
+        raise RuntimeError(f"{stem.name} printed no JSON line:\n"
+                           f"{stem.with_suffix('.err').read_text()[-3000:]}") from None
+
+
+def percentile(values: list[float], fraction: float) -> float | None:
+    """The nearest-rank percentile (`fraction` 0-1) of `values`; None for none."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]

@@ -39,7 +39,8 @@ import sys
 import time
 from pathlib import Path
 
-from gpu_runs import attempt, free_mib, inherited, keep_log, launch, private_scheduler, stop
+from gpu_runs import (attempt, free_mib, inherited, keep_log, launch, percentile, printed,
+                      private_scheduler, stderr_tail, stop)
 from scheduler_log import lock_events, switch_moves
 
 WORKLOAD = Path(__file__).resolve().parent / "gpu" / "llm_server.py"
@@ -137,7 +138,7 @@ def run_servers(python: str, env: dict, directory: Path, chosen: dict,
         deadline = time.monotonic() + READY_TIMEOUT_S
         while not all((directory / f"ready-{i}").exists() for i in range(len(arrivals))):
             if time.monotonic() > deadline or any(p.poll() is not None for p in processes):
-                raise RuntimeError("a server did not get ready: " + stderr_tail(directory))
+                raise RuntimeError("a server did not get ready: " + stderr_tail(directory, "server"))
             time.sleep(0.1)
         staged = directory / "go.new"  # renamed into place: a server never reads half of it
         staged.write_text(repr(time.time() + 0.5))
@@ -149,27 +150,6 @@ def run_servers(python: str, env: dict, directory: Path, chosen: dict,
     finally:
         stop(processes)
     return [printed(directory / f"server-{index}") for index in range(len(arrivals))]
-
-
-def stderr_tail(directory: Path) -> str:
-    tails = [path.read_text()[-1500:] for path in sorted(directory.glob("server-*.err"))]
-    return "\n".join(tail for tail in tails if tail.strip())[-4000:]
-
-
-def printed(stem: Path) -> dict:
-    lines = stem.with_suffix(".out").read_text().strip().splitlines()
-    try:
-        return json.loads(lines[-1])
-    except (IndexError, ValueError):
-        raise RuntimeError(f"{stem.name} printed no JSON line:\n"
-                           f"{stem.with_suffix('.err').read_text()[-3000:]}") from None
-
-
-def percentile(values: list[float], fraction: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
 
 
 def figures(servers: list[dict], alone: list[dict] | None = None) -> dict:

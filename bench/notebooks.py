@@ -16,14 +16,14 @@ there), NOTEBOOKS_DEBUG=1 (libnvs's debug lines in that stderr: its moves, time-
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import sys
 import time
 from pathlib import Path
 
-from gpu_runs import attempt, free_mib, inherited, keep_log, launch, private_scheduler, stop
+from gpu_runs import (attempt, free_mib, inherited, keep_log, launch, percentile, printed,
+                      private_scheduler, stderr_tail, stop)
 from oversub import device_moves, direction, log_figures, read_status
 from scheduler_log import eviction_answers
 
@@ -74,7 +74,7 @@ def run_set(python: str, env: dict, directory: Path, programs: int, gib: int,
         deadline = time.monotonic() + READY_TIMEOUT_S
         while not all((directory / f"ready-{index}").exists() for index in range(programs)):
             if time.monotonic() > deadline or any(p.poll() is not None for p in processes):
-                raise RuntimeError("a program did not get ready: " + stderr_tail(directory))
+                raise RuntimeError("a program did not get ready: " + stderr_tail(directory, "program"))
             time.sleep(0.1)
         staged = directory / "go.new"  # renamed into place: a program never reads half of it
         staged.write_text(repr(time.time() + 0.5))
@@ -105,25 +105,6 @@ def cell_figures(results: list[dict]) -> dict:
             "every_cell_max_s": max(every),
             "allocation_max_s": max(allocations) if allocations else None,
             "seconds": max(result["seconds_from_go"] for result in results)}
-
-
-def stderr_tail(directory: Path) -> str:
-    tails = [path.read_text()[-1500:] for path in sorted(directory.glob("program-*.err"))]
-    return "\n".join(tail for tail in tails if tail.strip())[-4000:]
-
-
-def printed(stem: Path) -> dict:
-    lines = stem.with_suffix(".out").read_text().strip().splitlines()
-    try:
-        return json.loads(lines[-1])
-    except (IndexError, ValueError):
-        raise RuntimeError(f"{stem.name} printed no JSON line:\n"
-                           f"{stem.with_suffix('.err').read_text()[-3000:]}") from None
-
-
-def percentile(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
 
 
 def shared_set(python: str, library: Path, directory: Path, mode: str, programs: int, gib: int,
