@@ -141,3 +141,19 @@ def test_a_program_nvml_lists_makes_idle_ones_ready_before_it_asks():
     driver.mem(2, 12 * G)
     assert [(cid, hint.evict_bytes) for cid, hint in driver.prepares] == \
         [(1, overflow_share(24 * G, 20 * G, givers=1))]
+
+
+def test_a_program_listed_only_after_its_report_still_makes_the_holder_ready():
+    """The first list that shows any client comes after the newcomer reported (the check was
+    not armed, so its report was believed at once): once that list shows it, the holder is
+    told what may have to leave, as if the list had come first. Without that, its first move
+    out waited for staging memory to be pinned (tests/libnvs/test_staging_host_memory.py)."""
+    driver = Driver(tq=10, limit=20 * G)
+    driver.register(1)
+    driver.register(2)
+    driver.request(1)
+    driver.mem(1, 12 * G)
+    driver.mem(2, 12 * G)
+    assert all(hint.evict_bytes == 0 for _, hint in driver.hints)
+    listing(driver, (pid_of(1), CONTEXT), (pid_of(2), CONTEXT))
+    assert driver.hints and driver.hints[-1][0] == 1 and driver.hints[-1][1].evict_bytes > 0

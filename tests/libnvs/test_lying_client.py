@@ -19,12 +19,16 @@ LIAR = Path(__file__).with_name("lying_client.py")
 MIB = 1 << 20
 KERNEL_US = 100_000
 # 4 s of GPU work: the liar's first request, before it is throttled, may cut one turn of the
-# program short (a program under its share may), which costs it a move out and back.
+# program short (a program under its share may), which costs it a move out and back and the
+# liar's turn between them (about 0.7 s, CUT_TURN_S). The unchecked liar slowed it 4.1 times.
 KERNELS = 40
+VICTIM_BYTES = 512 * MIB
+MOVE_GBPS = 2  # 512 MiB moves in a quarter of a second
+CUT_TURN_S = 2 * VICTIM_BYTES / (MOVE_GBPS * 1e9) + 0.2
 
 
 def start_victim(gpu):
-    return gpu.start(["init", "alloc", "buf", "512M",
+    return gpu.start(["init", "alloc", "buf", f"{VICTIM_BYTES // MIB}M",
                       *["launch", KERNEL_US, "stream-sync"] * KERNELS])
 
 
@@ -47,7 +51,7 @@ def registered(scheduler, name: str) -> bool:
 def test_a_client_lying_about_memory_and_idleness_barely_slows_a_program(gpu_with_migrating,
                                                                          liar_first):
     gpu, scheduler = gpu_with_migrating(device_mem="768M")
-    gpu.base_env["FAKECUDA_MIGRATE_GBPS"] = "2"  # 512 MiB moves in a quarter of a second
+    gpu.base_env["FAKECUDA_MIGRATE_GBPS"] = str(MOVE_GBPS)
     started = time.monotonic()
     alone = seconds_of(start_victim(gpu), started)
     liar = start_liar(scheduler) if liar_first else None
@@ -65,4 +69,4 @@ def test_a_client_lying_about_memory_and_idleness_barely_slows_a_program(gpu_wit
         if liar is not None:
             liar.terminate()
             liar.communicate(timeout=30)
-    assert beside <= 1.3 * alone, (alone, beside, scheduler.log()[-9000:])
+    assert beside <= 1.3 * alone + CUT_TURN_S, (alone, beside, scheduler.log()[-9000:])

@@ -61,7 +61,8 @@ def test_a_revoked_holder_gets_the_memory_it_moved_out_back_before_it_runs_again
     discarded = fakelog.discarded(events, holder.pid)
     # Part of its memory left by copy, the checked buffer among it, and not all of it.
     assert covers(discarded, ptr["a"]), discarded
-    assert ROOM <= sum(size for _, size in discarded) < HOLDER_BYTES, discarded
+    assert ROOM <= sum(size for _, size in discarded) < HOLDER_BYTES, \
+        (discarded, results[holder.pid].describe())
     # Once it had left, the checked buffer was given device pages again and copied back into
     # them before the holder's next launch.
     gone = min(e.ns for e in events if e.pid == holder.pid and e.name.split("_pt")[0] ==

@@ -55,8 +55,9 @@ class ClaimRules:
         """NVML's processes of each GPU it could list, by the scheduler's index, as read from
         `read_at` (by default `now`) on: only a list read after a report confirms its refusal."""
         read_at = now if read_at is None else read_at
+        listed_before = self._listed_with_memory()
         self.policy.listing.update(devices, {c.registration.pid for c in self.policy.clients.values()})
-        actions = []
+        actions = self._newly_listed(self._listed_with_memory() - listed_before, now)
         for client in list(self.policy.clients.values()):
             for device, reported in list(client.reported.items()):
                 if client.registration.id not in self.policy.clients:
@@ -69,6 +70,24 @@ class ClaimRules:
                 if client.reported_at.get(device, now) < read_at:
                     actions += self._refusal_confirmed(client, device, was, reported)
         return actions + self._unregistered_users(now)
+
+    def _listed_with_memory(self) -> set[tuple[int, int]]:
+        """(client, device) for each client with memory on a device where NVML lists it."""
+        return {(cid, device) for cid, client in self.policy.clients.items()
+                for device, allocated in client.allocated.items()
+                if allocated and self.policy.listing.lists(client.registration.pid, device)}
+
+    def _newly_listed(self, pairs: set[tuple[int, int]], now: float) -> list:
+        """A client whose memory was believed but that NVML lists on its device only now may
+        bring that memory there (may_bring_memory): the others are told again what may have
+        to leave. Its report alone does not re-run that when the list that arms the check
+        comes after it."""
+        actions = []
+        for device in sorted({device for _, device in pairs}):
+            dev = self.policy.devices.get(device)
+            actions += self.policy._settle(dev, now) if dev is not None else \
+                self.policy.room_rules.prepare_hints(device)
+        return actions
 
     def _refusal_confirmed(self, client: Client, device: int, was: str | None,
                            reported: int) -> list:
