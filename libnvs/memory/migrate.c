@@ -79,9 +79,12 @@ static struct gs_migrate_state {
     struct gs_moved_out out[GS_MAX_DEVICES];
     struct gs_staged staged[GS_MAX_DEVICES];
     double migrate_bps[GS_MAX_DEVICES]; /* as the last move out with no copy measured it; 0: none */
-    /* What may have to leave the device: the scheduler's last word (IDLE_HINT), raised to what
-     * a move out since took. Staging memory is prepared for that much and kept no larger. */
+    /* What may have to leave the device: the scheduler's last word (IDLE_HINT), which counts
+     * the most a move out was asked there and keeps within the node's staging budget; until it
+     * said one, what a move out took. Staging memory is prepared for that much and kept no
+     * larger. */
     uint64_t may_leave[GS_MAX_DEVICES];
+    bool told[GS_MAX_DEVICES];
 } gs_mig;
 
 /* Devices with converted memory allocated while the process could not run there: set by the
@@ -582,7 +585,7 @@ struct gs_move gs_migrate_out(int device, uint64_t bytes, const struct gs_move_p
     free(list);
     gs_plan_run(&mv, &plan);
     gs_learn_migration(&mv);
-    if (out->bytes > gs_mig.may_leave[device]) /* as much may be asked again */
+    if (!gs_mig.told[device] && out->bytes > gs_mig.may_leave[device]) /* may come again */
         gs_mig.may_leave[device] = out->bytes;
     gs_prepare_ahead(device);
     gs_debug("moved %llu bytes (%zu ranges, oldest first) of managed memory to the host from "
@@ -680,6 +683,7 @@ void gs_migrate_prepare(int device, uint64_t bytes)
     if (!gs_device_ok(device))
         return;
     gs_mig.may_leave[device] = bytes; /* a pool beyond it goes back at gs_migrate_relieve */
+    gs_mig.told[device] = true;
     gs_prepare_ahead(device);
 }
 

@@ -17,7 +17,8 @@ from .settings import Settings
 LIVE = ("tq", "anti_thrash", "min_slice_ms")
 # Settings read when the scheduler starts: a reload that changes them says they wait for a
 # restart.
-AT_START = ("grace_ms", "capacity_mib", "context_reserve_mib", "mps", "mps_pipe_directory",
+AT_START = ("grace_ms", "capacity_mib", "context_reserve_mib", "staging_max_mib", "mps",
+            "mps_pipe_directory",
             "cri_socket", "pod_resources_socket", "node_identity_socket", "compute_cap")
 DEFAULT, COMMAND_LINE, GEMSHARECTL = "default", "command line", "gemsharectl"
 
@@ -27,7 +28,7 @@ def command_line_layer(settings: Settings) -> dict[str, tuple[object, str]]:
     source."""
     values = {"tq": settings.tq, "anti_thrash": settings.mode,
               "min_slice_ms": settings.min_slice_ms, "grace_ms": settings.grace_ms,
-              "capacity_mib": settings.capacity_mib,
+              "capacity_mib": settings.capacity_mib, "staging_max_mib": settings.staging_max_mib,
               "context_reserve_mib": settings.context_reserve_mib, "mps": settings.mps,
               "mps_pipe_directory": settings.mps_pipe_directory,
               "cri_socket": settings.cri_socket,

@@ -30,6 +30,7 @@ from .settings import (
     CAPACITY_MIB,
     COMPUTE_CAP,
     CONTEXT_RESERVE_MIB,
+    STAGING_MAX_MIB,
     CRI_SOCKET,
     GPU_LIMIT,
     GRACE_MS,
@@ -57,7 +58,8 @@ else:  # the same parser, before it joined the standard library
 SETTING_CHECKS = {
     "tq": TQ.check, "anti_thrash": check_mode, "min_slice_ms": MIN_SLICE_MS.check,
     "grace_ms": GRACE_MS.check, "capacity_mib": CAPACITY_MIB.check,
-    "context_reserve_mib": CONTEXT_RESERVE_MIB.check, "mps": check_flag("mps"),
+    "context_reserve_mib": CONTEXT_RESERVE_MIB.check, "staging_max_mib": STAGING_MAX_MIB.check,
+    "mps": check_flag("mps"),
     "mps_pipe_directory": check_pipe_directory, "cri_socket": CRI_SOCKET,
     "pod_resources_socket": POD_RESOURCES_SOCKET, "node_identity_socket": NODE_IDENTITY_SOCKET,
     "compute_cap": COMPUTE_CAP.check,

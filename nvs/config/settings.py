@@ -108,6 +108,7 @@ MAX_CLIENTS = WholeNumber("max clients", 1, MAX_CLIENTS_LIMIT)
 MAX_CLIENTS_PER_USER = WholeNumber("max clients per user", 1, MAX_CLIENTS_LIMIT)
 CONTEXT_RESERVE_MIB = WholeNumber("context reserve", 0, CONTEXT_RESERVE_MIB_MAX, "MiB")
 CAPACITY_MIB = WholeNumber("capacity", 1, CAPACITY_MIB_MAX, "MiB")
+STAGING_MAX_MIB = WholeNumber("staging memory", 0, 1 << 30, "MiB")  # 1 PiB: past any host's
 MIN_SLICE_MS = WholeNumber("min slice", 0, MIN_SLICE_MS_MAX, "milliseconds")
 
 
@@ -274,6 +275,8 @@ class Settings:
     control_group: str = DEFAULT_CONTROL_GROUP
     context_reserve_mib: int = DEFAULT_CONTEXT_RESERVE_MIB
     capacity_mib: int | None = None  # auto's ceiling on each device's capacity; None: none
+    # The host memory all programs' staging may take together; None: what the host has free.
+    staging_max_mib: int | None = None
     min_slice_ms: int = DEFAULT_MIN_SLICE_MS
     mps: bool = False  # run programs that may share a GPU through NVIDIA MPS
     # An MPS control daemon already running to adopt, by its pipe directory; None: our own.

@@ -135,6 +135,7 @@ from .rules.mps_rules import MpsRules, mps_words
 from .rules.residency import Residency
 from .rules.room_rules import RoomStage
 from .rules.share_rules import LimitStage, ShareStage
+from .rules.staging_budget import HostMemory, StagingBudget
 from .rules.usage import Usage
 from .snapshot import ClientSnapshot, DeviceSnapshot, GangSnapshot, Snapshot
 from .tallies import Series, Tallies, series_of
@@ -172,7 +173,7 @@ class Policy:
                  min_slice_ms: int = DEFAULT_MIN_SLICE_MS,
                  gang_timeout_s: float = DEFAULT_GANG_TIMEOUT_S, mps: bool = False,
                  link_priors: dict[int, float] | None = None, compute_cap: str = CAP_OFF,
-                 stages: Sequence[type[Stage]] = STAGES):
+                 staging_limit: int | None = None, stages: Sequence[type[Stage]] = STAGES):
         """`stages`: the decision pipeline's stages in precedence order (pipeline.py); only a
         test of that order gives others."""
         self.gang_timeout_s = gang_timeout_s
@@ -201,6 +202,8 @@ class Policy:
         self.devices: dict[int, Device] = {}  # only devices with a holder or a waiter
         self.revocations = 0
         self.residency = Residency()
+        # The host memory all programs' staging may take (staging_budget.py).
+        self.staging = StagingBudget(staging_limit)
         self.credit = MoveCredit()  # the bytes of reported moves that may teach a rate
         self.links: dict[int, Link] = {}  # device -> its measured moves, kept while we run
         # device -> what its host link is expected to carry (NVML; cost.link_prior_bps)
@@ -698,7 +701,9 @@ class Policy:
                                  for index in sorted(indices)],
                         clients=[self._client_snapshot(cid, client, now)
                                  for cid, client in sorted(self.clients.items())],
-                        gangs=[GangSnapshot.of(gang, now) for gang in self.gangs])
+                        gangs=[GangSnapshot.of(gang, now) for gang in self.gangs],
+                        staging=self.staging.view(self.room_rules.staging_wanted(),
+                                                  self.room_rules.staging_told()))
 
     def _device_snapshot(self, index: int, allocated: int, now: float) -> DeviceSnapshot:
         dev = self.devices.get(index)
@@ -764,11 +769,26 @@ class Policy:
             units=self.budget_rules.units_of(client),
             others_allocated=self.budget_rules.others_allocated(client),
             sharing=self.budget_rules.sharing_ids(client), throttled=self.returns.of_client(cid),
-            refused={d: why for d, why in sorted(client.refusing.items()) if why})
+            refused={d: why for d, why in sorted(client.refusing.items()) if why},
+            staging=self.room_rules.staging_of(cid, client))
 
     def switch_seconds(self, device: int) -> float:
         """What handing the device to the next client now would cost in moves (room_rules.py)."""
         return self.room_rules.switch_seconds(device)
+
+    def host_memory(self, available: int, total: int, now: float) -> list:
+        """The host's memory as the shell read it (MemAvailable, MemTotal): where the staging
+        budget it leaves changes what each program prepares, every device's programs are told
+        again (staging_budget.py)."""
+        self.staging.host = HostMemory(max(available, 0), max(total, 0))
+        if not self.room_rules.settle_staging():
+            return []
+        actions = []
+        for device in sorted(device for device, allocated in self.allocated.items() if allocated):
+            dev = self.devices.get(device)
+            actions += self._settle(dev, now) if dev is not None else \
+                self.room_rules.prepare_hints(device)
+        return actions
 
     def gpu_processes(self, devices: dict, now: float, read_at: float | None = None) -> list:
         """NVML's processes of each GPU, as the shell read them (checks/claim_rules.py)."""
@@ -915,6 +935,7 @@ class Policy:
         hold = dev.holders[cid]
         evict = self.room_rules.evict_on_drop(dev, cid, now)
         self.credit.asked_out(dev.index, cid, evict)
+        self.room_rules.asked(self.clients[cid], dev.index, evict)
         if evict:
             self.tallies.evicted(dev.index)
             self.throttle_rules.charge_moves(next(iter(dev.waiters), None), dev.index, evict, now)

@@ -78,6 +78,8 @@ class ClientSnapshot:
     identity_from: str = NAMED_BY_PROGRAM  # who named it (model/container.py)
     throttled: list[int] = field(default_factory=list)  # devices (checks/throttle.py)
     refused: dict[int, str] = field(default_factory=dict)  # device -> why (checks/claims.py)
+    # device -> staging memory it was told to prepare there (room_rules.py, staging_budget.py)
+    staging: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -110,3 +112,4 @@ class Snapshot:
     devices: list[DeviceSnapshot]  # by index
     clients: list[ClientSnapshot]  # by id
     gangs: list[GangSnapshot]  # as they formed
+    staging: dict = field(default_factory=dict)  # the host memory staging may take (view())

@@ -42,6 +42,8 @@ def build_status(policy: Policy, now: float, wall: float, *, grace_ms: int,
                           "uid": found.uid, "used_bytes": found.used_bytes}
                          for device, processes in sorted(policy.unregistered.now.items())
                          for found in processes],
+        # The host memory all programs' staging may take, and what they were told to prepare.
+        "staging": snapshot.staging,
         "time": round(wall, 3),
     }
     status.update(extra or {})
@@ -150,6 +152,8 @@ def _client_entry(client: ClientSnapshot) -> dict:
         # and why its last memory report there was refused (docs/security.md).
         "throttled": client.throttled,
         "memory_refused": {str(d): why for d, why in client.refused.items()},
+        # Staging memory it was told to prepare, by device (its share of the overflow).
+        "staging_bytes": {str(d): size for d, size in client.staging.items()},
     }
 
 

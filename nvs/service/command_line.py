@@ -16,6 +16,7 @@ from ..config.settings import (
     CAPACITY_MIB,
     COMPUTE_CAP,
     CONTEXT_RESERVE_MIB,
+    STAGING_MAX_MIB,
     CRI_SOCKET,
     DEFAULT_CONFIG,
     DEFAULT_CONTEXT_RESERVE_MIB,
@@ -49,7 +50,7 @@ PROG = "gemshare-scheduler"
 # None unless given, so that Settings' defaults apply and status can say which were given.
 LAYERED = {"tq": "tq", "anti_thrash": "mode", "min_slice_ms": "min_slice_ms",
            "grace_ms": "grace_ms", "context_reserve_mib": "context_reserve_mib",
-           "capacity_mib": "capacity_mib", "mps": "mps",
+           "capacity_mib": "capacity_mib", "staging_max_mib": "staging_max_mib", "mps": "mps",
            "mps_pipe_directory": "mps_pipe_directory", "cri_socket": "cri_socket",
            "pod_resources_socket": "pod_resources_socket",
            "node_identity_socket": "node_identity_socket", "compute_cap": "compute_cap"}
@@ -126,6 +127,11 @@ def scheduler(
         help="in auto, treat each GPU as holding at most this many MiB: room kept for "
              f"programs outside gemshare, {CAPACITY_MIB.span} (default: the GPU's whole "
              "memory)"),
+    staging_max_mib: Optional[str] = typer.Option(
+        None, "--staging-max-mib", metavar="MIB", callback=_checked(STAGING_MAX_MIB),
+        help="host memory all programs' staging memory may take together (pinned memory that "
+             "moves off the GPU go through; past it the driver migrates), "
+             f"{STAGING_MAX_MIB.span} (default: what the host has free, less a sixteenth)"),
     max_clients: str = typer.Option(
         str(DEFAULT_MAX_CLIENTS), "--max-clients", metavar="N", show_default=False,
         callback=_checked(MAX_CLIENTS),
@@ -186,6 +192,7 @@ def scheduler(
 ) -> None:
     values = {"tq": tq, "min_slice_ms": min_slice_ms, "grace_ms": grace_ms,
               "context_reserve_mib": context_reserve_mib, "capacity_mib": capacity_mib,
+              "staging_max_mib": staging_max_mib,
               "anti_thrash": anti_thrash, "mps_pipe_directory": mps_pipe_directory,
               "mps": True if mps or mps_pipe_directory is not None else None,
               "cri_socket": cri_socket, "pod_resources_socket": pod_resources_socket,

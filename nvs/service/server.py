@@ -48,6 +48,7 @@ from ..wire.peer import Credentials, peer_credentials, peer_ids
 from . import fair_slots, log_rate
 from .connect_rate import ROOT, ConnectRate
 from .gpus import Gpus
+from .host_memory import watch_host_memory
 from .mps import MpsControl
 from .permissions import may_control, pod_control_refusal
 from .process_watch import ProcessWatch
@@ -189,7 +190,9 @@ class Server:
                              rules=self.configuration.rules, min_slice_ms=start["min_slice_ms"],
                              mps=start["mps"],
                              link_priors=gpus.link_priors() if gpus is not None else None,
-                             compute_cap=start["compute_cap"])
+                             compute_cap=start["compute_cap"],
+                             staging_limit=None if start["staging_max_mib"] is None
+                             else start["staging_max_mib"] << 20)
         self.mps = MpsControl.for_scheduler(settings.socket, start["mps_pipe_directory"]) \
             if start["mps"] else None
         # NVML's processes of each GPU, against which memory reports are checked.
@@ -232,6 +235,7 @@ class Server:
                     nursery.start_soon(self._watch_config)
                 if self.processes is not None:
                     nursery.start_soon(self.processes.watch, self._gpu_processes)
+                nursery.start_soon(watch_host_memory, self._host_memory)
                 task_status.started(self)
                 await self._accept_loop(nursery)
         finally:
@@ -757,6 +761,9 @@ class Server:
         if conn.kind != CLIENT:
             return []
         return self.policy.disconnect(conn.id, trio.current_time())
+
+    def _host_memory(self, available: int, total: int) -> None:
+        self._apply(self.policy.host_memory(available, total, trio.current_time()))
 
     def _gpu_processes(self, devices: dict, read_at: float) -> None:
         # Unbudgeted: each line is said once per client, or per process using a GPU.

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-from llm_servers_fake import WARM_UP, Servers, alone, shared  # noqa: E402
+from llm_servers_fake import MIB, WARM_UP, Servers, alone, shared  # noqa: E402
 
 SETUP = Servers()
 PAGE = 2 << 20  # moves round up to whole 2 MiB pages

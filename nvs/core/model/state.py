@@ -51,6 +51,8 @@ class Client:
     identity_from: str = NAMED_BY_PROGRAM  # who named it (model/container.py)
     # device -> the move out last announced to it while it did not hold the device (IDLE_HINT)
     told_to_prepare: dict[int, int] = field(default_factory=dict)
+    # device -> the most one EVICT or DROP_LOCK asked it to move out there (room_rules.py)
+    asked_most: dict[int, int] = field(default_factory=dict)
     # device -> whether its last hold there ended by its own release, not a drop or revocation
     let_go: dict[int, bool] = field(default_factory=dict)
     # device -> its last MEM_REPORT, of which `allocated` holds what is believed (claims.py);

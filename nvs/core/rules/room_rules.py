@@ -107,6 +107,7 @@ class RoomStage(Stage):
         for victim, size in plan:
             client = self.policy.clients[victim]
             self.policy.credit.asked_out(dev.index, victim, size)
+            self.asked(client, dev.index, size)
             self.policy.tallies.evicted(dev.index)
             self.policy.throttle_rules.charge_moves(beneficiary.registration.id, dev.index, size,
                                                     now)
@@ -215,7 +216,61 @@ class RoomStage(Stage):
         ready once, in the background, rather than at its first move (on an H200 a first move
         out of 5-9 GiB waited 0.8-2.6 s for new pinned host memory, where the move took 0.1-0.2
         s)."""
-        return min(self._overflow_share(dev.index), self.policy.memory_of(cid, dev.index))
+        return self.to_prepare(cid, self.policy.clients[cid], dev.index,
+                               self._overflow_share(dev.index))
+
+    def asked(self, client: Client, device: int, size: int) -> None:
+        """An EVICT or DROP_LOCK asked the client to move `size` bytes out."""
+        if size > client.asked_most.get(device, 0):
+            client.asked_most[device] = size
+
+    def wanted(self, cid: int, client: Client, device: int, overflow_share: int) -> int:
+        """The staging memory the client would want for the device, the budget aside: its
+        share of the overflow, or the most one move out was asked of it there, if more (the
+        room a grant needs is not always shared evenly, and a pool trimmed below what the next
+        move asks is pinned again as it waits), at most its memory there; 0 once it all fits."""
+        if not overflow_share:
+            return 0
+        most = max(overflow_share, -(-client.asked_most.get(device, 0) // PAGE) * PAGE)
+        return min(most, self.policy.memory_of(cid, device))
+
+    def to_prepare(self, cid: int, client: Client, device: int, overflow_share: int) -> int:
+        """What the client is told to prepare: what it wants, within the staging budget."""
+        return self.policy.staging.part(self.wanted(cid, client, device, overflow_share))
+
+    def staging_wanted(self) -> int:
+        """What every program's staging memory would hold, each its whole share of its device's
+        overflow (_overflow_share): the devices' that do not all fit."""
+        wanted = 0
+        for device in [device for device, allocated in self.policy.allocated.items() if allocated]:
+            share = self._overflow_share(device)
+            if share:
+                wanted += sum(self.wanted(cid, client, device, share)
+                              for cid, client in self.policy.clients.items()
+                              if client.allocated.get(device))
+        return wanted
+
+    def staging_told(self) -> int:
+        """What the programs were told to prepare: the idle ones' and the holders' hints."""
+        idle = sum(sum(client.told_to_prepare.values()) for client in self.policy.clients.values())
+        return idle + sum(hold.hint_evict_bytes for dev in self.policy.devices.values()
+                          for hold in dev.holders.values())
+
+    def staging_of(self, cid: int, client: Client) -> dict[int, int]:
+        """Device -> what the client was told to prepare there, idle or holding."""
+        told = {device: size for device, size in client.told_to_prepare.items() if size}
+        for device, dev in self.policy.devices.items():
+            hold = dev.holders.get(cid)
+            if hold is not None and hold.hint_evict_bytes:
+                told[device] = hold.hint_evict_bytes
+        return dict(sorted(told.items()))
+
+    def settle_staging(self) -> bool:
+        """The fraction of its share each program prepares, weighed again (staging_budget.py);
+        True when it changed."""
+        if self.policy.staging.limit is None and self.policy.staging.host is None:
+            return False
+        return self.policy.staging.settle(self.staging_wanted(), self.staging_told())
 
     def _overflow_share(self, device: int) -> int:
         """What of a client's memory may have to be off the device at once (at most what it has
@@ -269,6 +324,8 @@ class RoomStage(Stage):
         # Most reports find nobody idle with memory there: the capacity is not even looked up.
         if not idle:
             return []
+        self.settle_staging()
+        over_budget = self.policy.staging.bounding()
         actions = []
         overflow_share = self._overflow_share(device)
         for cid in idle:
@@ -276,9 +333,11 @@ class RoomStage(Stage):
             if client is None:
                 continue
             told = client.told_to_prepare.get(device, 0)
-            share = min(overflow_share, self.policy.memory_of(cid, device))
+            share = self.to_prepare(cid, client, device, overflow_share)
             grown = share >= told + max(PREPARE_STEP, told // 8)
-            if not (share > told and (told == 0 or grown)) and not share < told // 2:
+            # Past the host's staging budget a program gives back what it was told to give.
+            shrunk = share < told // 2 or (over_budget and share < told)
+            if not (share > told and (told == 0 or grown)) and not shrunk:
                 continue
             client.told_to_prepare[device] = share
             ordinal = client.numbering.own_ordinal(device)
@@ -310,6 +369,7 @@ class RoomStage(Stage):
         (cost.idle_release_ms) or, where its gaps are worth lending, soon (gap_rules.py); and what
         it may be asked to move out (so that it can get ready for that while it works)."""
         actions = []
+        self.settle_staging()
         contender = self.policy._first_contender(dev, now)
         usual = idle_release_ms(self.switch_seconds(dev.index), self.policy.tq,
                                 contender is not None)
