@@ -452,15 +452,35 @@ def unregistered_lines(status: dict) -> Text | None:
     return Text("\n").join(lines) if lines else None
 
 
+def staging_line(status: dict) -> Text | None:
+    """What the programs were told to prepare of host memory for moves off their GPUs, against
+    the node's staging budget; None while nobody was (older schedulers say none of it)."""
+    staging = status.get("staging")
+    if not isinstance(staging, dict) or not staging.get("told_bytes"):
+        return None
+    budget = staging.get("budget_bytes")
+    words = f"Staging memory: {human_bytes(staging['told_bytes'])} told to prepare"
+    if isinstance(budget, int):
+        limit = staging.get("limit_bytes")
+        whose = "--staging-max-mib" if isinstance(limit, int) and limit <= budget else \
+            "the host's free memory"
+        words += f", within {human_bytes(budget)} ({whose})"
+    fraction = staging.get("fraction")
+    if isinstance(fraction, (int, float)) and fraction < 1:
+        return Text(f"{words}: each program {round(fraction * 100)}% of its share, the driver "
+                    "migrates the rest", style="yellow")
+    return Text(words)
+
+
 def status_view(console: Console, status: dict, socket: str) -> Group:
     """Everything `gemsharectl status` prints, top to bottom."""
     parts = [_summary(status, socket)]
     about_config = config_lines(status)
     if about_config is not None:
         parts.append(about_config)
-    unregistered = unregistered_lines(status)
-    if unregistered is not None:
-        parts.append(unregistered)
+    for lines in (unregistered_lines(status), staging_line(status)):
+        if lines is not None:
+            parts.append(lines)
     note = truncation_note(status)
     if note is not None:
         parts.append(note)

@@ -126,16 +126,16 @@ from .rules.checks.claim_rules import ClaimRules
 from .rules.checks.claims import Listing, Unregistered
 from .rules.checks.throttle import QuickReturns, ThrottleRules
 from .rules.cost import GB, LINK_CEILING_BPS, Link
-from .rules.credit import MoveCredit
+from .rules.memory.credit import MoveCredit
 from .rules.gang_rules import GangStage, with_gang
 from .rules.gangs import DEFAULT_GANG_TIMEOUT_S
 from .rules.gap_rules import GapStage
 from .rules.gaps import Gaps, idle_waited_s
 from .rules.mps_rules import MpsRules, mps_words
-from .rules.residency import Residency
+from .rules.memory.residency import Residency
 from .rules.room_rules import RoomStage
 from .rules.share_rules import LimitStage, ShareStage
-from .rules.staging_budget import HostMemory, StagingBudget
+from .rules.memory.staging_budget import HostMemory, StagingBudget
 from .rules.usage import Usage
 from .snapshot import ClientSnapshot, DeviceSnapshot, GangSnapshot, Snapshot
 from .tallies import Series, Tallies, series_of

@@ -12,11 +12,10 @@ from typing import Optional, Sequence
 import typer
 
 from ..config.settings import (
-    COMPUTE_CAPS,
     CAPACITY_MIB,
     COMPUTE_CAP,
+    COMPUTE_CAPS,
     CONTEXT_RESERVE_MIB,
-    STAGING_MAX_MIB,
     CRI_SOCKET,
     DEFAULT_CONFIG,
     DEFAULT_CONTEXT_RESERVE_MIB,
@@ -33,6 +32,7 @@ from ..config.settings import (
     MODE_LABELS,
     NODE_IDENTITY_SOCKET,
     POD_RESOURCES_SOCKET,
+    STAGING_MAX_MIB,
     TQ,
     Settings,
     WholeNumber,

@@ -48,10 +48,10 @@ from ..wire.peer import Credentials, peer_credentials, peer_ids
 from . import fair_slots, log_rate
 from .connect_rate import ROOT, ConnectRate
 from .gpus import Gpus
-from .host_memory import watch_host_memory
+from .readings.host_memory import watch_host_memory
 from .mps import MpsControl
 from .permissions import may_control, pod_control_refusal
-from .process_watch import ProcessWatch
+from .readings.process_watch import ProcessWatch
 
 log = logging.getLogger("gemshare.scheduler")
 

@@ -65,12 +65,13 @@ def test_every_setting_the_command_line_has_may_be_given():
         grace_ms = 5000
         capacity_mib = 4096
         context_reserve_mib = 0
+        staging_max_mib = 8192
         anti_thrash = "auto"
         mps = true
         mps_pipe_directory = "/run/nvidia-mps"
     """)
     assert config.settings == {"grace_ms": 5000, "capacity_mib": 4096, "context_reserve_mib": 0,
-                               "anti_thrash": Mode.AUTO, "mps": True,
+                               "staging_max_mib": 8192, "anti_thrash": Mode.AUTO, "mps": True,
                                "mps_pipe_directory": "/run/nvidia-mps"}
 
 

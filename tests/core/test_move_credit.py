@@ -1,6 +1,6 @@
 """credit.py on its own: which bytes of a reported move may teach a rate."""
 
-from gemshare_nvs.core.rules.credit import MoveCredit
+from gemshare_nvs.core.rules.memory.credit import MoveCredit
 
 G = 1 << 30
 

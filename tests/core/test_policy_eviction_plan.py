@@ -4,7 +4,7 @@ that orders the idle ones."""
 import pytest
 
 from gemshare_nvs.core.rules.gaps import STALE_GAPS, eviction_rank
-from gemshare_nvs.core.rules.residency import PAGE, eviction_plan, even_out
+from gemshare_nvs.core.rules.memory.residency import PAGE, eviction_plan, even_out
 
 M = 1 << 20
 G = 1 << 30

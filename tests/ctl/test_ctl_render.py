@@ -134,3 +134,14 @@ def test_view_only_registrations_are_counted_in_the_summary_with_their_cap():
     out = draw({"tq": 30, "anti_thrash": "on", "clients": [],
                 "view_only": {"registered": 12, "max": 256, "per_user": 64}})
     assert "0 clients, view-only 12/256" in out
+
+
+def test_staging_shows_what_programs_prepare_against_the_budget_once_they_were_told():
+    assert "Staging" not in draw({"tq": 5, "staging": {"told_bytes": 0}})
+    bounded = draw({"tq": 5, "staging": {"limit_bytes": 8 << 30, "budget_bytes": 8 << 30,
+                                         "told_bytes": 7 << 30, "fraction": 0.5}})
+    assert "Staging memory: 7.0 GiB told to prepare, within 8.0 GiB (--staging-max-mib): " \
+        "each program 50% of its share" in " ".join(bounded.split())
+    free = draw({"tq": 5, "staging": {"limit_bytes": None, "budget_bytes": 20 << 30,
+                                      "told_bytes": 3 << 30, "fraction": 1.0}})
+    assert "within 20.0 GiB (the host's free memory)" in free and "%" not in free

@@ -1,4 +1,4 @@
-"""The node's staging budget (--staging-max-mib; core/rules/staging_budget.py), with libnvs.so and
+"""The node's staging budget (--staging-max-mib; core/rules/memory/staging_budget.py), with libnvs.so and
 the real scheduler on the fake driver: three programs of 32 MiB on a 64 MiB device each run once
 and then wait, idle, while the others may need the device. Without the budget each idle program
 is told to prepare its whole share of the overflow and pins it ahead; with a budget of 16 MiB

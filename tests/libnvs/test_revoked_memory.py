@@ -59,10 +59,13 @@ def test_a_revoked_holder_gets_the_memory_it_moved_out_back_before_it_runs_again
     events = gpu.events()
     ptr = results[holder.pid].pointers()
     discarded = fakelog.discarded(events, holder.pid)
-    # Part of its memory left by copy, the checked buffer among it, and not all of it.
+    # Part of its memory left, and not all of it: the checked buffer by copy, the rest by copy
+    # or, where getting staging memory ready looked slower (a busy host faults pages in
+    # slowly), by the driver's migration.
     assert covers(discarded, ptr["a"]), discarded
-    assert ROOM <= sum(size for _, size in discarded) < HOLDER_BYTES, \
-        (discarded, results[holder.pid].describe())
+    migrated = fakelog.prefetched(events, holder.pid, to_host=True)
+    left = sum(size for _, size in discarded + migrated)
+    assert ROOM <= left < HOLDER_BYTES, (discarded, migrated, results[holder.pid].describe())
     # Once it had left, the checked buffer was given device pages again and copied back into
     # them before the holder's next launch.
     gone = min(e.ns for e in events if e.pid == holder.pid and e.name.split("_pt")[0] ==

@@ -1,4 +1,4 @@
-"""NVML's processes of each GPU as the policy gets them (service/process_watch.py): with the
+"""NVML's processes of each GPU as the policy gets them (service/readings/process_watch.py): with the
 name and uid /proc gives, and without the scheduler's own process or NVIDIA's MPS server."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 import trio
 
 from gemshare_nvs.core.rules.checks.claims import GpuProcess
-from gemshare_nvs.service.process_watch import MPS_SERVER, POLL_S, ProcessWatch
+from gemshare_nvs.service.readings.process_watch import MPS_SERVER, POLL_S, ProcessWatch
 
 
 class ListedGpus:

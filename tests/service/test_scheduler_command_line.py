@@ -30,6 +30,8 @@ from gemshare_nvs.service import command_line
     (["--context-reserve-mib", "0.5"], "context reserve must be a whole number of MiB"),
     (["--capacity-mib", "0"], "capacity must be a whole number of MiB from 1 to 1048576"),
     (["--capacity-mib", "2GiB"], "capacity must be a whole number of MiB from 1 to 1048576"),
+    (["--staging-max-mib", "-1"], "staging memory must be a whole number of MiB from 0"),
+    (["--staging-max-mib", "8GiB"], "staging memory must be a whole number of MiB from 0"),
     (["--control-group", " "], "--control-group must name a group"),
     (["--metrics"], "'--metrics' requires an argument"),
     (["--bogus"], "No such option: --bogus"),
@@ -77,7 +79,7 @@ def test_the_scheduler_and_gemsharectl_refuse_a_value_in_the_same_words(short_tm
 @pytest.mark.parametrize("option, number", [
     ("--tq", "TQ"), ("--min-slice-ms", "MIN_SLICE_MS"), ("--grace-ms", "GRACE_MS"),
     ("--context-reserve-mib", "CONTEXT_RESERVE_MIB"), ("--capacity-mib", "CAPACITY_MIB"),
-    ("--max-clients", "MAX_CLIENTS"), ("--max-clients-per-user", "MAX_CLIENTS_PER_USER")])
+    ("--staging-max-mib", "STAGING_MAX_MIB"), ("--max-clients", "MAX_CLIENTS"), ("--max-clients-per-user", "MAX_CLIENTS_PER_USER")])
 def test_help_gives_each_numbers_range(run_scheduler, option, number):
     span = getattr(settings, number).span
     help_text = run_scheduler("--help").stdout

@@ -15,7 +15,7 @@ from ..model.stage import Stage
 from ..model.state import Client, Device
 from ..model.text import mib
 from .cost import Link, idle_release_ms, room_to_make
-from .residency import PAGE, eviction_plan
+from .memory.residency import PAGE, eviction_plan
 
 # A prepared client hears a new figure once its part of the overflow grew by this much (or by an
 # eighth), or fell to half: every allocation changes it a little, and each hint costs the

@@ -1,5 +1,5 @@
 """The host's memory, read from /proc/meminfo once a second for the policy core's staging budget
-(core/rules/staging_budget.py): what the kernel can hand out without swapping (MemAvailable) and
+(core/rules/memory/staging_budget.py): what the kernel can hand out without swapping (MemAvailable) and
 the whole (MemTotal). A file that cannot be read, or lacks either line, is skipped: the budget
 then keeps the last reading, or only the operator's setting.
 """

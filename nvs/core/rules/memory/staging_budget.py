@@ -5,7 +5,7 @@ room_rules.py), as part of the policy core.
 The budget is the operator's setting (`staging_max_mib`; none by default) and never more than
 the host has available beside what staging was told to hold already, less the floor libnvs keeps
 free (a sixteenth of the host's memory, at least 128 MiB; libnvs/memory/host_room.c). The shell
-reads the host's memory once a second (service/host_memory.py). When the programs' shares of the
+reads the host's memory once a second (service/readings/host_memory.py). When the programs' shares of the
 overflow add up to more than the budget, each is told the same fraction of its share, in whole
 sixteenths, so that the first programs to ask do not take it all and leave the later ones to the
 driver's migration; what a program is not told to prepare it moves by migration. libnvs still

@@ -8,7 +8,7 @@ lies about its moves can skew only its own figure, never the sums of others.
 
 from __future__ import annotations
 
-from .capacity import renumbered
+from ..capacity import renumbered
 
 
 class Residency:

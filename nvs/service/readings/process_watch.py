@@ -16,8 +16,8 @@ from pathlib import Path
 
 import trio
 
-from ..core.rules.checks.claims import GpuProcess
-from .gpus import Gpus
+from ...core.rules.checks.claims import GpuProcess
+from ..gpus import Gpus
 
 PROC = Path("/proc")
 POLL_S = 1.0
