@@ -370,7 +370,7 @@ bool gs_staging_adopt(int device)
 {
     struct gs_pool *pool = device >= 0 && device < GS_MAX_DEVICES ? gs_pools[device] : NULL;
     size_t pinned = pool ? gs_adopt(pool, device, 0, gs_pin_step(pool)) : 0;
-    if (pinned > 0) /* apart from what moves pin as they go: the scheduler told this much */
+    if (pinned > 0) /* apart from what a move pins as it goes: what the hints asked for */
         gs_debug("pinned %zu MiB prepared ahead for moves off device %d", pinned >> 20, device);
     return gs_staging_has_prepared(device);
 }

@@ -251,10 +251,9 @@ class RoomStage(Stage):
         return wanted
 
     def staging_told(self) -> int:
-        """What the programs were told to prepare: the idle ones' and the holders' hints."""
-        idle = sum(sum(client.told_to_prepare.values()) for client in self.policy.clients.values())
-        return idle + sum(hold.hint_evict_bytes for dev in self.policy.devices.values()
-                          for hold in dev.holders.values())
+        """What the programs were told to prepare, each its last word on each device."""
+        return sum(sum(self.staging_of(cid, client).values())
+                   for cid, client in self.policy.clients.items())
 
     def staging_of(self, cid: int, client: Client) -> dict[int, int]:
         """Device -> what the client was told to prepare there, idle or holding."""
@@ -268,9 +267,15 @@ class RoomStage(Stage):
     def settle_staging(self) -> bool:
         """The fraction of its share each program prepares, weighed again (staging_budget.py);
         True when it changed."""
-        if self.policy.staging.limit is None and self.policy.staging.host is None:
+        staging = self.policy.staging
+        if staging.limit is None and staging.host is None:
             return False
-        return self.policy.staging.settle(self.staging_wanted(), self.staging_told())
+        # Settled at every decision: where the budget holds all the memory there is (a host
+        # with memory to spare), nobody's figure is worked out. It only grows with `told`.
+        least = staging.budget(0)
+        if least is None or least >= sum(self.policy.allocated.values()):
+            return staging.settle(0, 0)
+        return staging.settle(self.staging_wanted(), self.staging_told())
 
     def _overflow_share(self, device: int) -> int:
         """What of a client's memory may have to be off the device at once (at most what it has
