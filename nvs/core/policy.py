@@ -467,7 +467,7 @@ class Policy:
         if dev is not None:  # a holder grew or shrank, or the capacity is known now
             actions += self._settle(dev, now)
         else:  # the memory of idle programs may no longer all fit beside this one's
-            actions += self.room_rules.prepare_hints(device)
+            actions += self.room_rules.prepare_hints(device, now)
         return actions
 
     def moved(self, cid: int, device: int, flags: int, size: int, elapsed_us: int,
@@ -586,7 +586,7 @@ class Policy:
         for dev in list(self.devices.values()):
             actions += self._settle(dev, now)
         for device in client.allocated.keys() - self.devices.keys():  # the idle may fit now
-            actions += self.room_rules.prepare_hints(device)
+            actions += self.room_rules.prepare_hints(device, now)
         return actions
 
     def configure(self, now: float, tq: int | None = None, mode: p.Mode | None = None,
@@ -702,7 +702,7 @@ class Policy:
                         clients=[self._client_snapshot(cid, client, now)
                                  for cid, client in sorted(self.clients.items())],
                         gangs=[GangSnapshot.of(gang, now) for gang in self.gangs],
-                        staging=self.staging.view(self.room_rules.staging_wanted(),
+                        staging=self.staging.view(self.room_rules.staging_wanted(now),
                                                   self.room_rules.staging_told()))
 
     def _device_snapshot(self, index: int, allocated: int, now: float) -> DeviceSnapshot:
@@ -781,13 +781,13 @@ class Policy:
         budget it leaves changes what each program prepares, every device's programs are told
         again (staging_budget.py)."""
         self.staging.host = HostMemory(max(available, 0), max(total, 0))
-        if not self.room_rules.settle_staging():
+        if not self.room_rules.settle_staging(now):
             return []
         actions = []
         for device in sorted(device for device, allocated in self.allocated.items() if allocated):
             dev = self.devices.get(device)
             actions += self._settle(dev, now) if dev is not None else \
-                self.room_rules.prepare_hints(device)
+                self.room_rules.prepare_hints(device, now)
         return actions
 
     def gpu_processes(self, devices: dict, now: float, read_at: float | None = None) -> list:

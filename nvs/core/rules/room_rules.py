@@ -217,35 +217,58 @@ class RoomStage(Stage):
         out of 5-9 GiB waited 0.8-2.6 s for new pinned host memory, where the move took 0.1-0.2
         s)."""
         return self.to_prepare(cid, self.policy.clients[cid], dev.index,
-                               self._overflow_share(dev.index))
+                               self._overflow_share(dev.index), 0)
 
     def asked(self, client: Client, device: int, size: int) -> None:
         """An EVICT or DROP_LOCK asked the client to move `size` bytes out."""
         if size > client.asked_most.get(device, 0):
             client.asked_most[device] = size
 
-    def wanted(self, cid: int, client: Client, device: int, overflow_share: int) -> int:
+    def wanted(self, cid: int, client: Client, device: int, overflow_share: int,
+               planned: int) -> int:
         """The staging memory the client would want for the device, the budget aside: its
-        share of the overflow, or the most one move out was asked of it there, if more (the
-        room a grant needs is not always shared evenly, and a pool trimmed below what the next
-        move asks is pinned again as it waits), at most its memory there; 0 once it all fits."""
+        share of the overflow, what making room for all of it would ask of it first
+        (`planned`: planned_asks), or the most one move out was asked of it there, whichever
+        is most (the room a grant needs is not shared evenly, and a pool short of what the
+        next move asks is pinned as that move waits), at most its memory there; 0 once it all
+        fits."""
         if not overflow_share:
             return 0
-        most = max(overflow_share, -(-client.asked_most.get(device, 0) // PAGE) * PAGE)
+        most = max(overflow_share, planned, -(-client.asked_most.get(device, 0) // PAGE) * PAGE)
         return min(most, self.policy.memory_of(cid, device))
 
-    def to_prepare(self, cid: int, client: Client, device: int, overflow_share: int) -> int:
+    def to_prepare(self, cid: int, client: Client, device: int, overflow_share: int,
+                   planned: int) -> int:
         """What the client is told to prepare: what it wants, within the staging budget."""
-        return self.policy.staging.part(self.wanted(cid, client, device, overflow_share))
+        return self.policy.staging.part(self.wanted(cid, client, device, overflow_share,
+                                                    planned))
 
-    def staging_wanted(self) -> int:
-        """What every program's staging memory would hold, each its whole share of its device's
-        overflow (_overflow_share): the devices' that do not all fit."""
+    def planned_asks(self, device: int, now: float) -> dict[int, int]:
+        """Client -> what one grant may ask of it beyond its share of the overflow, of the
+        clients that do not hold the device: a client idle past its pattern, or of none seen
+        yet, may be the first the eviction plan asks (eviction_plan: the longest idle first),
+        and then for all it has, up to the whole overflow; one idle in its usual pattern is
+        asked an even part (its share). So a program hears, from its allocation on, what the
+        first grant after it may ask (on an H200, 4 x 12 GiB under 32 GiB: the first EVICT
+        asked one program for 12 GiB where it had been told its 5.6 GiB share, and the move
+        waited 0.9 s for the rest of its staging memory to be pinned)."""
+        dev = self.policy.devices.get(device)
+        holders = dev.holders if dev is not None else {}
+        over = room_to_make(self.policy.capacity.of(device)[0], self.policy.allocated[device], 0,
+                            max(len(holders), 1), self.policy.reserve)
+        return {cid: -(-over // PAGE) * PAGE for cid, client in self.policy.clients.items()
+                if client.allocated.get(device) and cid not in holders
+                and self.policy.gaps.rank(cid, device, now)[0] == 0}
+
+    def staging_wanted(self, now: float) -> int:
+        """What every program's staging memory would hold, each all it wants (wanted): the
+        devices' that do not all fit."""
         wanted = 0
         for device in [device for device, allocated in self.policy.allocated.items() if allocated]:
             share = self._overflow_share(device)
             if share:
-                wanted += sum(self.wanted(cid, client, device, share)
+                planned = self.planned_asks(device, now)
+                wanted += sum(self.wanted(cid, client, device, share, planned.get(cid, 0))
                               for cid, client in self.policy.clients.items()
                               if client.allocated.get(device))
         return wanted
@@ -264,7 +287,7 @@ class RoomStage(Stage):
                 told[device] = hold.hint_evict_bytes
         return dict(sorted(told.items()))
 
-    def settle_staging(self) -> bool:
+    def settle_staging(self, now: float) -> bool:
         """The fraction of its share each program prepares, weighed again (staging_budget.py);
         True when it changed."""
         staging = self.policy.staging
@@ -275,7 +298,7 @@ class RoomStage(Stage):
         least = staging.budget(0)
         if least is None or least >= sum(self.policy.allocated.values()):
             return staging.settle(0, 0)
-        return staging.settle(self.staging_wanted(), self.staging_told())
+        return staging.settle(self.staging_wanted(now), self.staging_told())
 
     def _overflow_share(self, device: int) -> int:
         """What of a client's memory may have to be off the device at once (at most what it has
@@ -312,7 +335,7 @@ class RoomStage(Stage):
                     if self.policy.claim_rules.may_bring_memory(cid, client, dev, device))
         return asked > room
 
-    def prepare_hints(self, device: int) -> list:
+    def prepare_hints(self, device: int, now: float) -> list:
         """IDLE_HINT to each client with memory on the device that does not hold it, once its
         memory there may have to leave (_overflow_share; again when that grew, or fell far,
         and 0 once it all fits again, so that the program gives its staging memory back): when
@@ -329,16 +352,17 @@ class RoomStage(Stage):
         # Most reports find nobody idle with memory there: the capacity is not even looked up.
         if not idle:
             return []
-        self.settle_staging()
+        self.settle_staging(now)
         over_budget = self.policy.staging.bounding()
         actions = []
         overflow_share = self._overflow_share(device)
+        planned = self.planned_asks(device, now) if overflow_share else {}
         for cid in idle:
             client = self.policy.clients.get(cid)
             if client is None:
                 continue
             told = client.told_to_prepare.get(device, 0)
-            share = self.to_prepare(cid, client, device, overflow_share)
+            share = self.to_prepare(cid, client, device, overflow_share, planned.get(cid, 0))
             grown = share >= told + max(PREPARE_STEP, told // 8)
             # Past the host's staging budget a program gives back what it was told to give.
             shrunk = share < told // 2 or (over_budget and share < told)
@@ -374,7 +398,7 @@ class RoomStage(Stage):
         (cost.idle_release_ms) or, where its gaps are worth lending, soon (gap_rules.py); and what
         it may be asked to move out (so that it can get ready for that while it works)."""
         actions = []
-        self.settle_staging()
+        self.settle_staging(now)
         contender = self.policy._first_contender(dev, now)
         usual = idle_release_ms(self.switch_seconds(dev.index), self.policy.tq,
                                 contender is not None)
@@ -387,4 +411,4 @@ class RoomStage(Stage):
                 hold.idle_hint_ms, hold.hint_evict_bytes = hint, evict
                 ordinal = self.policy.clients[cid].numbering.own_ordinal(dev.index)
                 actions.append(Send(cid, p.IdleHint(ordinal, hint, evict)))
-        return actions + self.prepare_hints(dev.index)
+        return actions + self.prepare_hints(dev.index, now)

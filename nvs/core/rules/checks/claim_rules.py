@@ -86,7 +86,7 @@ class ClaimRules:
         for device in sorted({device for _, device in pairs}):
             dev = self.policy.devices.get(device)
             actions += self.policy._settle(dev, now) if dev is not None else \
-                self.policy.room_rules.prepare_hints(device)
+                self.policy.room_rules.prepare_hints(device, now)
         return actions
 
     def _refusal_confirmed(self, client: Client, device: int, was: str | None,
