@@ -247,13 +247,10 @@ SETS: dict[int, dict] = {
         "env": {"LLM_SERVERS": "2", "LLM_PARAMS_B": "3", "LLM_CARD_MIB": "32768",
                 "LLM_REQUESTS": "5", "LLM_IDLE_S": "5,15", "BENCH_ROUNDS": "3"}},
 }
-# Seconds of each part with the settings above, on one H200, as the runs of 2026-12-02 took
-# them (docs/benchmarks.md; a run's JSON has the real ones, `part_seconds`): set 2 of that day,
-# with launch rate and training in it, ran past its command's limit.
-PART_SECONDS = {"notebooks": 362, "beside_trainer": 89, "mps": 28, "launch_rate": 87,
-                "train_steps": 83, "oversub": 206,
-                # four runs of 2026-12-02's three took 176 s
-                "classroom": 235, "llm_servers": 304}
+# Seconds of each part with the settings above, on one H200, as the third run of 2026-12-02
+# took them (docs/benchmarks.md; a run's JSON has the real ones, `part_seconds`).
+PART_SECONDS = {"notebooks": 356, "beside_trainer": 90, "mps": 25, "launch_rate": 73,
+                "train_steps": 76, "oversub": 194, "classroom": 171, "llm_servers": 273}
 SET_LIMIT_S = 540  # under nine minutes, a lent machine's command each
 
 
