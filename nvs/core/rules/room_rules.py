@@ -254,9 +254,8 @@ class RoomStage(Stage):
         waited 0.9 s for the rest of its staging memory to be pinned)."""
         dev = self.policy.devices.get(device)
         holders = dev.holders if dev is not None else {}
-        over = room_to_make(self.policy.capacity.of(device)[0], self.policy.allocated[device], 0,
-                            max(len(holders), 1), self.policy.reserve)
-        return {cid: -(-over // PAGE) * PAGE for cid, client in self.policy.clients.items()
+        over = -(-self._overflow(device) // PAGE) * PAGE
+        return {cid: over for cid, client in self.policy.clients.items()
                 if client.allocated.get(device) and cid not in holders
                 and self.policy.gaps.rank(cid, device, now)[0] == 0}
 
@@ -309,13 +308,17 @@ class RoomStage(Stage):
         program's whole memory; a move that asks for more migrates the rest."""
         if not self._oversubscribed(device):
             return 0
+        sharing = sum(1 for client in self.policy.clients.values() if client.allocated.get(device))
+        share = -(-self._overflow(device) // max(sharing - 1, 1))
+        return -(-share // PAGE) * PAGE
+
+    def _overflow(self, device: int) -> int:
+        """What the device lacks for all of its clients' memory, counted as a grant's room is
+        (its holders each keep the reserve)."""
         dev = self.policy.devices.get(device)
         holders = len(dev.holders) if dev is not None else 0
-        over = room_to_make(self.policy.capacity.of(device)[0], self.policy.allocated[device], 0,
+        return room_to_make(self.policy.capacity.of(device)[0], self.policy.allocated[device], 0,
                             max(holders, 1), self.policy.reserve)
-        sharing = sum(1 for client in self.policy.clients.values() if client.allocated.get(device))
-        share = -(-over // max(sharing - 1, 1))
-        return -(-share // PAGE) * PAGE
 
     def _oversubscribed(self, device: int) -> bool:
         """Whether the memory allocated on the device does not all fit there at once. Only the
