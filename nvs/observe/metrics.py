@@ -94,7 +94,7 @@ class SchedulerCollector(Collector):
         refused = CounterMetricFamily("gemshare_memory_reports_refused",
                                       "Clients' memory reports that NVML's list of the GPU's "
                                       "processes did not bear out, by device and reason "
-                                      "(not_on_device, below_nvml), each client counted once.",
+                                      "(not_on_device, below_nvml, above_mapped), each client counted once.",
                                       labels=[*labels, "reason"])
         unregistered = GaugeMetricFamily("gemshare_unregistered_gpu_processes",
                                          "Processes NVML lists on the GPU that are no client of "

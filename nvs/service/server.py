@@ -51,7 +51,7 @@ from .gpus import Gpus
 from .readings.host_memory import watch_host_memory
 from .mps import MpsControl
 from .permissions import may_control, pod_control_refusal
-from .readings.process_watch import ProcessWatch
+from .readings.process_watch import UVM_MAPPING, UVM_MAPPING_VARIABLE, ProcessWatch
 
 log = logging.getLogger("gemshare.scheduler")
 
@@ -196,7 +196,8 @@ class Server:
         self.mps = MpsControl.for_scheduler(settings.socket, start["mps_pipe_directory"]) \
             if start["mps"] else None
         # NVML's processes of each GPU, against which memory reports are checked.
-        self.processes = ProcessWatch(gpus) if gpus is not None and gpus.available else None
+        self.processes = ProcessWatch(gpus, uvm_mapping=os.environ.get(
+            UVM_MAPPING_VARIABLE, UVM_MAPPING)) if gpus is not None and gpus.available else None
         self._reloading = trio.Lock()  # one reload at a time, in the order asked
         self._saving = trio.Lock()  # and one write of the kept settings
         self._listener = listener
@@ -468,7 +469,8 @@ class Server:
             self._apply([Send(conn.id, p.Pong(message.token))], conn.peer_key)
             return
         if type(message) is p.MemReport and self.processes is not None:
-            self.processes.want(conn.pid)  # checked against the next list of GPU processes
+            # checked against the next list of GPU processes
+            self.processes.want(conn.pid, message.allocated_bytes)
         event = POLICY_EVENTS.get(type(message))
         if event is not None:
             actions = event(self.policy, conn, message, trio.current_time())

@@ -5,7 +5,8 @@ from overflow import overflow_share
 from policy_driver import Driver
 
 from gemshare_nvs import protocol as p
-from gemshare_nvs.core.rules.checks.claims import BELOW_NVML, NOT_LISTED, GpuProcess
+from gemshare_nvs.core.rules.checks.claims import (ABOVE_MAPPED, BELOW_NVML, MARGIN,
+                                                   NOT_LISTED, GpuProcess)
 
 G = 1 << 30
 CONTEXT = 300 << 20  # what NVML shows of a program under libnvs: its context, about
@@ -15,12 +16,12 @@ def pid_of(cid: int) -> int:
     return 4000 + cid  # the driver's pids
 
 
-def listing(driver: Driver, *listed: tuple[int, int], device: int = 0,
-            read_s_ago: float = 0.0) -> list:
-    """NVML lists these (pid, bytes) on the device, in a list read `read_s_ago` (a moment
-    after the last event when 0)."""
+def listing(driver: Driver, *listed: tuple, device: int = 0, read_s_ago: float = 0.0) -> list:
+    """NVML lists these (pid, bytes) on the device, or (pid, bytes, managed memory mapped), in
+    a list read `read_s_ago` (a moment after the last event when 0)."""
     driver.advance(0.01)
-    processes = {pid: GpuProcess(pid, used, "proc", 1000) for pid, used in listed}
+    processes = {entry[0]: GpuProcess(entry[0], entry[1], "proc", 1000, *entry[2:])
+                 for entry in listed}
     return driver._take(driver.policy.gpu_processes({device: processes}, driver.now,
                                                     driver.now - read_s_ago))
 
@@ -157,3 +158,39 @@ def test_a_program_listed_only_after_its_report_still_makes_the_holder_ready():
     assert all(hint.evict_bytes == 0 for _, hint in driver.hints)
     listing(driver, (pid_of(1), CONTEXT), (pid_of(2), CONTEXT))
     assert driver.hints and driver.hints[-1][0] == 1 and driver.hints[-1][1].evict_bytes > 0
+
+
+def test_a_report_above_what_its_process_has_mapped_counts_as_that_and_moves_nobody():
+    """A client with a context and 1 GiB of managed memory says it has 16 GiB, beside an idle
+    program of 12 GiB under 20: counted as what its process bears out, nobody moves for it."""
+    driver = Driver(tq=10, mode=p.Mode.AUTO, limit=20 * G, answer_evictions=True)
+    driver.register(1)
+    driver.register(2)
+    listing(driver, (pid_of(1), CONTEXT, 12 * G), (pid_of(2), CONTEXT, 1 * G))
+    driver.request(1)
+    driver.mem(1, 12 * G)
+    driver.release(1)
+    driver.mem(2, 16 * G)
+    driver.request(2)
+    ceiling = CONTEXT + 1 * G + MARGIN
+    assert driver.policy.memory_of(2, 0) == ceiling
+    assert not any(log.text.startswith("evict ") for log in driver.logs)
+    assert warnings(driver, "memory client 2") == []  # no list read after the report yet
+    listing(driver, (pid_of(1), CONTEXT, 12 * G), (pid_of(2), CONTEXT, 1 * G))
+    listing(driver, (pid_of(1), CONTEXT, 12 * G), (pid_of(2), CONTEXT, 1 * G))
+    told = warnings(driver, "memory client 2")
+    assert len(told) == 1 and f"counted as {ceiling} bytes" in told[0]
+    assert driver.policy.tallies.refused_reports[0, ABOVE_MAPPED] == 1
+    assert driver.policy.clients[2].refusing[0] == ABOVE_MAPPED
+
+
+def test_a_program_that_allocated_since_the_last_list_is_believed_in_full_once_a_list_shows_it():
+    driver = Driver(tq=10, limit=40 * G)
+    driver.register(1)
+    listing(driver, (pid_of(1), CONTEXT, 1 * G))
+    driver.mem(1, 12 * G)  # allocated after that list was read
+    assert driver.policy.memory_of(1, 0) == CONTEXT + 1 * G + MARGIN
+    listing(driver, (pid_of(1), CONTEXT, 12 * G))
+    assert driver.policy.memory_of(1, 0) == 12 * G
+    assert warnings(driver, "memory client 1") == []
+    assert not driver.policy.tallies.refused_reports

@@ -1,9 +1,9 @@
 /* Simulated device memory: device, pitched, managed and pinned host allocations, the registry
  * behind pointer queries, and cuMemGetInfo.
  *
- * Every allocation is real memory (an anonymous MAP_NORESERVE mapping) whose address is the
- * device pointer, so copies and kernels move real bytes while a huge managed allocation costs no
- * RAM until touched. Device allocations count against FAKECUDA_DEVICE_MEM and fail with
+ * Every allocation is real memory (a MAP_NORESERVE mapping, anonymous but for managed memory:
+ * fake_map_managed) whose address is the device pointer, so copies and kernels move real bytes
+ * while a huge managed allocation costs no RAM until touched. Device allocations count against FAKECUDA_DEVICE_MEM and fail with
  * CUDA_ERROR_OUT_OF_MEMORY past it; managed ones may exceed it, as Unified Memory allows.
  *
  * What each device has in use is fake_gpu.c's (shared between processes through
@@ -32,6 +32,21 @@ void *fake_map_bytes(size_t size)
 {
     void *p = mmap(NULL, page_round(size), PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+/* Managed memory is a memfd's mapping, named so that /proc/PID/maps shows it as
+ * "/memfd:nvidia-uvm (deleted)", as a driver's shows /dev/nvidia-uvm for each managed allocation
+ * (the scheduler bounds a program's reports by them). Its pages too cost nothing until touched. */
+static void *fake_map_managed(size_t size)
+{
+    int fd = memfd_create("nvidia-uvm", MFD_CLOEXEC);
+    if (fd < 0)
+        return NULL;
+    void *p = MAP_FAILED;
+    if (ftruncate(fd, (off_t)page_round(size)) == 0)
+        p = mmap(NULL, page_round(size), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+    close(fd); /* the mapping keeps the memory */
     return p == MAP_FAILED ? NULL : p;
 }
 
@@ -222,7 +237,7 @@ FAKE_API CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned
         return r;
     if (!dptr || bytesize == 0 || (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST))
         return CUDA_ERROR_INVALID_VALUE;
-    void *p = fake_map_bytes(bytesize);
+    void *p = fake_map_managed(bytesize);
     if (!p)
         r = CUDA_ERROR_OUT_OF_MEMORY;
     else {

@@ -56,10 +56,12 @@ def gpu_with(built, tmp_path, scheduler_factory):
 def gpu_with_nvml(gpu_with, tmp_path):
     """`gpu_with` whose scheduler reads the fake GPU's NVML (build/fakecuda/libnvidia-ml.so.1)
     of the programs' shared device, which lists each process that made a context there with
-    its own device memory, as a driver does."""
+    its own device memory, as a driver does, and takes the fake driver's managed memory for
+    what a driver maps of it (FAKE_UVM_MAPPING)."""
     def start(device_mem: str = "64M", **options):
         env = {"LD_LIBRARY_PATH": str(libnvs_programs.FAKECUDA), "FAKECUDA_DEVICE_MEM": device_mem,
-               "FAKECUDA_SHARED_DEVICE": str(tmp_path / "shared-device")}
+               "FAKECUDA_SHARED_DEVICE": str(tmp_path / "shared-device"),
+               "GEMSHARE_UVM_MAPPING": libnvs_programs.FAKE_UVM_MAPPING}
         gpu, scheduler = gpu_with(device_mem, env=env, **options)
         assert "GPU information: from NVML" in scheduler.log(), scheduler.log()
         return gpu, scheduler

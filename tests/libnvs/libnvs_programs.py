@@ -23,6 +23,9 @@ REPO = Path(__file__).resolve().parents[2]
 BUILD = Path(os.environ.get("GEMSHARE_BUILD_DIR") or REPO / "build").resolve()
 FAKECUDA = BUILD / "fakecuda"
 LIBNVS = BUILD / "libnvs.so"
+# What the fake driver's managed allocations show in /proc/PID/maps (fake_memory.c), where a
+# driver's show /dev/nvidia-uvm: the scheduler's GEMSHARE_UVM_MAPPING for the fake GPU.
+FAKE_UVM_MAPPING = "/memfd:nvidia-uvm (deleted)"
 TSAN_LIBNVS = BUILD / "tsan" / "libnvs.so"
 
 # Generous limits that only catch hangs; nothing asserts speed.

@@ -4,6 +4,9 @@ libnvs, no CUDA), so it holds no GPU memory whatever it says.
     python lying_client.py SOCKET report BYTES
         one MEM_REPORT of BYTES for device 0, never asking for the lock; prints "reported",
         then sleeps until killed
+    python lying_client.py SOCKET context BYTES MANAGED
+        the same from a process with a context on the fake GPU (the driver, libcuda.so.1, on
+        LD_LIBRARY_PATH) and MANAGED bytes of managed memory there, so that NVML lists it
     python lying_client.py SOCKET bounce BYTES IDLE_S HOLD_S
         reports BYTES, then again and again: asks for the lock, holds it HOLD_S, releases it as
         idle claiming IDLE_S of idleness, and asks again at once; answers drops and EVICTs as
@@ -12,6 +15,7 @@ libnvs, no CUDA), so it holds no GPU memory whatever it says.
 
 from __future__ import annotations
 
+import ctypes
 import signal
 import sys
 import time
@@ -69,9 +73,23 @@ def bounce(conn: Connection, allocated: int, idle_s: float, hold_s: float) -> No
             conn.send(p.LockReleased(0, p.ReleaseReason.IDLE, int(idle_s * 1e6)))
 
 
+def context_with_managed(size: int) -> None:
+    """A context on device 0 of the fake driver and `size` bytes of managed memory there."""
+    cuda = ctypes.CDLL("libcuda.so.1")
+    context, pointer = ctypes.c_void_p(), ctypes.c_uint64()
+    for name, call in (("cuInit", lambda: cuda.cuInit(0)),
+                       ("cuCtxCreate_v2", lambda: cuda.cuCtxCreate_v2(ctypes.byref(context), 0, 0)),
+                       ("cuMemAllocManaged", lambda: cuda.cuMemAllocManaged(
+                           ctypes.byref(pointer), ctypes.c_size_t(size), 1))):
+        if call() != 0:
+            raise SystemExit(f"{name} failed")
+
+
 def main(path: str, mode: str, allocated: str, *rest: str) -> None:
+    if mode == "context":
+        context_with_managed(int(rest[0]))
     conn = registered(path, int(allocated))
-    if mode == "report":
+    if mode in ("report", "context"):
         print("reported", flush=True)
         time.sleep(3600)
     else:

@@ -12,8 +12,12 @@ managed, shows little more than its context). So, of a client's MEM_REPORT for a
 - a report far below what NVML says the process uses (less a context, less MARGIN) is refused
   too: its memory is counted as NVML's figure less a context, so that a client cannot fit
   beside others by under-reporting;
-- a report above NVML's figure cannot be told from managed memory, and is believed up to the
-  device's total (capacity.py), as before.
+- a report above NVML's figure and the managed memory the process has mapped (its mappings of
+  the UVM device in /proc/PID/maps, which the driver makes for each managed allocation, of its
+  size, touched or not), plus MARGIN, is refused too: it counts as that ceiling. A process whose
+  mappings cannot be read (another user's, to a scheduler that is not root) is believed up to the
+  device's total (capacity.py), as before. The mappings are the process's, not a device's: a
+  process on several GPUs may claim all of its managed memory on each.
 
 The check applies once NVML has listed a registered client's process (`armed`): a scheduler
 whose pids are not NVML's (in another pid namespace than the node's) never sees its clients
@@ -28,8 +32,8 @@ from dataclasses import dataclass
 
 MIB = 1 << 20
 MARGIN = 256 * MIB  # allocators' slack, and what a list read a moment earlier may miss
-NOT_LISTED, BELOW_NVML = "not_on_device", "below_nvml"
-REFUSALS = (NOT_LISTED, BELOW_NVML)
+NOT_LISTED, BELOW_NVML, ABOVE_MAPPED = "not_on_device", "below_nvml", "above_mapped"
+REFUSALS = (NOT_LISTED, BELOW_NVML, ABOVE_MAPPED)
 
 
 @dataclass(frozen=True)
@@ -39,6 +43,15 @@ class GpuProcess:
     used_bytes: int  # 0 where NVML does not say
     name: str = ""
     uid: int | None = None
+    managed_bytes: int | None = None  # its mappings of the UVM device; None where unreadable
+
+    @property
+    def ceiling(self) -> int | None:
+        """The most a report of this process is believed on the device, None where its
+        mappings could not be read."""
+        if self.managed_bytes is None:
+            return None
+        return self.used_bytes + self.managed_bytes + MARGIN
 
 
 class Listing:
@@ -71,6 +84,9 @@ class Listing:
         floor = found.used_bytes - reserve
         if reported < floor - MARGIN:
             return floor, BELOW_NVML
+        ceiling = found.ceiling
+        if ceiling is not None and reported > ceiling:
+            return ceiling, ABOVE_MAPPED
         return reported, None
 
     def unregistered(self, known: set[int]) -> dict[int, list[GpuProcess]]:
@@ -113,6 +129,10 @@ def refusal_words(why: str, device: int, reported: int, believed: int) -> str:
     if why == NOT_LISTED:
         return (f"reports {reported} bytes on device {device}, where NVML lists no process of "
                 "its: refused, counted as 0 (its later refusals are not logged)")
+    if why == ABOVE_MAPPED:
+        return (f"reports {reported} bytes on device {device}, more than NVML's figure and the "
+                f"managed memory its process has mapped bear out: counted as {believed} bytes "
+                "(its later refusals are not logged)")
     return (f"reports {reported} bytes on device {device}, far below the {believed} bytes NVML "
             "says it uses beyond a context: counted as NVML's (its later refusals are not "
             "logged)")
