@@ -5,8 +5,8 @@ from overflow import overflow_share
 from policy_driver import Driver
 
 from gemshare_nvs import protocol as p
-from gemshare_nvs.core.rules.checks.claims import (ABOVE_MAPPED, BELOW_NVML, MARGIN,
-                                                   NOT_LISTED, GpuProcess)
+from gemshare_nvs.core.rules.checks.claims import (ABOVE_MAPPED, ABOVE_MAPPED_CONFIRM_S,
+                                                   BELOW_NVML, MARGIN, NOT_LISTED, GpuProcess)
 
 G = 1 << 30
 CONTEXT = 300 << 20  # what NVML shows of a program under libnvs: its context, about
@@ -178,6 +178,11 @@ def test_a_report_above_what_its_process_has_mapped_counts_as_that_and_moves_nob
     assert warnings(driver, "memory client 2") == []  # no list read after the report yet
     listing(driver, (pid_of(1), CONTEXT, 12 * G), (pid_of(2), CONTEXT, 1 * G))
     listing(driver, (pid_of(1), CONTEXT, 12 * G), (pid_of(2), CONTEXT, 1 * G))
+    assert warnings(driver, "memory client 2") == []  # a free since may have made it stale
+    assert driver.policy.memory_of(2, 0) == ceiling
+    driver.advance(ABOVE_MAPPED_CONFIRM_S)
+    listing(driver, (pid_of(1), CONTEXT, 12 * G), (pid_of(2), CONTEXT, 1 * G))
+    listing(driver, (pid_of(1), CONTEXT, 12 * G), (pid_of(2), CONTEXT, 1 * G))
     told = warnings(driver, "memory client 2")
     assert len(told) == 1 and f"counted as {ceiling} bytes" in told[0]
     assert driver.policy.tallies.refused_reports[0, ABOVE_MAPPED] == 1
@@ -192,5 +197,23 @@ def test_a_program_that_allocated_since_the_last_list_is_believed_in_full_once_a
     assert driver.policy.memory_of(1, 0) == CONTEXT + 1 * G + MARGIN
     listing(driver, (pid_of(1), CONTEXT, 12 * G))
     assert driver.policy.memory_of(1, 0) == 12 * G
+    assert warnings(driver, "memory client 1") == []
+    assert not driver.policy.tallies.refused_reports
+
+
+def test_a_report_a_free_made_stale_is_counted_as_the_mappings_but_not_called_a_refusal():
+    """A program reports 14 GiB, frees 1.5 GiB and reports again before the refusal of the first
+    could be confirmed: no warning, nothing counted, and its new report believed in full."""
+    driver = Driver(tq=10, limit=40 * G)
+    driver.register(1)
+    listing(driver, (pid_of(1), CONTEXT, 12 * G))
+    driver.mem(1, 14 * G)
+    listing(driver, (pid_of(1), CONTEXT, 12 * G + G // 2))  # read after the free
+    assert driver.policy.memory_of(1, 0) == CONTEXT + 12 * G + G // 2 + MARGIN
+    driver.advance(0.1)
+    driver.mem(1, 12 * G + G // 2)
+    driver.advance(ABOVE_MAPPED_CONFIRM_S)
+    listing(driver, (pid_of(1), CONTEXT, 12 * G + G // 2))
+    assert driver.policy.memory_of(1, 0) == 12 * G + G // 2
     assert warnings(driver, "memory client 1") == []
     assert not driver.policy.tallies.refused_reports

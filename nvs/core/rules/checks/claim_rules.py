@@ -22,7 +22,7 @@ from __future__ import annotations
 from ...model.actions import Log
 from ...model.state import Client
 from ...model.text import mib, printable
-from .claims import GpuProcess, refusal_words
+from .claims import GpuProcess, confirm_after, refusal_words
 
 
 class ClaimRules:
@@ -67,7 +67,7 @@ class ClaimRules:
                 if self.policy.listing.believed(client.registration.pid, device, reported,
                                          self.policy.reserve)[0] != client.allocated.get(device, 0):
                     actions += self.policy.mem_report(client.registration.id, ordinal, reported, 0, now)
-                if client.reported_at.get(device, now) < read_at:
+                if client.reported_at.get(device, now) < read_at - confirm_after(was):
                     actions += self._refusal_confirmed(client, device, was, reported)
         return actions + self._unregistered_users(now)
 
