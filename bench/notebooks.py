@@ -55,8 +55,9 @@ def refusal(programs: int, gib: int, free: list[int]) -> str | None:
 
 
 def run_set(python: str, env: dict, directory: Path, programs: int, gib: int,
-            chosen: dict) -> dict:
-    """The programs together, from one start signal once every one has its memory filled."""
+            chosen: dict, wrap=None) -> dict:
+    """The programs together, from one start signal once every one has its memory filled;
+    `wrap(command)`, where given, is the command line that starts each (in a cgroup, say)."""
     directory.mkdir(parents=True, exist_ok=True)
     go = directory / "go"
     finished = directory / "finished"
@@ -70,7 +71,8 @@ def run_set(python: str, env: dict, directory: Path, programs: int, gib: int,
                        "--ready", str(ready), "--go", str(go),
                        "--offset", str(index * chosen["period_s"] / programs),
                        "--finished", str(finished), "--programs", str(programs)]
-            processes.append(launch(command, env, directory / f"program-{index}"))
+            processes.append(launch(wrap(command) if wrap else command, env,
+                                    directory / f"program-{index}"))
         deadline = time.monotonic() + READY_TIMEOUT_S
         while not all((directory / f"ready-{index}").exists() for index in range(programs)):
             if time.monotonic() > deadline or any(p.poll() is not None for p in processes):

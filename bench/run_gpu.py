@@ -3,12 +3,13 @@
 Environment: BENCH_JSON=path (write the results there), BENCH_PYTHON (the Python with PyTorch
 for the workloads; default: this one), BENCH_ROUNDS (A/B rounds, default 7), SWAP_GIB (default 4;
 keep it well under 8 and under the card's free memory), BENCH_ONLY (a comma-separated subset of
-launch_rate, train_steps, swapin, interactive, two_jobs_s, oversub, notebooks, beside_trainer,
-multi_gpu, mps, classroom, llm_servers; default all), BENCH_SET (1, 2, 3 or all: the parts and
+launch_rate, train_steps, swapin, interactive, two_jobs_s, oversub, notebooks, memory_limit,
+beside_trainer, multi_gpu, mps, classroom, llm_servers; default all), BENCH_SET (1, 2, 3 or all: the parts and
 settings of the scenario registry's commands, bench/scenarios.py; what the environment sets
 besides wins);
 OVERSUB_GIB, OVERSUB_PASSES, OVERSUB_CAPACITY_MIB and OVERSUB_GAPS for the part oversub
-(bench/oversub.py); NOTEBOOKS_* for the part notebooks (bench/notebooks.py); BESIDE_* for the
+(bench/oversub.py); NOTEBOOKS_* for the part notebooks (bench/notebooks.py); MEMLIMIT_* for
+the part memory_limit (bench/memory_limit.py, which needs memory cgroups); BESIDE_* for the
 part beside_trainer (bench/beside_trainer.py); MULTI_GPU_* for the part multi_gpu
 (bench/multi_gpu.py, which needs two GPUs); MPS_* for the part mps (bench/mps.py, which needs
 nvidia-cuda-mps-control on PATH); CLASSROOM_* for the part classroom (bench/classroom.py, whose
@@ -54,6 +55,7 @@ if __name__ == "__main__":
 import beside_trainer  # noqa: E402
 import classroom  # noqa: E402
 import llm_servers  # noqa: E402
+import memory_limit  # noqa: E402
 import mps  # noqa: E402
 import multi_gpu  # noqa: E402
 import notebooks  # noqa: E402
@@ -153,7 +155,8 @@ def sharing(library: Path, directory: Path, tq: int, anti_thrash: str = "on"):
 
 # What BENCH_ONLY may name (comma-separated); all of them by default.
 PARTS = ("launch_rate", "train_steps", "swapin", "interactive", "two_jobs_s", "oversub",
-         "notebooks", "beside_trainer", "multi_gpu", "mps", "classroom", "llm_servers")
+         "notebooks", "memory_limit", "beside_trainer", "multi_gpu", "mps", "classroom",
+         "llm_servers")
 
 
 def chosen_parts() -> set[str]:
@@ -240,6 +243,10 @@ def main() -> int:
         if "notebooks" in parts:
             results["notebooks"] = notebooks.measure(PYTHON, library, directory / "notebooks")
             began = lap(took, "notebooks", began)
+        if "memory_limit" in parts:
+            results["memory_limit"] = memory_limit.measure(PYTHON, library,
+                                                           directory / "memory_limit")
+            began = lap(took, "memory_limit", began)
         if beside is not None:
             results["beside_trainer"] = beside_trainer.measure(
                 PYTHON, library, directory / "beside_trainer", beside)
@@ -301,6 +308,8 @@ def print_table(results: dict) -> None:
         oversub.print_oversub(results["oversub"])
     if "notebooks" in results:
         notebooks.print_notebooks(results["notebooks"])
+    if "memory_limit" in results:
+        memory_limit.print_memory_limit(results["memory_limit"])
     if "beside_trainer" in results:
         print_beside(results["beside_trainer"])
     if "multi_gpu" in results:

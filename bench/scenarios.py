@@ -227,6 +227,16 @@ SCENARIOS: tuple[Scenario, ...] = (
                ("shared", "tokens_match"), ("together", "tokens_match"))),
         (LIBNVS + "test_llm_servers.py::"
          "test_a_request_after_an_idle_span_waits_only_for_the_memory_it_touched",)),
+    Scenario(
+        "under a memory limit",
+        "two notebooks of 4 GiB taking turns (`on`), in a memory cgroup limited to what they "
+        "took with no staging and a quarter more, with staging",
+        (bound("programs the OOM killer took", "<=", 0, "", "memory_limit", ("oom_kills",)),
+         bound("all done, staging / none", "<=", 1.1, "x", "memory_limit",
+               ("ratio_to_without",)),
+         bound("every element intact", "is", True, "", "memory_limit", ("intact",))),
+        (LIBNVS + "test_staging_host_memory.py::"
+         "test_programs_that_fit_a_memory_limit_without_staging_fit_it_with_staging",)),
 )
 
 # What each `make bench-gpu BENCH_SET=N` runs on one GPU, and the part settings the registry's
@@ -237,7 +247,7 @@ SETS: dict[int, dict] = {
     1: {"parts": ("notebooks", "beside_trainer"),
         "env": {"NOTEBOOKS_SETS": "4x12,8x6", "NOTEBOOKS_CELLS": "16", "NOTEBOOKS_PERIOD_S": "3",
                 "BESIDE_MODES": "on", "BESIDE_ROUNDS": "1"}},
-    2: {"parts": ("oversub", "classroom", "mps"),
+    2: {"parts": ("oversub", "classroom", "mps", "memory_limit"),
         "env": {"OVERSUB_GAPS": "0,0.2,1", "OVERSUB_PASSES": "12",
                 "CLASSROOM_SETUPS": "on,auto_mps_low",
                 "MPS_ONLY": "loops", "MPS_SETUPS": "mps,auto_mps", "MPS_SECONDS": "5"}},
@@ -250,7 +260,8 @@ SETS: dict[int, dict] = {
 # Seconds of each part with the settings above, on one H200, as the third run of 2026-12-02
 # took them (docs/benchmarks.md; a run's JSON has the real ones, `part_seconds`).
 PART_SECONDS = {"notebooks": 356, "beside_trainer": 90, "mps": 25, "launch_rate": 73,
-                "train_steps": 76, "oversub": 194, "classroom": 171, "llm_servers": 273}
+                "train_steps": 76, "oversub": 194, "classroom": 171, "llm_servers": 273,
+                "memory_limit": 60}  # memory_limit: an estimate until a set-2 run times it
 SET_LIMIT_S = 540  # under nine minutes, a lent machine's command each
 
 

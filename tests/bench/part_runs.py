@@ -18,6 +18,7 @@ sys.path.insert(0, str(REPO / "bench"))
 import beside_trainer  # noqa: E402
 import classroom  # noqa: E402
 import llm_servers  # noqa: E402
+import memory_limit  # noqa: E402
 import mps  # noqa: E402
 import multi_gpu  # noqa: E402
 import notebooks  # noqa: E402
@@ -82,6 +83,34 @@ def cells(directory: Path, patch) -> dict:
     return notebooks.measure(PYTHON, LIBRARY, directory)
 
 
+class StandInCgroup:
+    """A memory cgroup as the part uses one, where the runner may have none to give: it starts
+    the programs as they are and has seen 1 GiB at its peak, no OOM kill."""
+
+    def limit(self, size: int) -> None:
+        self.limited = size
+
+    def wrap(self, command: list[str]) -> list[str]:
+        return command
+
+    def peak(self) -> int:
+        return 1 << 30
+
+    def oom_kills(self) -> int:
+        return 0
+
+    def remove(self) -> None:
+        pass
+
+
+def limited(directory: Path, patch) -> dict:
+    patch.setattr(notebooks, "WORKLOAD", STANDINS / "notebook_cells.py")
+    patch.setattr(memory_limit, "free_mib", lambda: FREE)
+    patch.setattr(memory_limit.memory_cgroup, "create", lambda: (StandInCgroup(), ""))
+    return memory_limit.measure(PYTHON, LIBRARY, directory,
+                                {**memory_limit.settings(), "cells": 2, "period_s": 0.1})
+
+
 def loops(directory: Path, patch) -> dict:
     """The loops' setups and their rates are the GPU's: each setup's four loops answer a rate
     of its own, and the part's code makes the figures."""
@@ -122,7 +151,8 @@ def servers(directory: Path, patch) -> dict:
 
 
 RUNS = {"launch_rate": launch_rate, "train_steps": train_steps, "beside_trainer": beside,
-        "classroom": lesson, "oversub": pair, "notebooks": cells, "mps": loops,
+        "classroom": lesson, "oversub": pair, "notebooks": cells, "memory_limit": limited,
+        "mps": loops,
         "multi_gpu": two_gpus, "llm_servers": servers}
 
 

@@ -20,10 +20,12 @@ import pytest
 from gemshare_nvs import protocol as p
 
 import libnvs_fakelog as fakelog
-import memory_cgroup
 from libnvs_programs import FakeGpu, Result, wait_for
 from test_move_by_copy import CHECKED, WRITTEN
 from test_move_out import dropped, start_holding
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))  # shared with the bench
+import memory_cgroup  # noqa: E402
 
 MiB = 1 << 20
 PROGRAMS = 4

@@ -1,7 +1,8 @@
-"""A memory cgroup of a test's own, below the one the test runs in: a limit, its peak use, how many
+"""A memory cgroup of a run's own, below the one the caller runs in: a limit, its peak use, how many
 of its processes the OOM killer took, and a command line that starts a program inside it.
 cgroup v1 (memory.limit_in_bytes) and v2 (memory.max) alike; `create` says why it cannot be made
-(no memory controller, no permission), for the test to skip."""
+(no memory controller, no permission), for a test to skip or a bench part to say. Used by the
+bench part memory_limit and by tests/libnvs/test_staging_host_memory.py."""
 
 from __future__ import annotations
 
