@@ -94,8 +94,12 @@ def create() -> tuple[MemoryCgroup | None, str]:
     parent = own_group(v2)
     if parent is None:
         return None, "this process is in no memory cgroup"
-    if v2 and "memory" not in (parent / "cgroup.subtree_control").read_text().split():
-        return None, f"cgroup v2 {parent} does not hand the memory controller to its children"
+    if v2:  # the nearest group that hands the memory controller down (root may use any)
+        own = parent
+        while "memory" not in (parent / "cgroup.subtree_control").read_text().split():
+            if parent == V2_ROOT:
+                return None, f"cgroup v2 {own} does not hand the memory controller to its children"
+            parent = parent.parent
     path = parent / f"gemshare-test-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     try:
         path.mkdir()
