@@ -135,6 +135,9 @@ def test_the_node_identity_service_answers_what_the_node_holds(short_tmp_dirs):
     try:
         client = IdentityClient(str(directory / "identity.sock"))
         assert client.held_units() == ((HeldUnits(GPU, 60 * GIB, 30, 2),), "")
+        deadline = time.monotonic() + DEADLINE
+        while server.listed == 0 and time.monotonic() < deadline:  # counted once it is sent
+            time.sleep(0.01)
         assert (server.listed, server.answered) == (1, 0)
         kubelet.stop()
         held, problem = client.held_units()
