@@ -472,13 +472,41 @@ def staging_line(status: dict) -> Text | None:
     return Text(words)
 
 
+def unheld_lines(status: dict) -> Text | None:
+    """Per GPU, what the node's containers hold in memory and compute units, and what that
+    leaves to containers without units of a kind; None where no units are held (or the
+    scheduler is older)."""
+    found = status.get("unheld")
+    if not isinstance(found, list) or not found:
+        return None
+    lines = []
+    for entry in found:
+        if not isinstance(entry, dict):
+            continue
+        device = entry.get("device")
+        words = [f"Units on {'device ' + str(device) if isinstance(device, int) else 'GPU'} "
+                 f"({entry.get('gpu_uuid') or '?'}), {entry.get('containers', MISSING)} "
+                 "containers:"]
+        memory, compute = entry.get("memory_unheld_bytes"), entry.get("compute_unheld_units")
+        if entry.get("memory_held_bytes"):
+            words.append(f"memory {human_bytes(entry['memory_held_bytes'])} held, " +
+                         (f"{human_bytes(memory)} left" if isinstance(memory, int) else
+                          "GPU memory unknown") + ";")
+        if entry.get("compute_held_units"):
+            words.append(f"compute {entry['compute_held_units']} held, "
+                         f"{compute if isinstance(compute, int) else MISSING} left;")
+        lines.append(Text(" ".join(words).rstrip(";") +
+                          " (what containers without units of a kind share)"))
+    return Text("\n").join(lines) if lines else None
+
+
 def status_view(console: Console, status: dict, socket: str) -> Group:
     """Everything `gemsharectl status` prints, top to bottom."""
     parts = [_summary(status, socket)]
     about_config = config_lines(status)
     if about_config is not None:
         parts.append(about_config)
-    for lines in (unregistered_lines(status), staging_line(status)):
+    for lines in (unregistered_lines(status), staging_line(status), unheld_lines(status)):
         if lines is not None:
             parts.append(lines)
     note = truncation_note(status)

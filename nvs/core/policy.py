@@ -703,7 +703,8 @@ class Policy:
                                  for cid, client in sorted(self.clients.items())],
                         gangs=[GangSnapshot.of(gang, now) for gang in self.gangs],
                         staging=self.staging.view(self.room_rules.staging_wanted(now),
-                                                  self.room_rules.staging_told()))
+                                                  self.room_rules.staging_told()),
+                        unheld=self.budget_rules.unheld_view())
 
     def _device_snapshot(self, index: int, allocated: int, now: float) -> DeviceSnapshot:
         dev = self.devices.get(index)
@@ -789,6 +790,11 @@ class Policy:
             actions += self._settle(dev, now) if dev is not None else \
                 self.room_rules.prepare_hints(device, now)
         return actions
+
+    def node_units(self, reading, now: float) -> list:
+        """What every container on the node holds of each GPU (HeldUnits), as the shell read
+        it from the kubelet (rules/unheld.py)."""
+        return self.budget_rules.node_units(reading, now)
 
     def gpu_processes(self, devices: dict, now: float, read_at: float | None = None) -> list:
         """NVML's processes of each GPU, as the shell read them (checks/claim_rules.py)."""

@@ -113,3 +113,5 @@ class Snapshot:
     clients: list[ClientSnapshot]  # by id
     gangs: list[GangSnapshot]  # as they formed
     staging: dict = field(default_factory=dict)  # the host memory staging may take (view())
+    # what the node's containers' units leave each GPU (budgets.py's unheld_view)
+    unheld: list[dict] = field(default_factory=list)

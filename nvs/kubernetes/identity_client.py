@@ -9,10 +9,11 @@ lookups.py runs it off the event loop as it runs NodeLookup.
 from __future__ import annotations
 
 import socket
+from collections.abc import Callable
 
-from ..core.model.container import NodeIdentity
+from ..core.model.container import HeldUnits, NodeIdentity
 from .cgroups import ContainerRef
-from .identity_wire import question, read_answer, read_line
+from .identity_wire import held_question, question, read_answer, read_held_answer, read_line
 from .node import is_socket
 
 # The service asks the runtime, then the kubelet, each within node.CALL_TIMEOUT_S.
@@ -24,16 +25,26 @@ class IdentityClient:
         self.path = path
         self.timeout_s = timeout_s
 
+    lists_units = True  # the service asks the kubelet (it says so when it has no socket)
+
     def identify(self, ref: ContainerRef) -> tuple[NodeIdentity | None, str]:
         """As NodeLookup.identify; a service that does not answer, or answers nonsense, leaves
         the container unnamed, saying why."""
+        return self._ask(question(ref), read_answer)
+
+    def held_units(self) -> tuple[tuple[HeldUnits, ...] | None, str]:
+        """As NodeLookup.held_units; None, saying why, when the service does not answer."""
+        return self._ask(held_question(), read_held_answer)
+
+    def _ask(self, line: bytes, read: Callable[[bytes], tuple]) -> tuple:
+        """The service's answer to `line`, as `read` reads it; (None, why) when it gives none."""
         try:
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
                 sock.settimeout(self.timeout_s)
                 sock.connect(self.path)
-                sock.sendall(question(ref))
+                sock.sendall(line)
                 reply = read_line(sock)
-            return read_answer(reply)
+            return read(reply)
         except (OSError, ValueError) as exc:
             why = exc.strerror if isinstance(exc, OSError) and exc.strerror else \
                 str(exc) or exc.__class__.__name__

@@ -2,7 +2,8 @@
 of their own beside the scheduler's, behind one question (identity_wire.py).
 
 The scheduler reads a program's cgroup and asks here which pod and container that is and what
-the kubelet allocated it; nothing else of the CRI (create, exec, remove) or of the kubelet is
+the kubelet allocated it, and every few seconds what all the node's containers hold of each GPU
+(core/rules/unheld.py); nothing else of the CRI (create, exec, remove) or of the kubelet is
 reachable through it. It answers only its own user (the scheduler's pod runs both as root) on a
 socket in a directory the two containers share and no other pod mounts.
 
@@ -20,7 +21,7 @@ import socket
 import struct
 import threading
 
-from .identity_wire import answer, read_line, read_question
+from .identity_wire import AskHeldUnits, answer, held_answer, read_line, read_question
 from .node import DEFAULT_CRI_SOCKETS, NodeLookup
 
 log = logging.getLogger("gemshare-node-identity")
@@ -38,7 +39,8 @@ class IdentityServer:
         self.listener = listener
         self.lookup = lookup
         self.allowed_uid = os.geteuid() if allowed_uid is None else allowed_uid
-        self.answered = 0
+        self.answered = 0  # questions of who a container is
+        self.listed = 0  # and of what the node's containers hold (the scheduler's reading)
         self._slots = threading.BoundedSemaphore(MAX_QUESTIONS)
         self._stopping = threading.Event()
 
@@ -84,11 +86,15 @@ class IdentityServer:
                                 "(uid %d) is answered", uid, self.allowed_uid)
                     return
                 try:
-                    ref = read_question(read_line(sock))
+                    asked = read_question(read_line(sock))
                 except ValueError as exc:
                     log.warning("refused a question: %s", exc)
                     return
-                identity, problem = self.lookup.identify(ref)
+                if isinstance(asked, AskHeldUnits):
+                    sock.sendall(held_answer(*self.lookup.held_units()))
+                    self.listed += 1
+                    return
+                identity, problem = self.lookup.identify(asked)
                 sock.sendall(answer(identity, problem))
                 self.answered += 1
         except OSError as exc:

@@ -1,5 +1,6 @@
-"""The one question the node-identity service answers, and its answer, as they cross its socket:
-one line of JSON each way ("who is container C of pod P", "pod, namespace, name, units").
+"""The questions the node-identity service answers, and its answers, as they cross its socket:
+one line of JSON each way ("who is container C of pod P", "pod, namespace, name, units"; and
+"what do the node's containers hold of each GPU", "per GPU: memory, compute, containers").
 
 The service (identity_server.py) holds the container runtime's and the kubelet's sockets in a
 container of its own, so that the scheduler needs neither (docs/security.md); the scheduler asks
@@ -11,13 +12,20 @@ from __future__ import annotations
 import json
 import re
 import socket
+from dataclasses import dataclass
 
-from ..core.model.container import GpuUnits, NodeIdentity
+from ..core.model.container import GpuUnits, HeldUnits, NodeIdentity
 from .cgroups import ContainerRef
 
 MAX_LINE_BYTES = 64 << 10  # a container's identity and its units on every GPU of a node
 _CONTAINER_ID = re.compile(r"^[0-9a-f]{64}$")
 _POD_UID = re.compile(r"^[0-9a-fA-F-]{1,64}$")
+HELD_UNITS = "held_units"  # the question's name for what the node's containers hold
+
+
+@dataclass(frozen=True)
+class AskHeldUnits:
+    """The question of what all the node's containers hold of each GPU (read_question)."""
 
 
 def _line(value: dict) -> bytes:
@@ -41,10 +49,18 @@ def question(ref: ContainerRef) -> bytes:
                   "runtime": ref.runtime})
 
 
-def read_question(line: bytes) -> ContainerRef:
-    """The container asked about; ValueError for anything but a container's ID and its pod's
-    UID as a cgroup names them."""
+def held_question() -> bytes:
+    return _line({"question": HELD_UNITS})
+
+
+def read_question(line: bytes) -> ContainerRef | AskHeldUnits:
+    """The container asked about, or AskHeldUnits; ValueError for anything but a container's ID
+    and its pod's UID as a cgroup names them, or the held-units question."""
     value = _object(line, "the question")
+    if "question" in value:
+        if value["question"] != HELD_UNITS or len(value) != 1:
+            raise ValueError(f"the question is not {HELD_UNITS!r} alone")
+        return AskHeldUnits()
     container_id, pod_uid = value.get("container_id"), value.get("pod_uid")
     runtime = value.get("runtime", "")
     if not isinstance(container_id, str) or not _CONTAINER_ID.match(container_id):
@@ -87,6 +103,30 @@ def read_answer(line: bytes) -> tuple[NodeIdentity | None, str]:
     except (KeyError, TypeError) as exc:
         raise ValueError(f"the answer's identity is incomplete ({exc!r})") from None
     return identity, problem
+
+
+def held_answer(held: tuple[HeldUnits, ...] | None, problem: str) -> bytes:
+    return _line({"held": None if held is None else [
+        {"gpu_uuid": gpu.gpu_uuid, "memory_bytes": gpu.memory_bytes,
+         "compute_units": gpu.compute_units, "containers": gpu.containers} for gpu in held],
+        "problem": problem})
+
+
+def read_held_answer(line: bytes) -> tuple[tuple[HeldUnits, ...] | None, str]:
+    """What the service said the node's containers hold, as node.NodeLookup.held_units says
+    it; ValueError for an answer that is not one."""
+    value = _object(line, "the answer")
+    problem, held = value.get("problem", ""), value.get("held")
+    if not isinstance(problem, str):
+        raise ValueError("the answer's problem is not a string")
+    if held is None:
+        return None, problem
+    try:
+        return tuple(HeldUnits(_text(gpu["gpu_uuid"]), _count(gpu["memory_bytes"]),
+                               _count(gpu["compute_units"]), _count(gpu["containers"]))
+                     for gpu in held), problem
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"the answer's held units are incomplete ({exc!r})") from None
 
 
 def _count(value) -> int:

@@ -24,6 +24,7 @@ from ..core.model.container import (
     NAMED_BY_PROGRAM,
     NOT_NAMED_YET,
     OUTSIDE_PODS,
+    HeldUnits,
     NodeIdentity,
 )
 from ..core.model.text import printable
@@ -106,6 +107,16 @@ class NodeLookups:
     def status(self) -> dict:
         """The sockets asked, for status."""
         return {**self.lookup.status(), "containers_known": len(self._known)}
+
+    @property
+    def lists_units(self) -> bool:
+        """Whether the node can be asked what all its containers hold (held_units)."""
+        return self.lookup.lists_units
+
+    def held_units(self) -> tuple[tuple[HeldUnits, ...] | None, str]:
+        """What all the node's containers hold of each GPU, or None and why not. Blocking:
+        service/readings/node_units.py runs it in a thread of its own."""
+        return self.lookup.held_units()
 
     def readiness(self) -> str | None:
         """Why the scheduler cannot name programs in pods now (a socket it was given is

@@ -1,6 +1,6 @@
 """A container's identity and units, asked of the node: the container runtime names its pod,
 namespace and name (cri.py), the kubelet lists what it was allocated, by device plugins and by
-our DRA driver's claims (pod_resources.py).
+our DRA driver's claims (pod_resources.py); and what all the node's containers hold together.
 
 Blocking, each call within a short deadline: lookups.py runs these off the event loop.
 """
@@ -11,8 +11,8 @@ import os
 import stat
 from collections.abc import Callable
 
-from ..core.model.container import NodeIdentity
-from .allocation import units_by_gpu
+from ..core.model.container import HeldUnits, NodeIdentity
+from .allocation import held_by_gpu, units_by_gpu
 from .cgroups import ContainerRef
 from .cri import CriClient, NotFromKubelet
 from .grpc_calls import NodeApiError
@@ -74,6 +74,22 @@ class NodeLookup:
                           f"devices ({error})"
         return NodeIdentity(ref.container_id, labels.pod, labels.namespace, labels.container,
                             labels.pod_uid or ref.pod_uid, gpus, problem), problem
+
+    @property
+    def lists_units(self) -> bool:
+        """Whether it can say what the node's containers hold (held_units)."""
+        return self.pod_resources is not None
+
+    def held_units(self) -> tuple[tuple[HeldUnits, ...] | None, str]:
+        """What all the node's containers hold of each GPU, and "" (or None and why the kubelet
+        could not say)."""
+        if self.pod_resources is None:
+            return None, "no pod-resources socket to list the node's units"
+        try:
+            return held_by_gpu(self.pod_resources.every_container()), ""
+        except NodeApiError as error:
+            return None, f"the kubelet at {self.pod_resources.path} did not list the node's " \
+                         f"containers ({error})"
 
     def missing(self) -> list[str]:
         """The sockets it was given that are not there now, in words (readiness)."""

@@ -3,6 +3,7 @@ and the CDI devices our DRA driver prepared for the claims it uses (`dynamic_res
 
 `Get` asks for one pod; kubelets before 1.27, and later ones with the KubeletPodResourcesGet
 feature gate off, refuse it, and then `List` (every pod on the node) serves, from then on.
+`every_container` asks `List` for what all the node's containers were allocated.
 """
 
 from __future__ import annotations
@@ -35,13 +36,17 @@ class PodResourcesClient:
         containers = [resources for entry in pods
                       if entry.name == pod and entry.namespace == namespace
                       for resources in entry.containers if resources.name == container]
-        device_ids = [device_id for resources in containers for devices in resources.devices
-                      for device_id in devices.device_ids]
-        claim_ids = [cdi.name for resources in containers
-                     for claim in resources.dynamic_resources
-                     for resource in claim.claim_resources if resource.driver_name == DRIVER
-                     for cdi in resource.cdi_devices]
+        device_ids, claim_ids = [], []
+        for resources in containers:
+            devices, claims = _ids(resources)
+            device_ids += devices
+            claim_ids += claims
         return device_ids, claim_ids
+
+    def every_container(self) -> list[tuple[list[str], list[str]]]:
+        """The device IDs and our claims' CDI IDs of every container the kubelet lists on the
+        node (List), as `allocated` gives them for one. NodeApiError when it does not answer."""
+        return [_ids(resources) for entry in self._list() for resources in entry.containers]
 
     def _pod(self, namespace: str, pod: str) -> list | None:
         """The pod's entry by Get, as a list; None when Get does not serve (List will)."""
@@ -64,3 +69,13 @@ class PodResourcesClient:
 
     def close(self) -> None:
         self._channel.close()
+
+
+def _ids(resources) -> tuple[list[str], list[str]]:
+    """A listed container's device IDs, whatever the resource, and the CDI device IDs of its
+    claims that our DRA driver prepared."""
+    device_ids = [device_id for devices in resources.devices for device_id in devices.device_ids]
+    claim_ids = [cdi.name for claim in resources.dynamic_resources
+                 for resource in claim.claim_resources if resource.driver_name == DRIVER
+                 for cdi in resource.cdi_devices]
+    return device_ids, claim_ids

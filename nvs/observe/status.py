@@ -44,6 +44,9 @@ def build_status(policy: Policy, now: float, wall: float, *, grace_ms: int,
                          for found in processes],
         # The host memory all programs' staging may take, and what they were told to prepare.
         "staging": snapshot.staging,
+        # Per GPU, what all the node's containers hold of memory and compute units, and what
+        # that leaves to the containers without units of a kind (null: nobody holds it).
+        "unheld": snapshot.unheld,
         "time": round(wall, 3),
     }
     status.update(extra or {})

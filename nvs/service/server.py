@@ -49,6 +49,7 @@ from . import fair_slots, log_rate
 from .connect_rate import ROOT, ConnectRate
 from .gpus import Gpus
 from .readings.host_memory import watch_host_memory
+from .readings.node_units import watch_node_units
 from .mps import MpsControl
 from .permissions import may_control, pod_control_refusal
 from .readings.process_watch import UVM_MAPPING, UVM_MAPPING_VARIABLE, ProcessWatch
@@ -227,6 +228,9 @@ class Server:
                 nursery.start_soon(self._report_closed_connections)
                 if self.node is not None:
                     await nursery.start(self.node.serve)
+                    if self.node.lists_units:
+                        nursery.start_soon(watch_node_units, self.node.held_units,
+                                           self._node_units)
                 if self.mps is not None:
                     # Beside serving, never before it: until the daemon answers, programs run as
                     # plain contexts under the lock, as they do while it is down.
@@ -766,6 +770,9 @@ class Server:
 
     def _host_memory(self, available: int, total: int) -> None:
         self._apply(self.policy.host_memory(available, total, trio.current_time()))
+
+    def _node_units(self, reading) -> None:
+        self._apply(self.policy.node_units(reading, trio.current_time()))
 
     def _gpu_processes(self, devices: dict, read_at: float) -> None:
         # Unbudgeted: each line is said once per client, or per process using a GPU.

@@ -1,5 +1,5 @@
 """What the node says a program is: its Kubernetes container, and the units the kubelet allocated
-to that container.
+to that container; and what all the node's containers hold of each GPU (HeldUnits).
 
 Plain values: nvs/kubernetes/ finds them (the program's cgroup, the container runtime, the
 kubelet's pod-resources API), core/rules/budgets.py turns them into the terms every program of
@@ -50,3 +50,13 @@ class NodeIdentity:
     def qualified(self) -> str:
         """namespace/pod/container, as log lines name a container."""
         return f"{self.namespace}/{self.pod}/{self.container}"
+
+
+@dataclass(frozen=True)
+class HeldUnits:
+    """What every container on the node holds of one GPU together, as the kubelet lists it:
+    the memory units' bytes and the compute units, and how many containers hold some."""
+    gpu_uuid: str
+    memory_bytes: int = 0
+    compute_units: int = 0
+    containers: int = 0

@@ -119,6 +119,10 @@ class GpuIndices:
                 return uuid
         return ""
 
+    def known_index(self, uuid: str) -> int | None:
+        """The index of a GPU NVML named or a client said, None for one never seen."""
+        return self.nvml.get(uuid, self.given.get(uuid)) if uuid else None
+
     def index_of(self, uuid: str, ordinal: int) -> int:
         """NVML's index for the UUID; for a UUID NVML does not know, the index it was given when
         first seen (the client's `ordinal` if no other GPU has it, else the lowest free one);

@@ -15,6 +15,11 @@ What the units become (docs/kubernetes.md):
   (a hard cap for the container together), or the MPS sm_share u for each program (MPS limits
   each process, not a group).
 
+Mixed kinds on one GPU (unheld.py): a container that holds no memory units on a GPU where
+others do shares what their units leave as one memory limit with the other such programs there;
+one that holds no compute units where others do weighs what their units leave, split among the
+compute-less containers that want the GPU. Where nobody holds a kind, nothing changes.
+
 Precedence, last wins: the defaults, the kubelet's terms, the program's config rule, its
 gemsharectl terms; except that for memory_limit, gpu_limit and sm_share a rule wins only where
 it is stricter than the kubelet's, and no term ever takes a program's memory past its
@@ -29,7 +34,7 @@ budget, and its terms change then, LIMITS included.
 
 BudgetRules, beside the decision pipeline (pipeline.py), keeps the budgets and the compute cap;
 it reads the policy's clients (and `viewers`, the REG_VIEW_ONLY registrations that only want
-their LIMITS), `rules`, `gpu_indices` and `tallies`, and calls its `_retake_terms`.
+their LIMITS), `rules`, `gpu_indices`, `capacity` and `tallies`, and calls its `_retake_terms`.
 """
 
 from __future__ import annotations
@@ -50,10 +55,15 @@ from ..model.container import (
 from ..model.state import Client
 from ..model.terms import DEFAULT_SOURCE, OVERRIDE_SOURCE, TERM_NAMES, Terms
 from ..model.text import mib, printable
+from .unheld import (
+    COMPUTE_UNITS_PER_GPU,
+    UNITS_PER_WEIGHT,
+    UnheldUnits,
+    pool_weight,
+    unheld_terms,
+)
 
 KUBELET_SOURCE = "kubelet"
-UNITS_PER_WEIGHT = 10  # compute units that weigh as much as a program without any
-COMPUTE_UNITS_PER_GPU = 100
 STRICTER = ("memory_limit", "gpu_limit", "sm_share")  # a rule wins only by being stricter
 BUDGET_REPORT_S = 0.1  # the most often a program is told of its container's use
 DEFAULTS = Terms()
@@ -146,6 +156,11 @@ class BudgetRules:
         self.policy = policy
         self.compute_cap = compute_cap  # what compute units cap besides the weight
         self.budgets = Budgets()  # the programs of each container, and what LIMITS told them
+        self.unheld = UnheldUnits(self._gpu_memory)  # what the node's units leave each GPU
+
+    def _gpu_memory(self, gpu_uuid: str) -> int | None:
+        index = self.policy.gpu_indices.known_index(gpu_uuid)
+        return self.policy.capacity.of(index)[0] if index is not None else None
 
     def _member(self, cid: int) -> Client | None:
         return self.policy.clients.get(cid) or self.policy.viewers.get(cid)
@@ -168,6 +183,49 @@ class BudgetRules:
         return next((gpu for gpu in gpus if gpu.gpu_uuid == uuid), None) or \
             min(gpus, key=lambda gpu: (gpu.memory_bytes, gpu.compute_units))
 
+    def gpu_of(self, client: Client) -> str:
+        """The UUID of the GPU the client's budget is on: its container's units', else its
+        device's; "" while unknown."""
+        units = self.units_of(client)
+        if units is not None:
+            return units.gpu_uuid
+        return client.numbering.gpu_uuid or \
+            self.policy.gpu_indices.uuid_of(client.numbering.device)
+
+    def _pooled(self, client: Client, kind: str) -> bool:
+        """Whether the client takes its memory limit (kind "memory_bytes") or weight
+        ("compute_units") from what the node's units leave its GPU: it is in a container
+        holding none of that kind there, and others hold some (unheld.py)."""
+        if client.node is None:
+            return False
+        units = self.units_of(client)
+        unheld = self.unheld.of(self.gpu_of(client))
+        return unheld is not None and getattr(unheld, kind) is not None and \
+            not (units is not None and getattr(units, kind))
+
+    def _everyone(self) -> list[Client]:
+        return [*self.policy.clients.values(), *self.policy.viewers.values()]
+
+    def _memory_sharing(self, client: Client) -> list[Client]:
+        """The programs whose memory counts against the client's memory budget, itself
+        included: its container's on the same units, or, in a container without memory units
+        where others hold some, every such program on its GPU."""
+        if not self._pooled(client, "memory_bytes"):
+            return self._sharing(client)
+        gpu = self.gpu_of(client)
+        return [member for member in self._everyone() if member is not client and
+                self.gpu_of(member) == gpu and self._pooled(member, "memory_bytes")] + [client]
+
+    def memory_budget(self, client: Client) -> int | None:
+        """The bytes the client's memory budget holds: its container's memory units', or what
+        the node's memory units leave its GPU; None for no budget."""
+        units = self.units_of(client)
+        if units is not None and units.memory_bytes:
+            return units.memory_bytes
+        if self._pooled(client, "memory_bytes"):
+            return self.unheld.of(self.gpu_of(client)).memory_bytes
+        return None
+
     def _sharing(self, client: Client) -> list[Client]:
         """The programs of the client's container that share its budget (itself included):
         those on the same GPU's units. Each counts its memory on the device it registered,
@@ -185,12 +243,17 @@ class BudgetRules:
                       if member.registration.id in self.policy.clients)
 
     def _kubelet_terms(self, client: Client) -> dict:
-        units = self.units_of(client)
-        if units is None:
+        if client.node is None:
             return {}
-        programs = sum(1 for member in self._sharing(client)
-                       if member.registration.id in self.policy.clients)
-        return unit_terms(units, max(programs, 1), self.compute_cap)
+        units = self.units_of(client)
+        values = {}
+        if units is not None:
+            programs = sum(1 for member in self._sharing(client)
+                           if member.registration.id in self.policy.clients)
+            values = unit_terms(units, max(programs, 1), self.compute_cap)
+        held = units or GpuUnits("")
+        return values | unheld_terms(bool(held.memory_bytes), bool(held.compute_units),
+                                     self.unheld.of(self.gpu_of(client)))
 
     def share_weight(self, cid: int, device: int) -> float:
         """The weight the client's share on `device` is reckoned by: its own, but one from its
@@ -206,6 +269,14 @@ class BudgetRules:
                           and member.terms.source("weight") == KUBELET_SOURCE
                           and ((other := member.registration.id) in dev.holders
                                or other in dev.waiters))
+        if self._pooled(client, "compute_units"):  # what the units leave, split (unheld.py)
+            gpu = self.gpu_of(client)
+            containers = {client.node.container_id} | {
+                member.node.container_id for other in (*dev.holders, *dev.waiters)
+                if (member := self.policy.clients.get(other)) is not None
+                and member.terms.source("weight") == KUBELET_SOURCE
+                and self.gpu_of(member) == gpu and self._pooled(member, "compute_units")}
+            weight = pool_weight(self.unheld.of(gpu).compute_units, len(containers))
         return weight / wanting
 
     def terms_for(self, client: Client) -> Terms:
@@ -215,12 +286,11 @@ class BudgetRules:
 
     def others_allocated(self, client: Client) -> int:
         return sum(member.allocated.get(member.numbering.device, 0)
-                   for member in self._sharing(client) if member is not client)
+                   for member in self._memory_sharing(client) if member is not client)
 
     def _limits_now(self, client: Client) -> p.Limits:
-        units = self.units_of(client)
         limit = client.terms.memory_limit
-        return p.Limits(limit or 0, budget_used(limit, units.memory_bytes if units else None,
+        return p.Limits(limit or 0, budget_used(limit, self.memory_budget(client),
                                                 self.others_allocated(client)))
 
     def tell_limits(self, client: Client, now: float, at_once: bool = False) -> list:
@@ -271,13 +341,17 @@ class BudgetRules:
         node = client.node
         if node is None:
             return []
+        # Those sharing what the memory units leave hear that its memory is gone.
+        actions = [action for member in self._memory_sharing(client) if member is not client
+                   and self._pooled(client, "memory_bytes")
+                   for action in self.tell_limits(member, now)]
         members = self.budgets.members.get(node.container_id, set())
         members.discard(cid)
         if not members:
             self.budgets.members.pop(node.container_id, None)
             self.budgets.over = {key for key in self.budgets.over if key[0] != node.container_id}
-            return []
-        return self._rework_budget(client, now, but=client)
+            return actions
+        return actions + self._rework_budget(client, now, but=client)
 
     def _rework_budget(self, client: Client, now: float, but: Client | None = None) -> list:
         """Work out again the terms and LIMITS of the client's container's programs (`but` one):
@@ -298,34 +372,62 @@ class BudgetRules:
     def budget_moved(self, client: Client, device: int, now: float) -> list:
         """The client's memory on `device` changed: the others sharing its budget hear of it,
         and a budget overrun is logged once (until the container is back within it)."""
-        if client.node is None or not client.node.gpus or device != client.numbering.device:
+        pooled = client.node is not None and self._pooled(client, "memory_bytes")
+        if client.node is None or not (client.node.gpus or pooled) or \
+                device != client.numbering.device:
             return []
         actions = []
-        sharing = self._sharing(client)
+        sharing = self._memory_sharing(client)
         for member in sharing:
             if member is not client:
                 actions += self.tell_limits(member, now)
-        units = self.units_of(client)
-        if units is None or not units.memory_bytes:
+        budget, gpu = self.memory_budget(client), self.gpu_of(client)
+        if not budget:
             return actions
         total = sum(member.allocated.get(member.numbering.device, 0) for member in sharing)
-        key = (client.node.container_id, units.gpu_uuid)
-        if total <= units.memory_bytes:
+        key = ("" if pooled else client.node.container_id, gpu)  # "": the unheld memory's
+        if total <= budget:
             self.budgets.over.discard(key)
         elif key not in self.budgets.over:
             self.budgets.over.add(key)
-            actions.append(Log(f"budget of container {client.node.qualified} on "
-                               f"{units.gpu_uuid}: its programs have allocated {mib(total)}, "
-                               f"past its {mib(units.memory_bytes)} (allocations made at once "
-                               "by several of them)", warning=True))
+            whose = "what the memory units leave to the containers without any" if pooled else \
+                f"budget of container {client.node.qualified}"
+            actions.append(Log(f"{whose} on {gpu}: their programs have allocated {mib(total)}, "
+                               f"past its {mib(budget)} (allocations made at once by several "
+                               "of them)", warning=True))
         return actions
 
     def budget_renumbered(self, client: Client, now: float) -> list:
         """The client said which GPU its device is: in a container with units on several GPUs
         that says whose budget it shares."""
-        if client.node is None or len(client.node.gpus) < 2:
+        if client.node is None:
             return []
+        if len(client.node.gpus) < 2:  # which GPU's unheld units it takes, if any
+            return self.policy._retake_terms(client, now) + self.tell_limits(client, now) \
+                if self.unheld.unheld else []
         return self._rework_budget(client, now)
+
+    def unheld_view(self) -> list[dict]:
+        """What the node's units leave each GPU, with the scheduler's index for it (None: a
+        GPU it does not know), for status."""
+        return [{**entry, "device": self.policy.gpu_indices.known_index(entry["gpu_uuid"])}
+                for entry in self.unheld.view()]
+
+    def node_units(self, reading, now: float) -> list:
+        """What the node's containers hold of each GPU, read anew: the programs on a GPU whose
+        unheld figures changed have their terms and LIMITS worked out again."""
+        changed, actions = self.unheld.take(reading)
+        if not changed:
+            return actions
+        for member in self._everyone():
+            if member.node is None or self.gpu_of(member) not in changed:
+                continue
+            if member.registration.id in self.policy.clients:
+                actions += self.policy._retake_terms(member, now)
+            else:  # a viewer: its terms serve its LIMITS alone
+                member.terms = self.terms_for(member)
+            actions += self.tell_limits(member, now)
+        return actions
 
     def budget_reports(self, now: float) -> list:
         """The LIMITS held back by BUDGET_REPORT_S whose time has come."""
