@@ -84,13 +84,20 @@ def answer(identity: NodeIdentity | None, problem: str) -> bytes:
                  for gpu in identity.gpus]}, "problem": problem})
 
 
+def _answer(line: bytes, key: str) -> tuple:
+    """An answer's `key` (None where it says none) and its problem; ValueError for a line that
+    is no answer."""
+    value = _object(line, "the answer")
+    problem = value.get("problem", "")
+    if not isinstance(problem, str):
+        raise ValueError("the answer's problem is not a string")
+    return value.get(key), problem
+
+
 def read_answer(line: bytes) -> tuple[NodeIdentity | None, str]:
     """What the service said, as node.NodeLookup.identify says it; ValueError for an answer
     that is not one."""
-    value = _object(line, "the answer")
-    problem, found = value.get("problem", ""), value.get("identity")
-    if not isinstance(problem, str):
-        raise ValueError("the answer's problem is not a string")
+    found, problem = _answer(line, "identity")
     if found is None:
         return None, problem
     try:
@@ -115,10 +122,7 @@ def held_answer(held: tuple[HeldUnits, ...] | None, problem: str) -> bytes:
 def read_held_answer(line: bytes) -> tuple[tuple[HeldUnits, ...] | None, str]:
     """What the service said the node's containers hold, as node.NodeLookup.held_units says
     it; ValueError for an answer that is not one."""
-    value = _object(line, "the answer")
-    problem, held = value.get("problem", ""), value.get("held")
-    if not isinstance(problem, str):
-        raise ValueError("the answer's problem is not a string")
+    held, problem = _answer(line, "held")
     if held is None:
         return None, problem
     try:

@@ -360,14 +360,18 @@ class BudgetRules:
             return []
         actions = []
         for member in self._container_of(client):
-            if member is but:
-                continue
-            if member.registration.id in self.policy.clients:
-                actions += self.policy._retake_terms(member, now)
-            else:  # a viewer: its terms serve its LIMITS alone
-                member.terms = self.terms_for(member)
-            actions += self.tell_limits(member, now)
+            if member is not but:
+                actions += self._retake(member, now)
         return actions
+
+    def _retake(self, member: Client, now: float) -> list:
+        """A program's terms worked out again, and its LIMITS told where they changed."""
+        if member.registration.id in self.policy.clients:
+            actions = self.policy._retake_terms(member, now)
+        else:  # a viewer: its terms serve its LIMITS alone
+            member.terms = self.terms_for(member)
+            actions = []
+        return actions + self.tell_limits(member, now)
 
     def budget_moved(self, client: Client, device: int, now: float) -> list:
         """The client's memory on `device` changed: the others sharing its budget hear of it,
@@ -420,13 +424,8 @@ class BudgetRules:
         if not changed:
             return actions
         for member in self._everyone():
-            if member.node is None or self.gpu_of(member) not in changed:
-                continue
-            if member.registration.id in self.policy.clients:
-                actions += self.policy._retake_terms(member, now)
-            else:  # a viewer: its terms serve its LIMITS alone
-                member.terms = self.terms_for(member)
-            actions += self.tell_limits(member, now)
+            if member.node is not None and self.gpu_of(member) in changed:
+                actions += self._retake(member, now)
         return actions
 
     def budget_reports(self, now: float) -> list:
