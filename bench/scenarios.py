@@ -236,7 +236,9 @@ SCENARIOS: tuple[Scenario, ...] = (
                ("ratio_to_without",)),
          bound("every element intact", "is", True, "", "memory_limit", ("intact",))),
         (LIBNVS + "test_staging_host_memory.py::"
-         "test_programs_that_fit_a_memory_limit_without_staging_fit_it_with_staging",)),
+         "test_programs_that_fit_a_memory_limit_without_staging_fit_it_with_staging",
+         LIBNVS + "test_staging_host_memory.py::"
+         "test_the_empty_blocks_of_a_pool_in_use_go_back_once_other_programs_eat_into_the_floor")),
 )
 
 # What each `make bench-gpu BENCH_SET=N` runs on one GPU, and the part settings the registry's
@@ -261,7 +263,7 @@ SETS: dict[int, dict] = {
 # took them (docs/benchmarks.md; a run's JSON has the real ones, `part_seconds`).
 PART_SECONDS = {"notebooks": 356, "beside_trainer": 90, "mps": 25, "launch_rate": 73,
                 "train_steps": 76, "oversub": 194, "classroom": 171, "llm_servers": 273,
-                "memory_limit": 60}  # memory_limit: an estimate until a set-2 run times it
+                "memory_limit": 31}  # memory_limit: its own run on 2026-12-02 (seventh)
 SET_LIMIT_S = 540  # under nine minutes, a lent machine's command each
 
 

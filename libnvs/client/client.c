@@ -127,7 +127,7 @@ static int gs_poll_timeout(const struct gs_session *s, int64_t now)
         due = s->last_mem_report + GS_MEM_REPORT_INTERVAL_MS;
     if (s->last_reap + GS_REAP_INTERVAL_MS < due && gs_memory_deferred_pending())
         due = s->last_reap + GS_REAP_INTERVAL_MS;
-    if (gs_last_staging_watch + GS_STAGING_WATCH_MS < due && gs_migrate_staging_idle())
+    if (gs_last_staging_watch + GS_STAGING_WATCH_MS < due && gs_migrate_staging_unused())
         due = gs_last_staging_watch + GS_STAGING_WATCH_MS;
     int64_t idle_due = gs_lock_idle_due(s, now);
     if (idle_due < due)
@@ -166,7 +166,7 @@ static void gs_pin_prepared(void)
 
 static void gs_watch_staging(int64_t now)
 {
-    if (now - gs_last_staging_watch < GS_STAGING_WATCH_MS || !gs_migrate_staging_idle())
+    if (now - gs_last_staging_watch < GS_STAGING_WATCH_MS || !gs_migrate_staging_unused())
         return;
     gs_last_staging_watch = now;
     if (!gs_capture_hold_off(0))

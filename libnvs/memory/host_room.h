@@ -7,7 +7,7 @@
 #include <stdint.h>
 
 /* What the host and every memory cgroup above this process (cgroup v2 memory.max, v1
- * memory.limit_in_bytes) have free now, less a floor kept for the programs' own growth: 1/8 of
+ * memory.limit_in_bytes) have free now, less a floor kept for the programs' own growth: 1/16 of
  * the tightest limit (or of the host's memory), at least GS_HOST_FLOOR. UINT64_MAX when nothing
  * can be read. Read afresh at every call: other programs use the same memory. */
 uint64_t gs_host_room(void);

@@ -718,10 +718,18 @@ static bool gs_idle_pool(int device)
            (gs_staging_pinned(device) > 0 || gs_staging_has_prepared(device));
 }
 
-bool gs_migrate_staging_idle(void)
+/* Whether some of the device's memory waits in its pool while blocks past it hold nothing: a
+ * pool is sized to the most a move may ask, and what a move did not ask stays empty until the
+ * pool is reset. */
+static bool gs_spare_pool(int device)
+{
+    return gs_mig.staged[device].count > 0 && gs_staging_spare(device) > 0;
+}
+
+bool gs_migrate_staging_unused(void)
 {
     for (int d = 0; d < GS_MAX_DEVICES; d++)
-        if (gs_idle_pool(d))
+        if (gs_idle_pool(d) || gs_spare_pool(d))
             return true;
     return false;
 }
@@ -730,9 +738,15 @@ void gs_migrate_relieve(void)
 {
     bool pressed = gs_host_pressed();
     for (int d = 0; d < GS_MAX_DEVICES; d++) {
+        /* A pool that something waits in gives back its empty blocks only under pressure: on
+         * a GPU the driver's migration of what a pool could not take needs host memory then
+         * (on an H200, two programs under a cgroup limit they fit without staging were both
+         * killed while such blocks stayed pinned). */
+        if (!gs_idle_pool(d) && !(pressed && gs_spare_pool(d)))
+            continue;
         uint64_t keep = pressed ? 0 : gs_pool_target(d);
         bool beyond = gs_staging_pinned(d) > keep || (keep == 0 && gs_staging_has_prepared(d));
-        if (!gs_idle_pool(d) || !beyond || !gs_enter_device(d))
+        if (!beyond || !gs_enter_device(d))
             continue;
         uint64_t given = gs_staging_trim(d, keep);
         gs_contexts_leave();

@@ -50,13 +50,14 @@ bool gs_migrate_prepared(void);
 /* Pins it. Client thread, while captures are held off. */
 void gs_migrate_pin_prepared(void);
 
-/* Whether some device holds staging memory that nothing waits in (gs_migrate_relieve may give it
- * back). */
-bool gs_migrate_staging_idle(void);
+/* Whether some device holds staging memory that nothing waits in, or pinned blocks past what
+ * waits (gs_migrate_relieve may give them back). */
+bool gs_migrate_staging_unused(void);
 /* Staging memory that nothing waits in goes back to the host beyond what may have to leave the
  * device (the last gs_migrate_prepare, or a move out since), and all of it once other programs'
  * growth eats into the memory kept free below the host's or the cgroup's limit: it would be
- * what the OOM killer takes. Client thread, while captures are held off. */
+ * what the OOM killer takes; then too the blocks of a pool that something waits in past what
+ * waits there. Client thread, while captures are held off. */
 void gs_migrate_relieve(void);
 
 /* Whether some of the device's memory waits in staging memory: the program must not run on that

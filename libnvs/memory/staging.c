@@ -503,13 +503,29 @@ static uint64_t gs_drop_prepared(struct gs_pool *pool)
     return ready.size;
 }
 
+/* The first block no piece has been taken from since the last reset. */
+static size_t gs_first_untaken(const struct gs_pool *pool)
+{
+    return pool->offset > 0 ? pool->block + 1 : pool->block;
+}
+
+uint64_t gs_staging_spare(int device)
+{
+    struct gs_pool *pool = device >= 0 && device < GS_MAX_DEVICES ? gs_pools[device] : NULL;
+    uint64_t spare = 0;
+    for (size_t b = pool ? gs_first_untaken(pool) : 0; pool && b < pool->count; b++)
+        spare += pool->blocks[b].size;
+    return spare;
+}
+
 uint64_t gs_staging_trim(int device, uint64_t keep)
 {
     struct gs_pool *pool = device >= 0 && device < GS_MAX_DEVICES ? gs_pools[device] : NULL;
-    if (pool == NULL || pool->block != 0 || pool->offset != 0)
-        return 0; /* something waits in it */
-    uint64_t given = pool->pinned >= keep ? gs_drop_prepared(pool) : 0;
-    while (pool->count > 0 && pool->pinned - pool->blocks[pool->count - 1].size >= keep) {
+    if (pool == NULL)
+        return 0;
+    size_t untaken = gs_first_untaken(pool); /* the blocks before it hold what waits */
+    uint64_t given = untaken == 0 && pool->pinned >= keep ? gs_drop_prepared(pool) : 0;
+    while (pool->count > untaken && pool->pinned - pool->blocks[pool->count - 1].size >= keep) {
         struct gs_block *last = &pool->blocks[pool->count - 1];
         CUresult r = GS_REAL(cuMemHostUnregister, GS_LEGACY)(last->base);
         if (r != CUDA_SUCCESS) {

@@ -42,9 +42,13 @@ void gs_staging_reset(int device);
 size_t gs_staging_ready_for(int device, const size_t *sizes, size_t n);
 
 /* Gives pinned blocks back to the host, the newest first, as long as at least `keep` bytes stay
- * pinned, and memory prepared ahead that is not pinned yet; only while nothing waits in the
- * pool (after gs_staging_reset). Returns the bytes given back. A CUDA context must be current. */
+ * pinned and no piece taken since the last gs_staging_reset lies in the block; and memory
+ * prepared ahead that is not pinned yet, while nothing waits in the pool. Returns the bytes
+ * given back. A CUDA context must be current. */
 uint64_t gs_staging_trim(int device, uint64_t keep);
+
+/* Bytes pinned for the device in blocks no piece has been taken from since the last reset. */
+uint64_t gs_staging_spare(int device);
 
 /* Bytes pinned for the device. */
 uint64_t gs_staging_pinned(int device);
