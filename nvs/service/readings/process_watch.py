@@ -55,7 +55,9 @@ def mapped_bytes(proc: Path, pid: int, mapping: str) -> int | None:
     except OSError:
         return None
     total = 0
-    for line in maps.splitlines():
+    for line in maps.splitlines():  # a PyTorch process has thousands: only the UVM ones split
+        if not line.endswith(mapping):
+            continue
         fields = line.split(maxsplit=5)  # range, perms, offset, dev, inode, path
         if len(fields) == 6 and fields[5] == mapping:
             start, _, end = fields[0].partition("-")
@@ -77,7 +79,8 @@ class ProcessWatch:
     def want(self, pid: int, reported: int) -> None:
         """A memory report of `reported` bytes from `pid`: a new list soon, if the last did not
         show it or does not bear that much out (a program that allocated since)."""
-        if pid not in self.listed or reported > (self.listed[pid] or reported):
+        ceiling = self.listed.get(pid, 0)
+        if pid not in self.listed or (ceiling is not None and reported > ceiling):
             self._wanted.set()
 
     async def watch(self, take: Callable[[dict[int, dict[int, GpuProcess]], float], None]) -> None:
@@ -86,12 +89,15 @@ class ProcessWatch:
             self._wanted = trio.Event()
             read_at = trio.current_time()
             devices = await trio.to_thread.run_sync(self.read, abandon_on_cancel=True)
+            # A process's mappings are the same on each GPU: its highest ceiling there, or
+            # None on all of them where they could not be read.
             self.listed = {}
-            for processes in devices.values():  # a process's mappings are the same on each GPU
+            for processes in devices.values():
                 for pid, found in processes.items():
-                    ceiling = found.ceiling
-                    self.listed[pid] = None if ceiling is None else \
-                        max(ceiling, self.listed.get(pid) or 0)
+                    if found.ceiling is None or self.listed.get(pid, 0) is None:
+                        self.listed[pid] = None
+                    else:
+                        self.listed[pid] = max(found.ceiling, self.listed.get(pid, 0))
             take(devices, read_at)
             await trio.sleep(SOONEST_S)
             with trio.move_on_after(POLL_S - SOONEST_S):
