@@ -172,7 +172,8 @@ def figures(servers: list[dict], alone: list[dict] | None = None) -> dict:
                            "startup_s": server["startup_s"], "pool_bytes": server["pool_bytes"],
                            "weights_bytes": server["weights_bytes"]} for server in servers]}
     if alone is not None:
-        result["tokens_match"] = tokens_match(servers, alone)
+        differences = token_differences(servers, alone)
+        result["tokens_match"], result["tokens_differ"] = not differences, differences[:8]
         if result["ttft_p50_s"] is not None and figures(alone)["ttft_p50_s"]:
             result["ttft_ratio"] = result["ttft_p50_s"] / figures(alone)["ttft_p50_s"]
         result["tpot_ratio"] = tpot / figures(alone)["tpot_median_s"]
@@ -181,15 +182,28 @@ def figures(servers: list[dict], alone: list[dict] | None = None) -> dict:
 
 def tokens_match(servers: list[dict], alone: list[dict]) -> bool:
     """Whether every server served every request and each gave the tokens it gave alone."""
+    return not token_differences(servers, alone)
+
+
+def token_differences(servers: list[dict], alone: list[dict]) -> list[str]:
+    """Where the tokens part from the servers alone: each request that differs, from which
+    token on, and each request or server missing. A numerical difference (other kernels) shows
+    as a late token; memory lost as one from the first."""
     if len(servers) != len(alone):
-        return False
-    for run, reference in zip(servers, alone):
+        return [f"{len(servers)} servers answered, {len(alone)} alone"]
+    found = []
+    for number, (run, reference) in enumerate(zip(servers, alone)):
         if len(run["requests"]) != len(reference["requests"]):
-            return False
+            found.append(f"server {number}: {len(run['requests'])} requests served, "
+                         f"{len(reference['requests'])} alone")
         for request, same in zip(run["requests"], reference["requests"]):
-            if request["tokens"] != same["tokens"]:
-                return False
-    return True
+            made, wanted = request["tokens"], same["tokens"]
+            if made != wanted:
+                at = next((i for i, (a, b) in enumerate(zip(made, wanted)) if a != b),
+                          min(len(made), len(wanted)))
+                found.append(f"server {number} request {request.get('index', '?')}: "
+                             f"from token {at} of {len(wanted)}")
+    return found
 
 
 def shared_run(python: str, library: Path, directory: Path, chosen: dict, arrivals: list,
@@ -210,10 +224,12 @@ def shared_run(python: str, library: Path, directory: Path, chosen: dict, arriva
                                                   default=None)}
 
 
-def restart_run(python: str, directory: Path, chosen: dict) -> dict:
+def restart_run(python: str, directory: Path, chosen: dict, alone: list[dict]) -> dict:
     """Each server started for one request, alone: what a request waits for when a switch
-    starts its server anew, from the process's start to its first token."""
-    waits = []
+    starts its server anew, from the process's start to its first token. Its tokens, beside
+    the same request of the run alone (no layer either), tell whether the check of tokens can
+    hold at all: two runs of one server with no layer must agree."""
+    waits, started = [], []
     for index in range(chosen["servers"]):
         command = server_command(python, directory, chosen, index, [0.0]) + ["--closed"]
         launched = time.time()
@@ -224,7 +240,11 @@ def restart_run(python: str, directory: Path, chosen: dict) -> dict:
             stop([process])
         server = printed(directory / f"server-{index}")
         waits.append(server["requests"][0]["first_token_wall"] - launched)
-    return {"ttft_s": waits, "ttft_p50_s": statistics.median(waits)}
+        started.append(server)
+    differences = token_differences(
+        started, [{**server, "requests": server["requests"][:1]} for server in alone])
+    return {"ttft_s": waits, "ttft_p50_s": statistics.median(waits),
+            "tokens_match": not differences, "tokens_differ": differences}
 
 
 def alone_run(python: str, directory: Path, chosen: dict, arrivals: list) -> dict:
@@ -284,7 +304,7 @@ def measure(python: str, library: Path, directory: Path) -> dict:
         result[name] = attempt(f"llm servers, {name}", run_line, shared_run, python, library,
                                directory / name, chosen, arrivals, capacity, mode, reference)
     result["restart"] = attempt("llm servers, restart per switch", restart_line, restart_run,
-                                python, directory / "restart", chosen)
+                                python, directory / "restart", chosen, reference)
     absent = engine_missing(python)
     if absent:
         print(f"llm servers, vLLM: skipped ({absent})", file=sys.stderr)
@@ -307,15 +327,22 @@ def run_line(name: str, run: dict) -> str:
     if "switch_bytes_max" in run and run["switch_bytes_max"] is not None:
         line += (f"; {run['switches']} switches moved {run['switch_bytes_median'] / 2**30:.2f} "
                  f"GiB median, {run['switch_bytes_max'] / 2**30:.2f} GiB at most")
-    if "tokens_match" in run:
-        line += "; every token as alone" if run["tokens_match"] else "; TOKENS DIFFER"
-    return line
+    return line + tokens_line(run)
+
+
+def tokens_line(run: dict) -> str:
+    if "tokens_match" not in run:
+        return ""
+    if run["tokens_match"]:
+        return "; every token as alone"
+    return f"; TOKENS DIFFER ({', '.join(run.get('tokens_differ', []))})"
 
 
 def restart_line(name: str, run: dict) -> str:
     if "error" in run:
         return run_line(name, run)
-    return f"{name}: time to first token {run['ttft_p50_s']:.1f} s (start-up included)"
+    return (f"{name}: time to first token {run['ttft_p50_s']:.1f} s (start-up included)"
+            f"{tokens_line(run)}")
 
 
 def print_llm_servers(part: dict) -> None:

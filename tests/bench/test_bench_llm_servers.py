@@ -88,3 +88,16 @@ def test_the_part_is_skipped_saying_why_where_its_python_has_no_transformers(mon
     result = llm_servers.measure("false", Path("/nonexistent/libnvs.so"), tmp_path)
     assert result["skipped"] == "PyTorch with transformers is not installed for false"
     assert not list(tmp_path.iterdir())  # nothing ran
+
+
+def test_the_differences_say_which_request_parts_from_alone_and_from_which_token():
+    alone = [served([0.1, 0.1], [[1, 2, 3], [4, 5, 6]])]
+    run = [served([0.1, 0.1], [[1, 2, 3], [4, 9, 9]])]
+    for number, request in enumerate(run[0]["requests"]):
+        request["index"] = number
+    assert llm_servers.token_differences(run, alone) == ["server 0 request 1: from token 1 of 3"]
+    figures = llm_servers.figures(run, alone)
+    assert figures["tokens_match"] is False
+    assert figures["tokens_differ"] == ["server 0 request 1: from token 1 of 3"]
+    assert "TOKENS DIFFER (server 0 request 1: from token 1 of 3)" in \
+        llm_servers.run_line("shared", figures)
