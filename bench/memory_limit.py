@@ -9,7 +9,8 @@ migrates every move) in a memory cgroup of their own with no limit, whose peak i
 need; then with staging as it comes, in a cgroup limited to that peak and a quarter more. The
 figures: how many programs the OOM killer took in each, whether every element is intact, and
 the second run's time over the first's. A host whose cgroups cannot be made here (no memory
-controller handed down, no permission) skips the part, saying why.
+controller handed down, no permission) skips the part, saying why. MEMLIMIT_LOGS=DIR keeps the
+programs' stderr (with GEMSHARE_DEBUG=1, libnvs's moves and what it gave back).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import os
 from pathlib import Path
 
 import memory_cgroup
-from gpu_runs import free_mib, private_scheduler, stderr_tail
+from gpu_runs import free_mib, keep_log, private_scheduler, stderr_tail
 from notebooks import run_set
 
 TQ = 10
@@ -51,6 +52,10 @@ def one_run(python: str, library: Path, directory: Path, chosen: dict, env: dict
                 run.update(error=f"{type(exc).__name__}: {exc}", intact=False,
                            stderr=stderr_tail(directory, "program"))
         run.update(peak_bytes=group.peak(), oom_kills=group.oom_kills())
+        for index in range(chosen["programs"]):  # libnvs's warnings: what it gave back, when
+            err = directory / f"program-{index}.err"
+            if err.exists():
+                keep_log(err.read_text(), "MEMLIMIT_LOGS", f"{directory.name}-program-{index}.err")
         return run
     finally:
         group.remove()
@@ -88,6 +93,8 @@ def print_memory_limit(part: dict) -> None:
     line = (f"{name}, staging, limit {limited['limit_bytes'] / 2**30:.2f} GiB: peak "
             f"{limited.get('peak_bytes', 0) / 2**30:.2f} GiB, {limited.get('oom_kills', 0)} "
             "killed by the OOM killer")
+    if limited.get("exit_codes"):
+        line += f" (exit statuses {', '.join(map(str, limited['exit_codes']))})"
     if "error" in limited:
         line += f", FAILED ({limited['error'].splitlines()[0]})"
     else:

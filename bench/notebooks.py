@@ -87,7 +87,8 @@ def run_set(python: str, env: dict, directory: Path, programs: int, gib: int,
     finally:
         stop(processes)
     results = [printed(directory / f"program-{index}") for index in range(programs)]
-    return {**cell_figures(results),
+    # A program killed after its last line (the OOM killer at its exit, say) shows only here.
+    return {**cell_figures(results), "exit_codes": [process.returncode for process in processes],
             "intact": all(result["intact"] for result in results),
             "programs": [{key: result.get(key) for key in (
                 "allocation_s", "first_cell_s", "cell_median_s", "cell_p95_s", "cell_max_s",

@@ -199,6 +199,10 @@ class Policy:
         self.gpu_indices = GpuIndices(nvml_uuids)
         self.clients: dict[int, Client] = {}
         self.allocated = Counter()  # device -> what all the clients have allocated there
+        self.users = Counter()  # device -> the clients with memory there, each with a context
+        # device -> the grant count when all the clients' memory there last overfilled it
+        # (_note_crowding)
+        self.crowded_at: dict[int, int] = {}
         self.devices: dict[int, Device] = {}  # only devices with a holder or a waiter
         self.revocations = 0
         self.residency = Residency()
@@ -343,10 +347,10 @@ class Policy:
                         "lock request that it would renumber, so the client keeps its numbers")]
         moves = numbering.learn(device, uuid, index)
         if moves:  # its memory, reported totals and residency follow the GPUs
-            self.allocated.subtract(client.allocated)
+            self._tally_memory(client, -1)
             client.allocated = renumbered(client.allocated, moves)
             client.reported = renumbered(client.reported, moves)
-            self.allocated.update(client.allocated)
+            self._tally_memory(client, 1)
             self.capacity.renumber(cid, moves)
             self.residency.renumber(cid, moves)
             self.credit.forget(cid)
@@ -450,8 +454,10 @@ class Policy:
                         "is, only its registered device says", debug=True)]
         refused = self.capacity.report(cid, device, total)
         allocated = self.claim_rules.believed(client, device, allocated, now)  # checks/claim_rules.py
-        self.allocated[device] += allocated - client.allocated.get(device, 0)
+        self._tally_memory(client, -1)
         client.allocated[device] = allocated
+        self._tally_memory(client, 1)
+        self._note_crowding(device)
         dev = self.devices.get(device)
         if self.mode is p.Mode.OFF or (dev is not None and cid in dev.holders):
             self.residency.running(device, cid, allocated)  # it runs: its memory is there
@@ -557,7 +563,7 @@ class Policy:
         client = self.clients.pop(cid, None)
         if client is None:
             return []
-        self.allocated.subtract(client.allocated)
+        self._tally_memory(client, -1)
         self.residency.forget(cid)
         self.credit.forget(cid)
         self.capacity.forget(cid)
@@ -803,6 +809,24 @@ class Policy:
     def memory_of(self, cid: int, device: int) -> int:
         return self.clients[cid].allocated.get(device, 0)
 
+    def _tally_memory(self, client: Client, sign: int) -> None:
+        """Adds (1) or takes away (-1) a client's memory in the devices' sums."""
+        for device, size in client.allocated.items():
+            self.allocated[device] += sign * size
+            self.users[device] += sign * (size > 0)
+
+    def _note_crowding(self, device: int) -> None:
+        """Records the grant count if all the clients' memory on the device, a context reserve
+        each, is more than it holds now (or what it holds is unknown). Only then can the driver
+        have pushed one program's pages out for another's, and a grant tells of others having
+        run only past such a moment: prefetching tens of GiB that never left costs a returning
+        program milliseconds before every first kernel. The sums change only at reports, so
+        checking at each report and grant sees every such moment."""
+        capacity = self.capacity.of(device)[0]
+        if capacity is None or \
+                self.allocated[device] + self.reserve * self.users[device] > capacity:
+            self.crowded_at[device] = self.grants.get(device, 0)
+
     def holders_memory(self, device: int) -> int:
         dev = self.devices.get(device)
         return sum(self.memory_of(cid, device) for cid in dev.holders) if dev else 0
@@ -978,7 +1002,11 @@ class Policy:
         number = self.grants[dev.index] = self.grants.get(dev.index, 0) + 1
         last = client.last_grant.get(dev.index)
         client.last_grant[dev.index] = number
-        others_ran = last is not None and last != number - 1
+        self._note_crowding(dev.index)
+        # Others ran since its last grant while their memory and its own overfilled the device:
+        # the driver may have pushed some of its pages out, and it brings all back in bulk.
+        others_ran = last is not None and last != number - 1 and \
+            self.crowded_at.get(dev.index, -1) >= last
         fetch = self.room_rules.to_fetch(dev.index, cid)
         self.credit.granted(dev.index, cid, fetch)
         # What it moved off itself comes back before it runs, and it says when (MOVED): until

@@ -78,6 +78,52 @@ def test_nothing_moves_when_the_next_holder_fits_or_the_capacity_is_unknown():
     assert drop_bytes(unknown, 1) == 0
 
 
+def granted_flags(driver: Driver, cid: int) -> int:
+    (grant,) = [m for m in driver.take_sent(cid) if isinstance(m, p.LockGranted)]
+    return grant.flags
+
+
+def hand_over(driver: Driver, holder: int, waiter: int) -> int:
+    """The holder's quantum ends and it lets go (moving what it is asked to); the waiter's
+    grant flags."""
+    driver.advance_to_deadline()
+    evict = drop_bytes(driver, holder)
+    if evict:
+        driver.moved(holder, evict)
+    driver.release(holder)
+    flags = granted_flags(driver, waiter)
+    driver.request(holder)
+    return flags
+
+
+def test_a_program_is_told_others_ran_only_where_their_memory_could_have_pushed_its_out():
+    # 8 + 8 GiB on 24 GiB: taking turns moves nothing, and no page of either ever leaves, so
+    # neither has anything to bring back (GRANT_OTHERS_RAN makes libnvs prefetch it all).
+    roomy = pair(sizes=(8 * G, 8 * G))
+    assert [hand_over(roomy, *turn) for turn in ((1, 2), (2, 1), (1, 2))] == \
+        [p.GRANT_AFTER_WAIT] * 3
+    # One of them grows past what the device holds beside the other: from then on the driver
+    # may push pages out, and the next grant says others ran.
+    roomy.mem(2, 20 * G, total=80 * G)
+    (evict,) = roomy.take_sent(1)
+    roomy.moved(1, evict.bytes)  # the one waiting makes room for the holder's growth
+    assert hand_over(roomy, 2, 1) == p.GRANT_AFTER_WAIT | p.GRANT_OTHERS_RAN
+    # 16 + 16 GiB: every turn after the first follows the other's on a full device.
+    full = pair()
+    assert [hand_over(full, *turn) for turn in ((1, 2), (2, 1), (1, 2))] == \
+        [p.GRANT_AFTER_WAIT] + [p.GRANT_AFTER_WAIT | p.GRANT_OTHERS_RAN] * 2
+    # With the device's size unknown, anything may have moved.
+    unknown = Driver(tq=10)
+    for cid in (1, 2):
+        unknown.register(cid)
+        unknown.mem(cid, 1 * G)
+    unknown.request(1)
+    unknown.request(2)
+    unknown.take_sent()
+    assert [hand_over(unknown, *turn) for turn in ((1, 2), (2, 1))] == \
+        [p.GRANT_AFTER_WAIT, p.GRANT_AFTER_WAIT | p.GRANT_OTHERS_RAN]
+
+
 def test_with_several_waiters_room_is_made_for_the_next_one_only():
     driver = pair(sizes=(16 * G, 8 * G, 16 * G))
     driver.request(3)
