@@ -155,12 +155,10 @@ static void gs_reap_freed(struct gs_session *s, int64_t now)
 }
 
 /* Staging memory faulted in ahead (gs_migrate_prepare) is pinned here, on the client thread,
- * which knows the contexts; never inside a capture. Not while a launch waits for a lock: this
- * thread must hear the grant, and a program about to run moves nothing out before its turn
- * (the grant's frame wakes the loop to pin again). */
+ * which knows the contexts; never inside a capture. */
 static void gs_pin_prepared(void)
 {
-    if (!gs_migrate_prepared() || gs_gate_any_waiting() || !gs_capture_hold_off(0))
+    if (!gs_migrate_prepared() || !gs_capture_hold_off(0))
         return;
     gs_migrate_pin_prepared();
     gs_capture_allow();
@@ -199,10 +197,6 @@ static void gs_check_liveness(struct gs_session *s, int64_t now)
 static void gs_service(struct gs_session *s, int64_t now)
 {
     gs_reap_freed(s, now); /* before a report, which then has the freed memory gone */
-    /* A launch waiting for the lock asks before the next piece of staging memory is pinned: a
-     * pin can take over half a second while other programs fault their pools in. */
-    if (s->conn.sock >= 0 && !s->registering)
-        gs_lock_request_wanted(s);
     gs_pin_prepared();
     gs_watch_staging(now);
     if (s->conn.sock < 0) {

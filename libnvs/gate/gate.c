@@ -280,16 +280,6 @@ bool gs_gate_keeping(int device)
     return atomic_load(&gs_gates[device].keeping) > 0;
 }
 
-bool gs_gate_any_waiting(void)
-{
-    pthread_mutex_lock(&gs_waits.mu);
-    bool waiting = false;
-    for (int d = 0; d < GS_GATED_DEVICES && !waiting; d++)
-        waiting = gs_waits.blocked[d] > 0;
-    pthread_mutex_unlock(&gs_waits.mu);
-    return waiting;
-}
-
 bool gs_gate_wanted(int device)
 {
     bool asked = atomic_exchange(&gs_gates[device].requested, 0) != 0;

@@ -88,8 +88,6 @@ unsigned gs_gate_submitted(int device);
 /* Whether a thread waits at the device's closed gate, or asked for the lock since the last call
  * (the ask is cleared). */
 bool gs_gate_wanted(int device);
-/* Whether a thread waits at any device's closed gate (nothing is cleared). */
-bool gs_gate_any_waiting(void);
 /* Whether a thread waits for the device keeping lower devices' gates (REQUEST_KEEPING). */
 bool gs_gate_keeping(int device);
 

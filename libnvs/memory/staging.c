@@ -27,7 +27,7 @@
  * hears the scheduler between pieces, and a move that waits for them soon learns whether
  * waiting pays: on an H200 running four notebooks 1 GiB once took 1 s to pin, where alone it
  * takes 35 ms. */
-#define GS_PIN_STEP_MIN (64ull << 20)
+#define GS_PIN_STEP_MIN (256ull << 20)
 #define GS_PIN_STEP_MAX (1ull << 30)
 #define GS_PIN_STEP_S 0.1
 /* How fast this host faults in and pins, until measured: an H100 host with no other program
@@ -52,7 +52,6 @@ struct gs_pool {
     pthread_mutex_t mu;
     pthread_cond_t done;
     bool preparing;
-    bool awaited; /* a move waits for what it prepares: its claims are urgent */
     struct gs_block ready;
     bool pin_refused; /* the driver refused to pin prepared memory: it is given back */
     double fault_bps; /* as last measured, by either thread */
@@ -234,12 +233,12 @@ static bool gs_pin(struct gs_pool *pool, int device, char *base, size_t size)
 /* Adds one pinned block of `size` bytes, or of as much as staging may take, at least `least`. */
 static bool gs_grow(struct gs_pool *pool, int device, size_t size, size_t least)
 {
-    gs_host_claim_begin(true); /* a move waits for it */
+    gs_host_claim_begin();
     size = gs_may_take(device, gs_aligned(size), gs_aligned(least));
     char *base = size ? gs_map(size) : NULL;
     if (base)
         gs_fault_in_timed(pool, base, size);
-    gs_host_claim_end(true);
+    gs_host_claim_end();
     if (size == 0)
         return false;
     if (base == NULL) {
@@ -258,11 +257,8 @@ static bool gs_grow(struct gs_pool *pool, int device, size_t size, size_t least)
 static size_t gs_adopt(struct gs_pool *pool, int device, size_t wanted, size_t most)
 {
     pthread_mutex_lock(&pool->mu);
-    while (pool->preparing && pool->ready.size < wanted) {
-        pool->awaited = true;
+    while (pool->preparing && pool->ready.size < wanted)
         pthread_cond_wait(&pool->done, &pool->mu);
-    }
-    pool->awaited = false;
     struct gs_block piece = pool->ready;
     if (piece.size > most)
         piece.size = most;
@@ -310,14 +306,11 @@ static void *gs_prepare_in_background(void *arg)
     char *base = gs_map(job->size);
     for (size_t done = 0; base && done < job->size;) {
         size_t step = job->size - done < GS_PIN_STEP_MIN ? job->size - done : GS_PIN_STEP_MIN;
-        pthread_mutex_lock(&pool->mu);
-        bool urgent = pool->awaited;
-        pthread_mutex_unlock(&pool->mu);
-        gs_host_claim_begin(urgent);
+        gs_host_claim_begin();
         size_t allowed = gs_may_take(job->device, step, GS_STAGING_ALIGN);
         if (allowed > 0)
             gs_fault_in_timed(pool, base + done, allowed);
-        gs_host_claim_end(urgent);
+        gs_host_claim_end();
         if (allowed < step) { /* what is past it was never touched */
             munmap(base + done + allowed, job->size - done - allowed);
             job->size = done + allowed;
