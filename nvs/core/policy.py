@@ -44,9 +44,10 @@ arithmetic, residency.py keeps the estimate of where each client's memory is):
   (EVICT), once per grant; the grant follows their MOVED reports or their deadlines.
 - A holder that is moving memory is given time for it: grace plus bytes / measured rate, pushed
   on by each progress report. Revocation is for a holder that neither drains nor moves.
-- A grant tells a client when another ran since its last grant (GRANT_OTHERS_RAN), so that it
-  brings its memory back in bulk; and a holder whose handoff would swap memory is told to keep
-  the lock through idle gaps shorter than twice that swap (IDLE_HINT).
+- A grant tells a client when another ran since its last grant while their memory overfilled
+  the device (GRANT_OTHERS_RAN), so that it brings its memory back in bulk; and a holder whose
+  handoff would swap memory is told to keep the lock through idle gaps shorter than twice that
+  swap (IDLE_HINT).
 
 Idle gaps (gap_rules.py carries them out, gaps.py keeps each client's gap estimate): a holder
 whose gaps outlast lending the device to the waiter and taking it back is told to let go soon
