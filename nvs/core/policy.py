@@ -352,6 +352,8 @@ class Policy:
             client.allocated = renumbered(client.allocated, moves)
             client.reported = renumbered(client.reported, moves)
             self._tally_memory(client, 1)
+            for moved_to in client.allocated:  # its memory may overfill the device it is on now
+                self._note_crowding(moved_to)
             self.capacity.renumber(cid, moves)
             self.residency.renumber(cid, moves)
             self.credit.forget(cid)
@@ -455,9 +457,10 @@ class Policy:
                         "is, only its registered device says", debug=True)]
         refused = self.capacity.report(cid, device, total)
         allocated = self.claim_rules.believed(client, device, allocated, now)  # checks/claim_rules.py
-        self._tally_memory(client, -1)
+        before = client.allocated.get(device, 0)
+        self.allocated[device] += allocated - before
+        self.users[device] += (allocated > 0) - (before > 0)
         client.allocated[device] = allocated
-        self._tally_memory(client, 1)
         self._note_crowding(device)
         dev = self.devices.get(device)
         if self.mode is p.Mode.OFF or (dev is not None and cid in dev.holders):
@@ -821,8 +824,9 @@ class Policy:
         each, is more than it holds now (or what it holds is unknown). Only then can the driver
         have pushed one program's pages out for another's, and a grant tells of others having
         run only past such a moment: prefetching tens of GiB that never left costs a returning
-        program milliseconds before every first kernel. The sums change only at reports, so
-        checking at each report and grant sees every such moment."""
+        program milliseconds before every first kernel. The sums grow only at reports and when
+        a client's devices are renumbered, so checking then and at each grant sees every such
+        moment."""
         capacity = self.capacity.of(device)[0]
         if capacity is None or \
                 self.allocated[device] + self.reserve * self.users[device] > capacity:
