@@ -197,6 +197,10 @@ static void gs_check_liveness(struct gs_session *s, int64_t now)
 static void gs_service(struct gs_session *s, int64_t now)
 {
     gs_reap_freed(s, now); /* before a report, which then has the freed memory gone */
+    /* A launch waiting for the lock asks before the next piece of staging memory is pinned: a
+     * pin can take over half a second while other programs fault their pools in. */
+    if (s->conn.sock >= 0 && !s->registering)
+        gs_lock_request_wanted(s);
     gs_pin_prepared();
     gs_watch_staging(now);
     if (s->conn.sock < 0) {

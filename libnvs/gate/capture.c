@@ -3,6 +3,7 @@
 #include "gate/capture.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <time.h>
 
 #include "base/log.h"
@@ -19,6 +20,17 @@ static pthread_mutex_t gs_capture_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct gs_capture gs_captures[GS_MAX_CAPTURES]; /* under gs_capture_mu */
 static int gs_capture_count;
 static int gs_capture_untracked; /* captures begun while the table was full */
+/* Their sum, written under gs_capture_mu and read without it: every launch asks, and the
+ * client thread holds the mutex through whole moves (gs_capture_hold_off), which must not keep
+ * a launch from asking for the lock meanwhile. A capture's own launches come after its begin
+ * hook stored the count, on the same thread. */
+static _Atomic int gs_capture_live;
+
+static void gs_capture_count_changed(void)
+{
+    atomic_store_explicit(&gs_capture_live, gs_capture_count + gs_capture_untracked,
+                          memory_order_release);
+}
 
 static void gs_capture_add(CUstream stream)
 {
@@ -29,6 +41,7 @@ static void gs_capture_add(CUstream stream)
         gs_debug("more than %d stream captures at once; the surplus is counted, not owned",
                  GS_MAX_CAPTURES);
     }
+    gs_capture_count_changed();
 }
 
 static void gs_capture_remove(CUstream stream)
@@ -46,6 +59,7 @@ static void gs_capture_remove(CUstream stream)
         gs_captures[found] = gs_captures[--gs_capture_count];
     else if (gs_capture_untracked > 0)
         gs_capture_untracked--;
+    gs_capture_count_changed();
 }
 
 /* Begin hooks: hold the lock across the driver call so that a drop cannot synchronize between
@@ -102,10 +116,7 @@ bool gs_capture_stream_is_capturing(enum gs_variant variant, CUstream stream)
 
 bool gs_capture_active(void)
 {
-    pthread_mutex_lock(&gs_capture_mu);
-    bool active = gs_capture_count + gs_capture_untracked > 0;
-    pthread_mutex_unlock(&gs_capture_mu);
-    return active;
+    return atomic_load_explicit(&gs_capture_live, memory_order_acquire) > 0;
 }
 
 bool gs_capture_hold_off(unsigned timeout_ms)
@@ -132,4 +143,5 @@ void gs_capture_after_fork_child(void)
     pthread_mutex_init(&gs_capture_mu, NULL);
     gs_capture_count = 0;
     gs_capture_untracked = 0;
+    gs_capture_count_changed();
 }

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <time.h>
 #include <unistd.h>
 
 #define GS_V1_MOUNT "/sys/fs/cgroup/memory"
@@ -187,22 +188,97 @@ int gs_host_room_limit_is_cgroup(void)
 /* flock() holds per open file: the threads of one process take the mutex first. */
 static pthread_mutex_t gs_claim_mu = PTHREAD_MUTEX_INITIALIZER;
 static int gs_claim_fd = -1;
+/* Urgent claims of this process hold the urgent lock shared, through their own descriptor,
+ * while any is under way; claims ahead probe it through another (a second flock on the same
+ * descriptor would convert the first). Under gs_urgent_mu: */
+static pthread_mutex_t gs_urgent_mu = PTHREAD_MUTEX_INITIALIZER;
+static int gs_urgent_count;
+static int gs_urgent_fd = -1, gs_probe_fd = -1;
+static atomic_int gs_urgent_here;
 
-void gs_host_claim_begin(void)
+/* Read-only is enough to lock a file; never through a planted link. */
+static int gs_open_lock(int *fd, const char *path)
 {
-    pthread_mutex_lock(&gs_claim_mu);
-    if (gs_claim_fd < 0) /* read-only is enough to lock it; never through a planted link */
-        gs_claim_fd = open(GS_HOST_ROOM_LOCK, O_RDONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
-    if (gs_claim_fd >= 0)
-        while (flock(gs_claim_fd, LOCK_EX) != 0 && errno == EINTR)
+    if (*fd < 0)
+        *fd = open(path, O_RDONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+    return *fd;
+}
+
+static void gs_flock(int fd, int operation)
+{
+    if (fd >= 0)
+        while (flock(fd, operation) != 0 && errno == EINTR)
             ;
 }
 
-void gs_host_claim_end(void)
+static void gs_urgent_enter(void)
+{
+    pthread_mutex_lock(&gs_urgent_mu);
+    if (gs_urgent_count++ == 0) {
+        atomic_store(&gs_urgent_here, 1);
+        gs_flock(gs_open_lock(&gs_urgent_fd, GS_HOST_URGENT_LOCK), LOCK_SH);
+    }
+    pthread_mutex_unlock(&gs_urgent_mu);
+}
+
+static void gs_urgent_leave(void)
+{
+    pthread_mutex_lock(&gs_urgent_mu);
+    if (--gs_urgent_count == 0) {
+        gs_flock(gs_urgent_fd, LOCK_UN);
+        atomic_store(&gs_urgent_here, 0);
+    }
+    pthread_mutex_unlock(&gs_urgent_mu);
+}
+
+/* Whether an urgent claim is under way in this process or another. */
+static bool gs_urgent_waits(void)
+{
+    if (atomic_load(&gs_urgent_here))
+        return true;
+    pthread_mutex_lock(&gs_urgent_mu);
+    int fd = gs_open_lock(&gs_probe_fd, GS_HOST_URGENT_LOCK);
+    bool held = fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+    if (fd >= 0 && !held)
+        flock(fd, LOCK_UN);
+    pthread_mutex_unlock(&gs_urgent_mu);
+    return held;
+}
+
+void gs_host_claim_begin(bool urgent)
+{
+    if (urgent)
+        gs_urgent_enter();
+    pthread_mutex_lock(&gs_claim_mu);
+    int fd = gs_open_lock(&gs_claim_fd, GS_HOST_ROOM_LOCK);
+    if (urgent || fd < 0) {
+        gs_flock(fd, LOCK_EX);
+        return;
+    }
+    /* Ahead of need: never queued in flock, where the kernel may hand the lock to this claim
+     * before a waiting move's; it looks again each millisecond, after any urgent claim. */
+    struct timespec pause = {0, 1000000};
+    for (int waited = 0;; waited++) {
+        bool yield = waited < GS_HOST_YIELD_MS && gs_urgent_waits();
+        if (!yield && flock(fd, LOCK_EX | LOCK_NB) == 0)
+            return;
+        if (waited >= GS_HOST_YIELD_MS) {
+            gs_flock(fd, LOCK_EX);
+            return;
+        }
+        pthread_mutex_unlock(&gs_claim_mu); /* this process's urgent claims go meanwhile */
+        nanosleep(&pause, NULL);
+        pthread_mutex_lock(&gs_claim_mu);
+    }
+}
+
+void gs_host_claim_end(bool urgent)
 {
     if (gs_claim_fd >= 0)
         flock(gs_claim_fd, LOCK_UN);
     pthread_mutex_unlock(&gs_claim_mu);
+    if (urgent)
+        gs_urgent_leave();
 }
 
 void gs_host_room_after_fork_child(void)
@@ -210,7 +286,13 @@ void gs_host_room_after_fork_child(void)
     /* The parent's threads may have held either at the fork; the descriptor's lock is the
      * parent's (flock locks belong to the open file, which the child shares). */
     pthread_mutex_init(&gs_claim_mu, NULL);
-    if (gs_claim_fd >= 0)
-        close(gs_claim_fd);
-    gs_claim_fd = -1;
+    pthread_mutex_init(&gs_urgent_mu, NULL);
+    int *fds[] = {&gs_claim_fd, &gs_urgent_fd, &gs_probe_fd};
+    for (size_t i = 0; i < sizeof fds / sizeof fds[0]; i++) {
+        if (*fds[i] >= 0)
+            close(*fds[i]);
+        *fds[i] = -1;
+    }
+    gs_urgent_count = 0;
+    atomic_store(&gs_urgent_here, 0);
 }

@@ -19,10 +19,16 @@ bool gs_host_pressed(void);
 
 /* Between these, one thread of the host at a time reads the room and faults in what it takes
  * (a file lock, GS_HOST_ROOM_LOCK, shared by every program that stages): programs that read the
- * same free memory at once would each take all of it. Waits for the others. */
-void gs_host_claim_begin(void);
-void gs_host_claim_end(void);
+ * same free memory at once would each take all of it. Waits for the others. A claim for a move
+ * that waits (urgent) goes first: claims made ahead, for moves that may come, step aside while
+ * one is waiting anywhere on the host (GS_HOST_URGENT_LOCK), for at most GS_HOST_YIELD_MS. */
+void gs_host_claim_begin(bool urgent);
+void gs_host_claim_end(bool urgent);
+#ifndef GS_HOST_ROOM_LOCK /* a check of its own names others */
 #define GS_HOST_ROOM_LOCK "/tmp/.gemshare-staging.lock"
+#define GS_HOST_URGENT_LOCK "/tmp/.gemshare-staging-urgent.lock"
+#endif
+#define GS_HOST_YIELD_MS 2000
 
 void gs_host_room_after_fork_child(void);
 

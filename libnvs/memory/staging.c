@@ -52,6 +52,7 @@ struct gs_pool {
     pthread_mutex_t mu;
     pthread_cond_t done;
     bool preparing;
+    bool awaited; /* a move waits for what it prepares: its claims are urgent */
     struct gs_block ready;
     bool pin_refused; /* the driver refused to pin prepared memory: it is given back */
     double fault_bps; /* as last measured, by either thread */
@@ -233,12 +234,12 @@ static bool gs_pin(struct gs_pool *pool, int device, char *base, size_t size)
 /* Adds one pinned block of `size` bytes, or of as much as staging may take, at least `least`. */
 static bool gs_grow(struct gs_pool *pool, int device, size_t size, size_t least)
 {
-    gs_host_claim_begin();
+    gs_host_claim_begin(true); /* a move waits for it */
     size = gs_may_take(device, gs_aligned(size), gs_aligned(least));
     char *base = size ? gs_map(size) : NULL;
     if (base)
         gs_fault_in_timed(pool, base, size);
-    gs_host_claim_end();
+    gs_host_claim_end(true);
     if (size == 0)
         return false;
     if (base == NULL) {
@@ -257,8 +258,11 @@ static bool gs_grow(struct gs_pool *pool, int device, size_t size, size_t least)
 static size_t gs_adopt(struct gs_pool *pool, int device, size_t wanted, size_t most)
 {
     pthread_mutex_lock(&pool->mu);
-    while (pool->preparing && pool->ready.size < wanted)
+    while (pool->preparing && pool->ready.size < wanted) {
+        pool->awaited = true;
         pthread_cond_wait(&pool->done, &pool->mu);
+    }
+    pool->awaited = false;
     struct gs_block piece = pool->ready;
     if (piece.size > most)
         piece.size = most;
@@ -306,11 +310,14 @@ static void *gs_prepare_in_background(void *arg)
     char *base = gs_map(job->size);
     for (size_t done = 0; base && done < job->size;) {
         size_t step = job->size - done < GS_PIN_STEP_MIN ? job->size - done : GS_PIN_STEP_MIN;
-        gs_host_claim_begin();
+        pthread_mutex_lock(&pool->mu);
+        bool urgent = pool->awaited;
+        pthread_mutex_unlock(&pool->mu);
+        gs_host_claim_begin(urgent);
         size_t allowed = gs_may_take(job->device, step, GS_STAGING_ALIGN);
         if (allowed > 0)
             gs_fault_in_timed(pool, base + done, allowed);
-        gs_host_claim_end();
+        gs_host_claim_end(urgent);
         if (allowed < step) { /* what is past it was never touched */
             munmap(base + done + allowed, job->size - done - allowed);
             job->size = done + allowed;

@@ -297,3 +297,34 @@ def test_the_empty_blocks_of_a_pool_in_use_go_back_once_other_programs_eat_into_
     assert result.returncode == 0, result.describe()
     assert [c["ok"] for c in result.steps("check")] == ["1", "1", "1"]
     assert cgroup.oom_kills() == 0
+
+
+def test_a_launch_asks_for_the_lock_while_staging_memory_is_still_being_pinned(scripted):
+    """A program that let the lock go is told that 768 MiB of it may have to leave, and pins
+    staging memory for that on a slow host (0.8 GB/s: 0.34 s for each 256 MiB piece, 1 s in
+    all). Its next launch asks for the lock while the pins go on: the request leaves once the
+    piece in progress is pinned, before the rest (it used to wait for the client thread to pin
+    all it had faulted in). A launch, not the check's copy: the check first fills 768 MiB of
+    host memory of its own, which takes as long as the pins."""
+    gpu, scheduler = scripted
+    gpu.device_mem = "1G"
+    launch_at = gpu.path("launch-now")
+    program = gpu.start(["init", "alloc", "a", "768M", "write", "a", 17, "launch", 100, "sync",
+                         "touch-file", gpu.path("ran"), "wait-file", launch_at, "launch", 100,
+                         "check", "a", 17],
+                        env={"GEMSHARE_IDLE_RELEASE_MS": "0", "FAKECUDA_PIN_GBPS": "0.8"})
+    scheduler.turn(program, gpu.path("ran"))
+    scheduler.drop(program.pid, 0)
+    scheduler.wait_for(program.pid, p.LockReleased)
+    scheduler.send(program.pid, p.IdleHint(0, 0, 768 * MiB))
+    first_pin = wait_for(lambda: fakelog.named(gpu.events(), "host_register", pid=program.pid),
+                         "the first piece pinned")
+    launch_at.touch()  # during the second piece's pin
+    (asked_ns, _), = scheduler.wait_for(program.pid, p.RequestLock, count=2)[1:]
+    scheduler.grant(program.pid, after_wait=True)
+    result = program.wait()
+    assert result.returncode == 0, result.describe()
+    pins = sorted(e.ns for e in fakelog.named(gpu.events(), "host_register", pid=program.pid))
+    # It asked after the launch (past the first piece) and while pieces were still to pin.
+    assert pins[0] == first_pin[0].ns < asked_ns < pins[-1], (asked_ns, pins)
+    assert [c["ok"] for c in result.steps("check")] == ["1"]
