@@ -358,9 +358,10 @@ static void gs_stage(struct gs_mover *mv, struct gs_chunk *chunks, size_t n)
     free(sizes);
 }
 
-/* One context's run of chunks, inside that context: all queued, then awaited in order. */
+/* One context's run of chunks, inside that context: all queued, then awaited in order. The
+ * move's last arrival is reported by the frame that says it is done, which follows at once. */
 static void gs_move_run(struct gs_mover *mv, struct gs_chunk *chunks, size_t n,
-                        const CUstream *streams, int stream_count)
+                        const CUstream *streams, int stream_count, bool last_run)
 {
     if (mv->to_host) {
         /* Faulting in and pinning new staging memory is the host's cost, paid once by each
@@ -383,7 +384,8 @@ static void gs_move_run(struct gs_mover *mv, struct gs_chunk *chunks, size_t n,
         mv->in_order = mv->in_order && arrived;
         if (arrived) {
             gs_arrived(mv, &chunks[i]);
-            gs_tick(mv);
+            if (!last_run || i + 1 < queued)
+                gs_tick(mv);
         }
     }
     if (queued < n)
@@ -403,7 +405,7 @@ static void gs_move_chunks(struct gs_mover *mv, struct gs_chunk *chunks, size_t 
         CUstream streams[GS_MAX_MOVE_STREAMS];
         int count = (int)gs_config()->move_streams;
         if (chunks[i].ctx != NULL && gs_contexts_enter(chunks[i].ctx, streams, &count)) {
-            gs_move_run(mv, chunks + i, end - i, streams, count);
+            gs_move_run(mv, chunks + i, end - i, streams, count, end == n);
             gs_contexts_leave();
         } else {
             mv->in_order = false;
