@@ -198,9 +198,9 @@ static void gs_service(struct gs_session *s, int64_t now)
 {
     gs_reap_freed(s, now); /* before a report, which then has the freed memory gone */
     /* A launch waiting for the lock asks before the next piece of staging memory is pinned: a
-     * pin can take over half a second while other programs fault their pools in. */
-    if (s->conn.sock >= 0 && !s->registering)
-        gs_lock_request_wanted(s);
+     * pin can take over half a second while other programs fault their pools in. (Only a live
+     * session sends.) */
+    gs_lock_request_wanted(s);
     gs_pin_prepared();
     gs_watch_staging(now);
     if (s->conn.sock < 0) {
@@ -213,7 +213,6 @@ static void gs_service(struct gs_session *s, int64_t now)
             gs_disconnect(s, "no answer to REGISTER");
         return;
     }
-    gs_lock_request_wanted(s);
     if (gs_memory_has_changes() && now - s->last_mem_report >= GS_MEM_REPORT_INTERVAL_MS) {
         gs_lock_send_mem_reports(s, false);
         s->last_mem_report = now;

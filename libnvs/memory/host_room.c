@@ -190,11 +190,11 @@ static pthread_mutex_t gs_claim_mu = PTHREAD_MUTEX_INITIALIZER;
 static int gs_claim_fd = -1;
 /* Urgent claims of this process hold the urgent lock shared, through their own descriptor,
  * while any is under way; claims ahead probe it through another (a second flock on the same
- * descriptor would convert the first). Under gs_urgent_mu: */
+ * descriptor would convert the first), which sees this process's urgent claims as it sees
+ * others'. Under gs_urgent_mu: */
 static pthread_mutex_t gs_urgent_mu = PTHREAD_MUTEX_INITIALIZER;
 static int gs_urgent_count;
 static int gs_urgent_fd = -1, gs_probe_fd = -1;
-static atomic_int gs_urgent_here;
 
 /* Read-only is enough to lock a file; never through a planted link. */
 static int gs_open_lock(int *fd, const char *path)
@@ -214,28 +214,22 @@ static void gs_flock(int fd, int operation)
 static void gs_urgent_enter(void)
 {
     pthread_mutex_lock(&gs_urgent_mu);
-    if (gs_urgent_count++ == 0) {
-        atomic_store(&gs_urgent_here, 1);
+    if (gs_urgent_count++ == 0)
         gs_flock(gs_open_lock(&gs_urgent_fd, GS_HOST_URGENT_LOCK), LOCK_SH);
-    }
     pthread_mutex_unlock(&gs_urgent_mu);
 }
 
 static void gs_urgent_leave(void)
 {
     pthread_mutex_lock(&gs_urgent_mu);
-    if (--gs_urgent_count == 0) {
+    if (--gs_urgent_count == 0)
         gs_flock(gs_urgent_fd, LOCK_UN);
-        atomic_store(&gs_urgent_here, 0);
-    }
     pthread_mutex_unlock(&gs_urgent_mu);
 }
 
 /* Whether an urgent claim is under way in this process or another. */
 static bool gs_urgent_waits(void)
 {
-    if (atomic_load(&gs_urgent_here))
-        return true;
     pthread_mutex_lock(&gs_urgent_mu);
     int fd = gs_open_lock(&gs_probe_fd, GS_HOST_URGENT_LOCK);
     bool held = fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
@@ -294,5 +288,4 @@ void gs_host_room_after_fork_child(void)
         *fds[i] = -1;
     }
     gs_urgent_count = 0;
-    atomic_store(&gs_urgent_here, 0);
 }
