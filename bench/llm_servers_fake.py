@@ -88,27 +88,32 @@ def summary(bursts: list[list[float]]) -> dict:
             "bursts": len(every)}
 
 
-
 def run_servers(gpu: FakeGpu, setup: Servers, preload: bool, env: dict) -> list[list[float]]:
     return run_cells(gpu, setup.steps, setup.servers, setup.requests, preload, env, "a server")
 
 
+def room_for_all(setup: Servers) -> int:
+    """MiB of a device that holds every server's memory: the ideal, and where they fit."""
+    return setup.servers * setup.server_mib + 256
+
+
 def alone(directory: Path, setup: Servers) -> dict:
     directory.mkdir(parents=True)
-    room = setup.servers * setup.server_mib + 256  # the ideal: a device that holds them all
-    gpu = FakeGpu(directory, directory / "no-scheduler.sock", f"{room}M")
+    gpu = FakeGpu(directory, directory / "no-scheduler.sock", f"{room_for_all(setup)}M")
     try:
         return summary(run_servers(gpu, setup, False, {}))
     finally:
         gpu.stop_all()
 
 
-def shared(directory: Path, setup: Servers, mode: str = "on", env: dict | None = None) -> dict:
-    """The servers under libnvs.so with a scheduler of their own in `mode`; what moved per
-    switch, from the scheduler's log."""
+def shared(directory: Path, setup: Servers, mode: str = "on", env: dict | None = None,
+           device_mib: int | None = None) -> dict:
+    """The servers under libnvs.so with a scheduler of their own in `mode`, on a device of
+    `device_mib` (by default the one they size themselves to); what moved per switch, from the
+    scheduler's log."""
     directory.mkdir(parents=True)
     scheduler = SchedulerProcess(directory, anti_thrash=mode, tq=setup.tq)
-    gpu = FakeGpu(directory, scheduler.socket, f"{setup.device_mib}M")
+    gpu = FakeGpu(directory, scheduler.socket, f"{device_mib or setup.device_mib}M")
     env = {"GEMSHARE_MOVE_COPY": "0", "FAKECUDA_MIGRATE_GBPS": str(setup.move_gbps),
            **(env or {})}
     start = time.monotonic()

@@ -99,18 +99,23 @@ class Server:
         return torch.randint(0, self.config.vocab_size, (1, self.prompt), generator=generator)
 
     @torch.inference_mode()
-    def generate(self, prompt: torch.Tensor) -> tuple[list[int], float, list]:
-        """Greedy tokens; the time to the first; the layers' keys and values at the end."""
+    def generate(self, prompt: torch.Tensor) -> tuple[list[int], float, list, list]:
+        """Greedy tokens; the time to the first; the layers' keys and values at the end; each
+        token's two highest logits (a token chosen between near ties may differ between runs
+        that differ only in rounding: bench/llm_servers.py's check needs to know)."""
         start = time.perf_counter()
         out = self.model(prompt.cuda(), use_cache=True)
-        cache, token = out.past_key_values, out.logits[:, -1].argmax(-1, keepdim=True)
+        cache, (top, token) = out.past_key_values, out.logits[:, -1].float().topk(2)
+        tops, token = [top], token[:, :1]
         tokens = [int(token)]  # int() waits for the GPU: the first token is out
         first = time.perf_counter() - start
         for _ in range(self.new_tokens - 1):
             out = self.model(token, past_key_values=cache, use_cache=True)
-            cache, token = out.past_key_values, out.logits[:, -1].argmax(-1, keepdim=True)
+            cache, (top, token) = out.past_key_values, out.logits[:, -1].float().topk(2)
+            tops.append(top)
+            token = token[:, :1]
             tokens.append(int(token))
-        return tokens, first, cache
+        return tokens, first, cache, torch.cat(tops).tolist()
 
     @torch.no_grad()
     def keep(self, cache) -> None:
@@ -129,11 +134,12 @@ class Server:
         """One request due at `due` (perf_counter): from then to the first token, then the
         time per output token after it."""
         began, wall = time.perf_counter(), time.time()
-        tokens, first, cache = self.generate(self.prompt_tokens(index))
+        tokens, first, cache, tops = self.generate(self.prompt_tokens(index))
         generated = time.perf_counter()
         self.keep(cache)
         torch.cuda.synchronize()
-        return {"index": index, "tokens": tokens, "ttft_s": began - due + first,
+        return {"index": index, "tokens": tokens, "top_logits": tops,
+                "ttft_s": began - due + first,
                 "tpot_s": (generated - began - first) / max(1, self.new_tokens - 1),
                 "first_token_wall": wall + first, "end_s": time.perf_counter()}
 

@@ -827,10 +827,19 @@ class Policy:
         program milliseconds before every first kernel. The sums grow only at reports and when
         a client's devices are renumbered, so checking then and at each grant sees every such
         moment."""
-        capacity = self.capacity.of(device)[0]
-        if capacity is None or \
-                self.allocated[device] + self.reserve * self.users[device] > capacity:
+        if self._crowded(device):
             self.crowded_at[device] = self.grants.get(device, 0)
+
+    def _crowded(self, device: int) -> bool:
+        """Whether all the clients' memory on the device, a context reserve each, is more than it
+        holds (or what it holds is unknown)."""
+        capacity = self.capacity.of(device)[0]
+        return capacity is None or \
+            self.allocated[device] + self.reserve * self.users[device] > capacity
+
+    def all_fit(self, dev: Device) -> bool:
+        """Whether every client with memory on the device may hold it at once (`auto`)."""
+        return self.mode is p.Mode.AUTO and not self._crowded(dev.index)
 
     def holders_memory(self, device: int) -> int:
         dev = self.devices.get(device)

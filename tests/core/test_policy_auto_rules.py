@@ -8,6 +8,7 @@ import pytest
 from policy_driver import Driver
 
 from gemshare_nvs import protocol as p
+from gemshare_nvs.core.rules.cost import ALL_FIT_IDLE_RELEASE_MS
 from gemshare_nvs.observe.status import build_status
 
 G = 1 << 30
@@ -358,3 +359,23 @@ def test_memory_reports_from_waiters_or_idle_clients_change_no_holder(mode):
     driver.mem(3, 50 * G)
     driver.mem(2, 6 * G)
     assert driver.take_sent() == [] and driver.holders() == [1]
+
+
+def test_holders_that_all_fit_keep_the_lock_through_idle_gaps_until_someone_must_wait():
+    driver = auto()
+    join(driver, {1: 3, 2: 4})
+    driver.request(1)
+    driver.request(2)
+    driver.take_sent()
+    # Everyone so far fits (3 + 4 + 2 reserves): a release would gain nobody anything, and cost
+    # the holder a round trip at its next launch, so each is told to keep the lock.
+    kept = {cid: hint.idle_release_ms for cid, hint in driver.hints}
+    assert kept == {1: ALL_FIT_IDLE_RELEASE_MS, 2: ALL_FIT_IDLE_RELEASE_MS}
+    driver.hints.clear()
+    # 3 joins, beside neither of them: all three no longer fit, but nobody waits yet. Once 3
+    # asks and must wait, the holders are told at once to let go soon after their work.
+    join(driver, {3: 5})
+    driver.request(3)
+    assert driver.waiters() == [3]
+    assert {cid for cid, _ in driver.hints} == {1, 2}
+    assert all(hint.idle_release_ms < ALL_FIT_IDLE_RELEASE_MS for _, hint in driver.hints)

@@ -53,6 +53,11 @@ DEFAULT_IDLE_RELEASE_MS = IDLE_HINT_FLOOR_MS  # libnvs's default: a swap's hint 
 # one piece of work (a training step, a notebook cell), short beside the work a waiter loses.
 # Under IDLE_HINT_FLOOR_MS, so it is a ceiling: a client that releases sooner still does.
 CONTENDED_IDLE_RELEASE_MS = 100
+# Idle time before a holder lets go when everyone's memory fits together (`auto`) and nobody
+# waits: a day, a floor, so in effect never. Whoever asks is granted beside it anyway, so a
+# release gains nobody anything, and costs the holder a round trip for its next first launch
+# (an inference server's first token after an idle span). A waiter changes the hint at once.
+ALL_FIT_IDLE_RELEASE_MS = 86_400_000
 
 
 def margin(capacity: int) -> int:
@@ -178,12 +183,16 @@ def link_prior_bps(generation: int, width: int) -> float | None:
     return min(lane * width, LINK_CEILING_BPS) * LINK_EFFICIENCY
 
 
-def idle_release_ms(switch_s: float, quantum_s: float, contended: bool = False) -> int:
+def idle_release_ms(switch_s: float, quantum_s: float, contended: bool = False,
+                    all_fit: bool = False) -> int:
     """The idle time after which a holder should hand the lock on; 0 for the client's own.
     Releasing pays the switch now and the holder's return pays it again, so only a gap longer
     than both is worth giving away; past the quantum the drop comes anyway. A cheap switch with
     someone waiting is worth making sooner than the client's own setting: every idle
-    millisecond then is GPU time the waiter could have had."""
+    millisecond then is GPU time the waiter could have had. With nobody waiting and everyone's
+    memory fitting together (`all_fit`), there is nobody to hand it to."""
+    if all_fit and not contended:
+        return ALL_FIT_IDLE_RELEASE_MS
     if switch_s < CHEAP_SWITCH_S:
         return CONTENDED_IDLE_RELEASE_MS if contended else 0
     wanted = max(DEFAULT_IDLE_RELEASE_MS, round(2 * switch_s * 1000))

@@ -404,7 +404,7 @@ class RoomStage(Stage):
         self.settle_staging(now)
         contender = self.policy._first_contender(dev, now)
         usual = idle_release_ms(self.switch_seconds(dev.index), self.policy.tq,
-                                contender is not None)
+                                contender is not None, self.policy.all_fit(dev))
         for cid, hold in dev.holders.items():
             if hold.dropped_at is not None:
                 continue
