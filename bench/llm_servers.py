@@ -18,9 +18,10 @@ LLM_IDLE_S (a range) between its requests. Runs, each from a fresh start:
 - `engines`: vLLM as it is (bench/gpu/llm_engine.py), its `gpu_memory_utilization` unchanged,
   under the shared run's capacity; skipped where BENCH_PYTHON has no vLLM (SGLang is not run).
 
-Every generated token of a shared run is checked against the same server alone. Reported per
-run and server: time to first token p50/p99 (of the requests after an idle span), time per
-output token, requests served; for `shared`, the bytes each switch moved (the scheduler's log).
+Every generated token of a shared run is checked against the same server alone, up to the
+first where the two part at a near tie (bench/llm_tokens.py). Reported per run and server: time
+to first token p50/p99 (of the requests after an idle span), time per output token, requests
+served; for `shared`, the bytes each switch moved (the scheduler's log).
 All the servers' memory stays under half the real card's free memory.
 
 Environment: LLM_SERVERS (default 2), LLM_PARAMS_B (default 3), LLM_CARD_MIB (default 32768),
