@@ -38,6 +38,17 @@ def join(driver: Driver, sizes: dict[int, int], total: int = 10 * G, device: int
     driver.take_sent()
 
 
+def asked(sizes: dict[int, int]) -> Driver:
+    """A device in `auto` whose clients (GiB each) have joined and asked for it in turn, what
+    they were sent taken."""
+    driver = auto()
+    join(driver, sizes)
+    for cid in sizes:
+        driver.request(cid)
+    driver.take_sent()
+    return driver
+
+
 def grants(driver: Driver) -> dict[int, int]:
     """Client -> flags of the grants sent since the last look."""
     return {cid: m.flags for cid, m in driver.take_sent() if isinstance(m, p.LockGranted)}
@@ -269,11 +280,7 @@ def test_a_dropped_holder_keeps_counting_until_it_releases_and_asks_again_at_the
 
 
 def test_a_holder_that_shrinks_lets_a_waiter_in_at_once():
-    driver = auto()
-    join(driver, {1: 7, 2: 2})
-    driver.request(1)
-    driver.request(2)
-    driver.take_sent()
+    driver = asked({1: 7, 2: 2})
     driver.mem(1, 5 * G)
     assert grants(driver) == {2: WAITED | SHARED}
 
@@ -362,11 +369,7 @@ def test_memory_reports_from_waiters_or_idle_clients_change_no_holder(mode):
 
 
 def test_holders_that_all_fit_keep_the_lock_through_idle_gaps_until_someone_must_wait():
-    driver = auto()
-    join(driver, {1: 3, 2: 4})
-    driver.request(1)
-    driver.request(2)
-    driver.take_sent()
+    driver = asked({1: 3, 2: 4})
     # Everyone so far fits (3 + 4 + 2 reserves): a release would gain nobody anything, and cost
     # the holder a round trip at its next launch, so each is told to keep the lock.
     kept = {cid: hint.idle_release_ms for cid, hint in driver.hints}
