@@ -79,6 +79,12 @@ def private_scheduler(library: Path, directory: Path, args: list[str] = (), **op
         scheduler.stop()
 
 
+def with_debug(env: dict, variable: str, environ=os.environ) -> dict:
+    """`env`, with libnvs's debug lines (its moves, time-stamped, in each program's stderr) where
+    the part's `variable` is 1: GEMSHARE_DEBUG itself never reaches the programs (inherited)."""
+    return {**env, "GEMSHARE_DEBUG": "1"} if environ.get(variable) == "1" else env
+
+
 def keep_log(log: str, variable: str, name: str) -> None:
     """Copies a run's scheduler log into the folder the environment variable names, if any:
     where a run's whole story can be read afterwards."""

@@ -26,7 +26,8 @@ All the servers' memory stays under half the real card's free memory.
 
 Environment: LLM_SERVERS (default 2), LLM_PARAMS_B (default 3), LLM_CARD_MIB (default 32768),
 LLM_REQUESTS (per server, default 5), LLM_IDLE_S (default "5,15"), LLM_PROMPT (512),
-LLM_NEW_TOKENS (64), LLM_SEED (1), LLM_LOGS=DIR (keep the shared runs' scheduler logs).
+LLM_NEW_TOKENS (64), LLM_SEED (1), LLM_LOGS=DIR (keep the shared runs' scheduler logs and
+the servers' stderr), LLM_DEBUG=1 (libnvs's debug lines in that stderr: its moves, time-stamped).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ import time
 from pathlib import Path
 
 from gpu_runs import (attempt, free_mib, inherited, keep_log, launch, percentile, printed,
-                      private_scheduler, stderr_tail, stop)
+                      private_scheduler, stderr_tail, stop, with_debug)
 from llm_tokens import compared_tokens, token_differences
 from scheduler_log import lock_events, switch_moves
 
@@ -187,10 +188,13 @@ def shared_run(python: str, library: Path, directory: Path, chosen: dict, arriva
                capacity_mib: int, mode: str, alone: list[dict]) -> dict:
     with private_scheduler(library, directory, tq=TQ, anti_thrash=mode,
                            capacity_mib=capacity_mib) as (scheduler, env):
-        servers = run_servers(python, env, directory, chosen, arrivals)
+        servers = run_servers(python, with_debug(env, "LLM_DEBUG"), directory, chosen, arrivals)
         scheduler.check_running()
     log = scheduler.log_path.read_text()
     keep_log(log, "LLM_LOGS", f"{directory.name}.log")
+    for index in range(len(arrivals)):
+        keep_log((directory / f"server-{index}.err").read_text(), "LLM_LOGS",
+                 f"{directory.name}-server-{index}.err")
     switches = switch_moves(log, warm_up=0)
     return {**figures(servers, alone), **lock_events(log), "capacity_mib": capacity_mib,
             "mode": mode,

@@ -10,7 +10,8 @@ need; then with staging as it comes, in a cgroup limited to that peak and a quar
 figures: how many programs the OOM killer took in each, whether every element is intact, and
 the second run's time over the first's. A host whose cgroups cannot be made here (no memory
 controller handed down, no permission) skips the part, saying why. MEMLIMIT_LOGS=DIR keeps the
-programs' stderr (with GEMSHARE_DEBUG=1, libnvs's moves and what it gave back).
+programs' stderr; MEMLIMIT_DEBUG=1 puts libnvs's debug lines in it (its moves, its pins, what it
+gave back).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import os
 from pathlib import Path
 
 import memory_cgroup
-from gpu_runs import free_mib, keep_log, private_scheduler, stderr_tail
+from gpu_runs import free_mib, keep_log, private_scheduler, stderr_tail, with_debug
 from notebooks import run_set
 
 TQ = 10
@@ -46,8 +47,9 @@ def one_run(python: str, library: Path, directory: Path, chosen: dict, env: dict
                                capacity_mib=chosen["gib"] * 1536) as (scheduler, shared):
             run = {"limit_bytes": limit}
             try:
-                run.update(run_set(python, {**shared, **env}, directory, chosen["programs"],
-                                   chosen["gib"], chosen, wrap=group.wrap))
+                run.update(run_set(python, with_debug({**shared, **env}, "MEMLIMIT_DEBUG"),
+                                   directory, chosen["programs"], chosen["gib"], chosen,
+                                   wrap=group.wrap))
             except Exception as exc:  # an OOM kill ends a program without its JSON line
                 run.update(error=f"{type(exc).__name__}: {exc}", intact=False,
                            stderr=stderr_tail(directory, "program"))

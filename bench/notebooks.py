@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from gpu_runs import (attempt, free_mib, inherited, keep_log, launch, percentile, printed,
-                      private_scheduler, stderr_tail, stop)
+                      private_scheduler, stderr_tail, stop, with_debug)
 from oversub import device_moves, direction, log_figures, read_status
 from scheduler_log import eviction_answers
 
@@ -114,9 +114,7 @@ def shared_set(python: str, library: Path, directory: Path, mode: str, programs:
                chosen: dict) -> dict:
     with private_scheduler(library, directory, tq=TQ, anti_thrash=mode,
                            capacity_mib=chosen["capacity_mib"]) as (scheduler, env):
-        if os.environ.get("NOTEBOOKS_DEBUG") == "1":
-            env = {**env, "GEMSHARE_DEBUG": "1"}
-        run = run_set(python, env, directory, programs, gib, chosen)
+        run = run_set(python, with_debug(env, "NOTEBOOKS_DEBUG"), directory, programs, gib, chosen)
         scheduler.check_running()
         status = read_status(scheduler.socket)
     log = scheduler.log_path.read_text()
