@@ -531,17 +531,31 @@ static uint64_t gs_plan_cold(struct gs_plan *plan, int device, const struct gs_m
     return bytes;
 }
 
+/* Whether the host (`room`: gs_host_room's) keeps room for another move as large as the
+ * device's pool target once `more` is pinned too. Staging memory held for a move that has not
+ * come is host memory that the driver's migration of another program's move needs where that
+ * move cannot be staged: on an H200 under a cgroup limit that two programs fit without
+ * staging, one was killed while the holder kept its pool at its target (docs/benchmarks.md,
+ * tenth run). */
+static bool gs_room_beside_pool(int device, uint64_t room, uint64_t more)
+{
+    return room == UINT64_MAX || (room >= more && room - more >= gs_pool_target(device));
+}
+
 /* Staging memory for what may still have to leave the device (may_leave, less what is staged
  * already, at most the converted memory still there) is made ready in the background, rather
  * than a move at a time while somebody waits for the move. Never all of the program's memory
- * for its own sake: only the part the scheduler expects to overflow the device. */
+ * for its own sake: only the part the scheduler expects to overflow the device, and only while
+ * the host keeps room for as much again (else the move stages what it can when it comes). */
 static void gs_prepare_ahead(int device)
 {
     uint64_t staged = gs_staged_bytes(device), unstaged = gs_unstaged(device);
     uint64_t target = gs_pool_target(device);
     uint64_t want = target > staged ? target - staged : 0;
-    if (gs_copy_usable() && want > 0)
-        gs_staging_prepare_ahead(device, want < unstaged ? want : unstaged, gs_wake);
+    if (want > unstaged)
+        want = unstaged;
+    if (gs_copy_usable() && want > 0 && gs_room_beside_pool(device, gs_host_room(), want))
+        gs_staging_prepare_ahead(device, want, gs_wake);
 }
 
 /* Inside any of the device's contexts (pinning and unpinning need one); false when it has none. */
@@ -739,21 +753,26 @@ bool gs_migrate_staging_unused(void)
 void gs_migrate_relieve(void)
 {
     bool pressed = gs_host_pressed();
+    uint64_t room = gs_host_room();
     for (int d = 0; d < GS_MAX_DEVICES; d++) {
         /* A pool that something waits in gives back its empty blocks only under pressure: on
          * a GPU the driver's migration of what a pool could not take needs host memory then
          * (on an H200, two programs under a cgroup limit they fit without staging were both
-         * killed while such blocks stayed pinned). */
-        if (!gs_idle_pool(d) && !(pressed && gs_spare_pool(d)))
+         * killed while such blocks stayed pinned). A pool nothing waits in goes back whole as
+         * soon as the host has no room for another move as large beside it. */
+        bool idle = gs_idle_pool(d);
+        if (!idle && !(pressed && gs_spare_pool(d)))
             continue;
-        uint64_t keep = pressed ? 0 : gs_pool_target(d);
+        bool crowded = idle && !gs_room_beside_pool(d, room, 0);
+        uint64_t keep = pressed || crowded ? 0 : gs_pool_target(d);
         bool beyond = gs_staging_pinned(d) > keep || (keep == 0 && gs_staging_has_prepared(d));
         if (!beyond || !gs_enter_device(d))
             continue;
         uint64_t given = gs_staging_trim(d, keep);
         gs_contexts_leave();
-        if (pressed)
-            gs_debug("host memory runs short: %llu MiB of staging memory of device %d given back",
+        if (pressed || crowded)
+            gs_debug("host memory %s: %llu MiB of staging memory of device %d given back",
+                     pressed ? "runs short" : "has no room for another move as large",
                      (unsigned long long)(given >> 20), d);
     }
 }
