@@ -39,6 +39,12 @@ NO_STAGING = {"GEMSHARE_MOVE_COPY": "0"}
 FLOOR = 128 * MiB
 
 
+def sizes(gpu: FakeGpu, event: str, pid: int) -> list[int]:
+    """The sizes of the process's fake-driver events of that name (host_register: pins), in
+    order."""
+    return [int(e["size"]) for e in fakelog.named(gpu.events(), event, pid=pid)]
+
+
 def peak_rss(pid: int) -> int:
     """The most resident memory the process has had (VmHWM)."""
     status = Path(f"/proc/{pid}/status").read_text()
@@ -271,8 +277,7 @@ def test_staging_held_for_a_move_to_come_goes_back_where_the_host_has_no_room_fo
     scheduler.send(holder.pid, p.IdleHint(0, 0, 24 * MiB))
 
     def pins() -> list[int]:
-        return [int(e["size"]) for e in fakelog.named(gpu.events(), "host_register",
-                                                      pid=holder.pid)]
+        return sizes(gpu, "host_register", holder.pid)
     wait_for(lambda: sum(pins()) >= 24 * MiB, "staging memory pinned ahead")
     pinned = pins()
     cgroup.limit(cgroup.used() + FLOOR + 8 * MiB)
@@ -312,8 +317,7 @@ def test_the_empty_blocks_of_a_pool_in_use_go_back_once_other_programs_eat_into_
     scheduler.send(holder.pid, p.IdleHint(0, 0, 600 * MiB))
 
     def pinned() -> list[int]:
-        return [int(e["size"]) for e in fakelog.named(gpu.events(), "host_register",
-                                                      pid=holder.pid)]
+        return sizes(gpu, "host_register", holder.pid)
     wait_for(lambda: sum(pinned()) >= 600 * MiB, "staging memory for all of it pinned")
     blocks = pinned()
     assert len(blocks) > 1, blocks
