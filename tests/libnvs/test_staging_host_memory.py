@@ -45,6 +45,16 @@ def sizes(gpu: FakeGpu, event: str, pid: int) -> list[int]:
     return [int(e["size"]) for e in fakelog.named(gpu.events(), event, pid=pid)]
 
 
+def pinned_ahead(gpu: FakeGpu, scheduler, holder, ran: Path, bytes: int) -> list[int]:
+    """Gives `holder` a turn until it touches `ran`, tells it that `bytes` may have to leave, and
+    waits until it pinned staging memory for all of it ahead; the pins' sizes."""
+    scheduler.turn(holder, ran)
+    scheduler.send(holder.pid, p.IdleHint(0, 0, bytes))
+    wait_for(lambda: sum(sizes(gpu, "host_register", holder.pid)) >= bytes,
+             "staging memory pinned ahead")
+    return sizes(gpu, "host_register", holder.pid)
+
+
 def peak_rss(pid: int) -> int:
     """The most resident memory the process has had (VmHWM)."""
     status = Path(f"/proc/{pid}/status").read_text()
@@ -273,20 +283,14 @@ def test_staging_held_for_a_move_to_come_goes_back_where_the_host_has_no_room_fo
     holder = gpu.start([], env={"GEMSHARE_IDLE_RELEASE_MS": "0"}, command=cgroup.wrap(
         gpu.command(["init", "alloc", "a", "24M", "write", "a", 17, "launch", 100, "sync",
                      "touch-file", ran, "wait-file", again, "check", "a", 17])))
-    scheduler.turn(holder, ran)
-    scheduler.send(holder.pid, p.IdleHint(0, 0, 24 * MiB))
-
-    def pins() -> list[int]:
-        return sizes(gpu, "host_register", holder.pid)
-    wait_for(lambda: sum(pins()) >= 24 * MiB, "staging memory pinned ahead")
-    pinned = pins()
+    pinned = pinned_ahead(gpu, scheduler, holder, ran, 24 * MiB)
     cgroup.limit(cgroup.used() + FLOOR + 8 * MiB)
     given = wait_for(lambda: fakelog.named(gpu.events(), "host_unregister", pid=holder.pid),
                      "staging memory given back")
     assert sum(int(e["size"]) for e in given) == sum(pinned)
     scheduler.send(holder.pid, p.IdleHint(0, 0, 24 * MiB))  # told again: still no room
     time.sleep(1.0)  # 25 looks of the client thread at the host's room
-    assert pins() == pinned  # nothing pinned again
+    assert sizes(gpu, "host_register", holder.pid) == pinned  # nothing pinned again
     again.touch()
     assert holder.wait().returncode == 0
     assert [c["ok"] for c in holder.result().steps("check")] == ["1"]
@@ -313,13 +317,7 @@ def test_the_empty_blocks_of_a_pool_in_use_go_back_once_other_programs_eat_into_
                        command=cgroup.wrap(gpu.command(
                            ["init", *allocate, "launch", 100, "sync", "touch-file", ran,
                             "wait-file", again, *check, "launch", 100, "sync"])))
-    scheduler.turn(holder, ran)
-    scheduler.send(holder.pid, p.IdleHint(0, 0, 600 * MiB))
-
-    def pinned() -> list[int]:
-        return sizes(gpu, "host_register", holder.pid)
-    wait_for(lambda: sum(pinned()) >= 600 * MiB, "staging memory for all of it pinned")
-    blocks = pinned()
+    blocks = pinned_ahead(gpu, scheduler, holder, ran, 600 * MiB)
     assert len(blocks) > 1, blocks
     scheduler.drop(holder.pid, 200 * MiB)
     scheduler.wait_for(holder.pid, p.LockReleased)
