@@ -17,13 +17,19 @@ from __future__ import annotations
 LOGIT_ROUNDING = 0.25
 
 
+def parting(tokens: list[int], reference: list[int]) -> int:
+    """The first token where the two differ; the shorter one's length where one starts the
+    other."""
+    compared = min(len(tokens), len(reference))
+    return next((i for i in range(compared) if tokens[i] != reference[i]), compared)
+
+
 def request_difference(made: dict, wanted: dict) -> str | None:
     """Why request `made` is not request `wanted` of the run alone, or None: both dicts have
     `tokens` and may have `top_logits` (each token's two highest logits)."""
     tokens, reference = made["tokens"], wanted["tokens"]
     tops, reference_tops = made.get("top_logits"), wanted.get("top_logits")
-    compared = min(len(tokens), len(reference))
-    at = next((i for i in range(compared) if tokens[i] != reference[i]), compared)
+    compared, at = min(len(tokens), len(reference)), parting(tokens, reference)
     if tops is not None and reference_tops is not None:
         drift = max((abs(tops[i][0] - reference_tops[i][0]) for i in range(at)), default=0.0)
         if drift > LOGIT_ROUNDING:
@@ -62,8 +68,6 @@ def compared_tokens(servers: list[dict], alone: list[dict]) -> tuple[int, int]:
     compared = total = 0
     for run, reference in zip(servers, alone):
         for request, same in zip(run["requests"], reference["requests"]):
-            tokens, wanted = request["tokens"], same["tokens"]
-            total += len(wanted)
-            compared += next((i for i, (a, b) in enumerate(zip(tokens, wanted)) if a != b),
-                             min(len(tokens), len(wanted)))
+            total += len(same["tokens"])
+            compared += parting(request["tokens"], same["tokens"])
     return compared, total

@@ -161,17 +161,23 @@ static uint64_t gs_host_free(uint64_t *floor)
     return free_now;
 }
 
-uint64_t gs_host_room(void)
+static uint64_t gs_room_above(uint64_t free_now, uint64_t floor)
 {
-    uint64_t floor, free_now = gs_host_free(&floor);
     if (free_now == UINT64_MAX)
         return UINT64_MAX;
     return free_now > floor ? free_now - floor : 0;
 }
 
-bool gs_host_pressed(void)
+uint64_t gs_host_room(void)
 {
     uint64_t floor, free_now = gs_host_free(&floor);
+    return gs_room_above(free_now, floor);
+}
+
+bool gs_host_pressed(uint64_t *room)
+{
+    uint64_t floor, free_now = gs_host_free(&floor);
+    *room = gs_room_above(free_now, floor);
     return free_now != UINT64_MAX && free_now < floor / 4 * 3;
 }
 

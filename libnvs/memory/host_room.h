@@ -14,8 +14,9 @@ uint64_t gs_host_room(void);
 #define GS_HOST_FLOOR (128ull << 20)
 
 /* Whether the others' growth has eaten a quarter of the floor since: staging memory that nothing
- * waits in should go back to the host now, before the limit is reached. */
-bool gs_host_pressed(void);
+ * waits in should go back to the host now, before the limit is reached. `*room` gets
+ * gs_host_room's figure from the same reading. */
+bool gs_host_pressed(uint64_t *room);
 
 /* Between these, one thread of the host at a time reads the room and faults in what it takes
  * (a file lock, GS_HOST_ROOM_LOCK, shared by every program that stages): programs that read the

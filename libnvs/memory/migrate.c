@@ -752,8 +752,8 @@ bool gs_migrate_staging_unused(void)
 
 void gs_migrate_relieve(void)
 {
-    bool pressed = gs_host_pressed();
-    uint64_t room = gs_host_room();
+    uint64_t room;
+    bool pressed = gs_host_pressed(&room);
     for (int d = 0; d < GS_MAX_DEVICES; d++) {
         /* A pool that something waits in gives back its empty blocks only under pressure: on
          * a GPU the driver's migration of what a pool could not take needs host memory then
