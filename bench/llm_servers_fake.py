@@ -27,7 +27,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "libnvs"))
 from libnvs_programs import FakeGpu  # noqa: E402
-from notebooks_fake import moves, run_cells  # noqa: E402
+from notebooks_fake import moves, ready_file, run_cells  # noqa: E402
 from scheduler_log import lock_events, switch_moves  # noqa: E402
 from scheduler_process import SchedulerProcess  # noqa: E402
 
@@ -46,6 +46,10 @@ class Servers:
     kernel_us: int = 1000
     move_gbps: float = 1.0
     tq: int = 10
+    # Started one after the other this far apart, the last first, and serving from this long
+    # after all are up (None: each from its own start on), as servers are started, then used.
+    start_gap_s: float = 0.0
+    settle_s: float | None = None
 
     @property
     def server_mib(self) -> int:
@@ -67,9 +71,11 @@ class Servers:
         cycle_ms = round(self.period_s * 1000 * self.servers)
         burst = ["every-ms", cycle_ms, "clock", "fill", "weights", 1 + index,
                  "launches", self.launches, self.kernel_us, "stream-sync", "clock"]
-        return ["init", "alloc", "weights", f"{self.weights_mib}M",
+        later_ms = round((self.servers - 1 - index) * self.start_gap_s * 1000)
+        return ["sleep-ms", later_ms, "init", "alloc", "weights", f"{self.weights_mib}M",
                 "alloc", "cache", f"{self.server_mib - self.weights_mib}M", "memset", "cache", 0,
-                "fill", "weights", 1 + index, "stream-sync", "wait-file", go,
+                "fill", "weights", 1 + index, "stream-sync", "touch-file", ready_file(go, index),
+                "wait-file", go,
                 "sleep-ms", round(index * self.period_s * 1000), *burst * self.requests,
                 "check", "weights", 1 + index]
 
@@ -89,7 +95,8 @@ def summary(bursts: list[list[float]]) -> dict:
 
 
 def run_servers(gpu: FakeGpu, setup: Servers, preload: bool, env: dict) -> list[list[float]]:
-    return run_cells(gpu, setup.steps, setup.servers, setup.requests, preload, env, "a server")
+    return run_cells(gpu, setup.steps, setup.servers, setup.requests, preload, env, "a server",
+                     setup.settle_s)
 
 
 def room_for_all(setup: Servers) -> int:

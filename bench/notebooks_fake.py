@@ -60,14 +60,29 @@ def cell_seconds(output: str) -> list[float]:
     return [(end - start) / 1e9 for start, end in zip(stamps[::2], stamps[1::2])]
 
 
+def ready_file(go: Path, index: int) -> Path:
+    """The file stand-in `index` touches once it is ready, where run_cells waits for them."""
+    return go.with_name(f"ready-{index}")
+
+
 def run_cells(gpu: FakeGpu, steps_of, programs: int, cells: int, preload: bool, env: dict,
-              what: str = "a stand-in") -> list[list[float]]:
+              what: str = "a stand-in", settle_s: float | None = None) -> list[list[float]]:
     """`programs` stand-ins, `steps_of(index, go_file)` each, from one start signal; each one's
-    cell times, all `cells` of them or an error with its last words."""
+    cell times, all `cells` of them or an error with its last words. The signal comes at once
+    or, with `settle_s`, that long after every stand-in touched its ready_file."""
     go = gpu.path("go")
     go.unlink(missing_ok=True)
+    for index in range(programs):
+        ready_file(go, index).unlink(missing_ok=True)
     started = [gpu.start(steps_of(index, go), preload=preload, env=env)
                for index in range(programs)]
+    if settle_s is not None:
+        deadline = time.monotonic() + RUN_TIMEOUT_S
+        while not all(ready_file(go, index).exists() for index in range(programs)):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{what} did not get ready")
+            time.sleep(0.02)
+        time.sleep(settle_s)
     go.touch()
     times = []
     for program in started:

@@ -105,6 +105,28 @@ def test_room_is_made_ahead_for_the_client_expected_back_first():
     assert driver.holders() == [2] and not evicts(driver)
 
 
+def test_with_no_pattern_seen_room_is_made_ahead_for_the_client_away_the_longest():
+    """Two servers of 20 GiB on a 25 GiB device, no gaps seen yet: each time the one on the
+    device lets go with nobody waiting, it moves out for the other, so that the other's next
+    request finds the room there and waits for no move."""
+    driver = Driver(tq=10, limit=25 * G, answer_evictions=True)
+    for cid in (1, 2):
+        driver.register(cid)
+        driver.mem(cid, 20 * G, total=80 * G)
+    def evicted_since(start: int) -> list[str]:
+        return [log.text for log in driver.logs[start:] if log.text.startswith("evict")]
+
+    for holder, other in ((1, 2), (2, 1), (1, 2)):
+        before = len(driver.logs)
+        driver.request(holder)
+        assert driver.holders() == [holder] and evicted_since(before) == []
+        before = len(driver.logs)
+        driver.release(holder, reason=p.ReleaseReason.IDLE, idle_us=100_000)
+        [ahead] = evicted_since(before)
+        assert ahead.startswith(f"evict client {holder} ")
+        assert f"to make room for client {other} " in ahead and "away the longest" in ahead
+
+
 def test_idle_clients_are_told_to_get_ready_once_their_memory_may_have_to_leave():
     """While the memory fits nobody prepares; once a third program's memory makes it not fit,
     each idle program with memory there hears what it may have to have out (its share of the

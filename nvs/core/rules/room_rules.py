@@ -167,8 +167,7 @@ class RoomStage(Stage):
 
     def ready_room_ahead(self, dev: Device, now: float) -> list:
         """When a device is left with no holder and nobody waiting, room is made for the client
-        expected back on it first (its gap's start plus its usual gap, of those in their
-        pattern: gaps.eviction_rank), out of the other idle ones: its cell then finds the room
+        expected back on it first, out of the other idle ones: its cell then finds the room
         ready and waits only for its own memory to come back. Once for each time the device is
         left so; a guess that turns out wrong has only moved out early what some grant would
         have needed moved out later."""
@@ -176,15 +175,30 @@ class RoomStage(Stage):
                 self.policy.mode is p.Mode.OFF:
             return []
         dev.readied_ahead = True
-        expected = {cid: back for cid in self.policy.clients
-                    if (back := self.policy.gaps.expected_back(cid, dev.index, now)) is not None
-                    and self.to_fetch(dev.index, cid)}
-        if not expected:
+        away = [cid for cid in self.policy.clients if self.to_fetch(dev.index, cid)]
+        if not away:
             return []
-        next_back = min(expected, key=expected.get)
-        back_in = max(expected[next_back] - now, 0.0)
-        return self._room_from_the_idle(dev, next_back, 1, now,
-                                        f", expected back in {back_in:.3f} s")
+        gaps = self.policy.gaps
+        expected = {cid: back for cid in away
+                    if (back := gaps.expected_back(cid, dev.index, now)) is not None}
+        if expected:
+            next_back = min(expected, key=expected.get)
+            why = f", expected back in {max(expected[next_back] - now, 0.0):.3f} s"
+        else:
+            next_back = self._longest_away(dev.index, away)
+            why = ", away the longest"
+        return self._room_from_the_idle(dev, next_back, 1, now, why)
+
+    def _longest_away(self, device: int, away: list[int]) -> int:
+        """With no pattern to go by (gaps.expected_back: none seen yet, or all idle past
+        theirs), the client expected back is the one whose work ended first, as when programs
+        take turns: of two servers, the other one, whose whole cleared cache would otherwise
+        leave the card during its first request (on an H200, 28.6 GB in 2-9 s); those that
+        never held the device last, in the order they came."""
+        def ended(cid: int) -> tuple:
+            since = self.policy.gaps.idle_since(cid, device)
+            return (since is None, since or 0.0, cid)
+        return min(away, key=ended)
 
     def _room_from_the_idle(self, dev: Device, beneficiary: int, holders_after: int, now: float,
                             why: str = "") -> list:
