@@ -27,7 +27,9 @@ All the servers' memory stays under half the real card's free memory.
 Environment: LLM_SERVERS (default 2), LLM_PARAMS_B (default 3), LLM_CARD_MIB (default 32768),
 LLM_REQUESTS (per server, default 5), LLM_IDLE_S (default "5,15"), LLM_PROMPT (512),
 LLM_NEW_TOKENS (64), LLM_SEED (1), LLM_LOGS=DIR (keep the shared runs' scheduler logs and
-the servers' stderr), LLM_DEBUG=1 (libnvs's debug lines in that stderr: its moves, time-stamped).
+the servers' stderr), LLM_DEBUG=1 (libnvs's debug lines in that stderr: its moves, time-stamped),
+LLM_RUNS (the runs after `alone`, which every other run is checked against: default
+"shared,together,restart,engines").
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ ENGINE = Path(__file__).resolve().parent / "gpu" / "llm_engine.py"  # vLLM, wher
 ENGINE_LABEL = "llm-engine"
 TQ = 30
 SHARE = 0.9  # of the card each server takes, as vLLM's gpu_memory_utilization
+RUNS = ("shared", "together", "restart", "engines")
 READY_TIMEOUT_S = 300
 RUN_MARGIN_S = 120  # past the schedule's last arrival
 
@@ -79,7 +82,12 @@ def settings(environ=os.environ) -> dict:
     servers = number("LLM_SERVERS", "2")
     if servers < 2:
         raise ValueError("LLM_SERVERS is 1; servers share a card from two on")
-    return {"servers": servers, "params_b": number("LLM_PARAMS_B", "3", float),
+    runs = [run.strip() for run in environ.get("LLM_RUNS", ",".join(RUNS)).split(",")
+            if run.strip()]
+    if not runs or set(runs) - set(RUNS):
+        raise ValueError(f"LLM_RUNS is {environ.get('LLM_RUNS')!r}; choose from "
+                         f"{', '.join(RUNS)}")
+    return {"servers": servers, "runs": runs, "params_b": number("LLM_PARAMS_B", "3", float),
             "card_mib": number("LLM_CARD_MIB", "32768"),
             "requests": number("LLM_REQUESTS", "5"), "idle_s": idle,
             "prompt": number("LLM_PROMPT", "512"), "new_tokens": number("LLM_NEW_TOKENS", "64"),
@@ -283,10 +291,15 @@ def measure(python: str, library: Path, directory: Path) -> dict:
     one_card = chosen["card_mib"]
     for name, capacity, mode in (("shared", one_card, "on"),
                                  ("together", chosen["servers"] * one_card, "auto")):
-        result[name] = attempt(f"llm servers, {name}", run_line, shared_run, python, library,
-                               directory / name, chosen, arrivals, capacity, mode, reference)
-    result["restart"] = attempt("llm servers, restart per switch", restart_line, restart_run,
-                                python, directory / "restart", chosen, reference)
+        if name in chosen["runs"]:
+            result[name] = attempt(f"llm servers, {name}", run_line, shared_run, python,
+                                   library, directory / name, chosen, arrivals, capacity, mode,
+                                   reference)
+    if "restart" in chosen["runs"]:
+        result["restart"] = attempt("llm servers, restart per switch", restart_line,
+                                    restart_run, python, directory / "restart", chosen, reference)
+    if "engines" not in chosen["runs"]:
+        return result
     absent = engine_missing(python)
     if absent:
         print(f"llm servers, vLLM: skipped ({absent})", file=sys.stderr)

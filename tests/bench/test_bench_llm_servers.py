@@ -20,10 +20,17 @@ import llm_servers  # noqa: E402
     ({"LLM_SERVERS": "1"}, "servers share a card from two on"),
     ({"LLM_REQUESTS": "0"}, "LLM_REQUESTS is '0'; give a number above 0"),
     ({"LLM_PARAMS_B": "big"}, "LLM_PARAMS_B is 'big'; give a number"),
+    ({"LLM_RUNS": "shared,alone"}, "LLM_RUNS is 'shared,alone'; choose from shared, together"),
+    ({"LLM_RUNS": " , "}, "LLM_RUNS is ' , '; choose from"),
 ])
 def test_settings_it_cannot_use_are_named(environ, message):
     with pytest.raises(ValueError, match=message):
         llm_servers.settings(environ)
+
+
+def test_the_runs_asked_for_are_the_ones_chosen_every_one_by_default():
+    assert llm_servers.settings({})["runs"] == ["shared", "together", "restart", "engines"]
+    assert llm_servers.settings({"LLM_RUNS": "shared, restart"})["runs"] == ["shared", "restart"]
 
 
 def test_the_servers_take_turns_each_idle_within_the_span_asked():

@@ -236,6 +236,32 @@ def test_memory_a_holder_leaves_on_the_host_takes_no_room_once_it_says_so():
     assert driver.holders() == [1] and driver.policy.residency.of(0, 1) == 2 * G
 
 
+def test_room_made_for_a_client_asks_nothing_for_what_it_leaves_on_the_host():
+    """Two servers of 20 GiB on a 25 GiB device, taking turns: once server 2 says that of the
+    16 GiB it moved off only 4 came back (its cleared cache stays on the host), the room made
+    for its next turn asks server 1 for that much, not for 16 GiB it would never bring back (on
+    an H200 a first switch asked 27,304 MiB where 4,414 came back)."""
+    driver = Driver(tq=10, limit=25 * G, answer_evictions=True)
+    for cid in (1, 2):
+        driver.register(cid)
+        driver.mem(cid, 20 * G, total=80 * G)
+
+    def turn(cid: int, back: int | None = None) -> list[str]:
+        start = len(driver.logs)
+        driver.request(cid)
+        if back is not None:
+            driver.moved(cid, back, to_host=False, seconds=0.1)
+        driver.release(cid, reason=p.ReleaseReason.IDLE, idle_us=100_000)
+        return [log.text for log in driver.logs[start:] if log.text.startswith("evict")]
+
+    for cid in (1, 2, 1):
+        turn(cid)
+    turn(2, back=4 * G)  # of what it moved off, 4 GiB came back
+    [asked] = turn(1)  # room made ahead for 2, out of 1
+    assert asked.startswith("evict client 1 ") and "for client 2 " in asked
+    assert f"{4 * G // M} MiB" in asked, asked
+
+
 def test_the_quantum_runs_from_when_the_memory_is_back_at_most_once_more():
     driver = pair(tq=10)
     driver.advance_to_deadline()  # 1 dropped at the end of its quantum

@@ -40,8 +40,13 @@ class RoomStage(Stage):
         return self.policy.links.get(device) or Link(prior_bps=self.policy.link_priors.get(device))
 
     def to_fetch(self, device: int, cid: int) -> int:
-        """Bytes a client must bring back to the device before it runs."""
-        return max(self.policy.memory_of(cid, device) - self.policy.residency.of(device, cid), 0)
+        """Bytes a client must bring back to the device before it runs: not what it leaves on
+        the host as it runs (libnvs's cold memory, a server's cleared cache), which a room
+        asked for would have moved another's memory out for nothing (on an H200, the first
+        switch asked a server for 27,304 MiB for one that brought back 4,414)."""
+        residency = self.policy.residency
+        off = self.policy.memory_of(cid, device) - residency.of(device, cid)
+        return max(off - residency.left_on_host(device, cid), 0)
 
     def room_for(self, dev: Device, incoming: list[int], holders_after: int) -> int:
         """Bytes that must leave the device so that `incoming` clients' memory comes back beside

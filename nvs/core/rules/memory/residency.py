@@ -68,10 +68,14 @@ class Residency:
         (moved_off), which is returned and forgotten."""
         return self._moved_out.pop((device, cid), 0)
 
+    def left_on_host(self, device: int, cid: int) -> int:
+        """What the client said it left on the host when it last ran: no room for it is needed
+        when it runs again."""
+        return self._on_host.get((device, cid), 0)
+
     def running(self, device: int, cid: int, allocated: int) -> None:
         """The client runs on the device: all its memory is there but what it left on the host."""
-        left = min(self._on_host.get((device, cid), 0), allocated)
-        self.set(device, cid, allocated - left)
+        self.set(device, cid, allocated - min(self.left_on_host(device, cid), allocated))
 
     def came_back(self, device: int, cid: int, moved_off: int, size: int,
                   allocated: int) -> None:
