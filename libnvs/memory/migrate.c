@@ -611,8 +611,7 @@ struct gs_move gs_migrate_out(int device, uint64_t bytes, const struct gs_move_p
     gs_debug("moved %llu bytes (%zu ranges, oldest first) of managed memory to the host from "
              "device %d in %llu us%s; %llu bytes out since the last grant; %llu bytes of cold "
              "memory migrated (what page faults brought back, or what the rest left short); "
-             "by copy %llu "
-             "bytes, %llu of them into staging memory ready before the move",
+             "by copy %llu bytes, %llu of them into staging memory ready before the move",
              (unsigned long long)mv.result.bytes, mv.result.ranges, device,
              (unsigned long long)mv.result.elapsed_us, mv.result.failed ? ", then failed" : "",
              (unsigned long long)out->bytes, (unsigned long long)cold,
