@@ -24,7 +24,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "libnvs"))
-from libnvs_programs import FakeGpu  # noqa: E402
+from libnvs_programs import FakeGpu, wait_for  # noqa: E402
 from scheduler_log import lock_events  # noqa: E402
 from scheduler_process import SchedulerProcess  # noqa: E402
 
@@ -77,11 +77,8 @@ def run_cells(gpu: FakeGpu, steps_of, programs: int, cells: int, preload: bool, 
     started = [gpu.start(steps_of(index, go), preload=preload, env=env)
                for index in range(programs)]
     if settle_s is not None:
-        deadline = time.monotonic() + RUN_TIMEOUT_S
-        while not all(ready_file(go, index).exists() for index in range(programs)):
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{what} did not get ready")
-            time.sleep(0.02)
+        wait_for(lambda: all(ready_file(go, index).exists() for index in range(programs)),
+                 f"the ready files of {programs} stand-ins", RUN_TIMEOUT_S)
         time.sleep(settle_s)
     go.touch()
     times = []

@@ -111,6 +111,10 @@ class Driver:
         self.sent = [(c, m) for c, m in self.sent if c != cid]
         return result
 
+    def logged(self, since: int, prefix: str) -> list[str]:
+        """The log lines from the `since`-th on that begin with `prefix`."""
+        return [log.text for log in self.logs[since:] if log.text.startswith(prefix)]
+
     def holders(self, device: int = 0) -> list[int]:
         dev = self.policy.devices.get(device)
         return list(dev.holders) if dev else []

@@ -252,7 +252,7 @@ def test_room_made_for_a_client_asks_nothing_for_what_it_leaves_on_the_host():
         if back is not None:
             driver.moved(cid, back, to_host=False, seconds=0.1)
         driver.release(cid, reason=p.ReleaseReason.IDLE, idle_us=100_000)
-        return [log.text for log in driver.logs[start:] if log.text.startswith("evict")]
+        return driver.logged(start, "evict")
 
     for cid in (1, 2, 1):
         turn(cid)

@@ -113,16 +113,13 @@ def test_with_no_pattern_seen_room_is_made_ahead_for_the_client_away_the_longest
     for cid in (1, 2):
         driver.register(cid)
         driver.mem(cid, 20 * G, total=80 * G)
-    def evicted_since(start: int) -> list[str]:
-        return [log.text for log in driver.logs[start:] if log.text.startswith("evict")]
-
     for holder, other in ((1, 2), (2, 1), (1, 2)):
         before = len(driver.logs)
         driver.request(holder)
-        assert driver.holders() == [holder] and evicted_since(before) == []
+        assert driver.holders() == [holder] and driver.logged(before, "evict") == []
         before = len(driver.logs)
         driver.release(holder, reason=p.ReleaseReason.IDLE, idle_us=100_000)
-        [ahead] = evicted_since(before)
+        [ahead] = driver.logged(before, "evict")
         assert ahead.startswith(f"evict client {holder} ")
         assert f"to make room for client {other} " in ahead and "away the longest" in ahead
 
