@@ -16,7 +16,10 @@ LLM_IDLE_S (a range) between its requests. Runs, each from a fresh start:
 - `restart`: each server started for one request, the start-up counted, as a setup that stops
   one server and starts the other at each switch would pay (Ollama, llama-swap);
 - `engines`: vLLM as it is (bench/gpu/llm_engine.py), its `gpu_memory_utilization` unchanged,
-  under the shared run's capacity; skipped where BENCH_PYTHON has no vLLM (SGLang is not run).
+  under the shared run's capacity; skipped where BENCH_PYTHON has no vLLM (SGLang is not run);
+- `alone_again`: the servers alone once more, last: the runs between are weighed against the
+  mean of both alone runs (a lent card's speed drifts: the alone runs' time per output token
+  was 30.0 to 46 ms from one run to the next).
 
 Every generated token of a shared run is checked against the same server alone, up to the
 first where the two part at a near tie (bench/llm_tokens.py). Reported per run and server: time
@@ -29,7 +32,7 @@ LLM_REQUESTS (per server, default 5), LLM_IDLE_S (default "5,15"), LLM_PROMPT (5
 LLM_NEW_TOKENS (64), LLM_SEED (1), LLM_LOGS=DIR (keep the shared runs' scheduler logs and
 the servers' stderr), LLM_DEBUG=1 (libnvs's debug lines in that stderr: its moves, time-stamped),
 LLM_RUNS (the runs after `alone`, which every other run is checked against: default
-"shared,together,restart,engines").
+"shared,together,restart,engines,alone_again").
 """
 
 from __future__ import annotations
@@ -53,7 +56,7 @@ ENGINE = Path(__file__).resolve().parent / "gpu" / "llm_engine.py"  # vLLM, wher
 ENGINE_LABEL = "llm-engine"
 TQ = 30
 SHARE = 0.9  # of the card each server takes, as vLLM's gpu_memory_utilization
-RUNS = ("shared", "together", "restart", "engines")
+RUNS = ("shared", "together", "restart", "engines", "alone_again")
 READY_TIMEOUT_S = 300
 RUN_MARGIN_S = 120  # past the schedule's last arrival
 
@@ -298,16 +301,40 @@ def measure(python: str, library: Path, directory: Path) -> dict:
     if "restart" in chosen["runs"]:
         result["restart"] = attempt("llm servers, restart per switch", restart_line,
                                     restart_run, python, directory / "restart", chosen, reference)
-    if "engines" not in chosen["runs"]:
-        return result
-    absent = engine_missing(python)
-    if absent:
-        print(f"llm servers, vLLM: skipped ({absent})", file=sys.stderr)
-        result["engines"] = {"skipped": absent}
-    else:
-        result["engines"] = attempt("llm servers, vLLM", run_line, engines_run, python, library,
-                                    directory / "engines", chosen, arrivals)
+    if "engines" in chosen["runs"]:
+        absent = engine_missing(python)
+        if absent:
+            print(f"llm servers, vLLM: skipped ({absent})", file=sys.stderr)
+            result["engines"] = {"skipped": absent}
+        else:
+            result["engines"] = attempt("llm servers, vLLM", run_line, engines_run, python,
+                                        library, directory / "engines", chosen, arrivals)
+    if "alone_again" in chosen["runs"]:
+        again = attempt("llm servers, alone again", run_line, alone_run, python,
+                        directory / "alone_again", chosen, arrivals)
+        again.pop("raw", None)
+        result["alone_again"] = again
+        against_both_alone(result)
     return result
+
+
+def against_both_alone(result: dict) -> None:
+    """The shared runs' ratios to alone, taken again against the mean of both alone runs,
+    one before them and one after, where both ran: the card's own drift then weighs on both
+    sides alike."""
+    alone = [result[name] for name in ("alone", "alone_again") if "error" not in result[name]]
+    if len(alone) < 2:
+        return
+    tpot = statistics.mean(run["tpot_median_s"] for run in alone)
+    ttfts = [run["ttft_p50_s"] for run in alone if run["ttft_p50_s"]]
+    result["alone_tpot_median_s"] = tpot
+    for name in ("shared", "together", "engines"):
+        run = result.get(name, {})
+        if "tpot_median_s" not in run:
+            continue
+        run["tpot_ratio"] = run["tpot_median_s"] / tpot
+        if run.get("ttft_p50_s") is not None and len(ttfts) == 2:
+            run["ttft_ratio"] = run["ttft_p50_s"] / statistics.mean(ttfts)
 
 
 def run_line(name: str, run: dict) -> str:
@@ -355,6 +382,11 @@ def print_llm_servers(part: dict) -> None:
     for name in ("alone", "shared", "together"):
         if name in part:
             print(run_line(f"llm servers, {name}", part[name]))
+    if "alone_again" in part:
+        print(run_line("llm servers, alone again", part["alone_again"]))
+    if "alone_tpot_median_s" in part:
+        print(f"llm servers: the ratios above are to both alone runs' mean, "
+              f"{part['alone_tpot_median_s'] * 1000:.1f} ms per output token")
     if "restart" in part:
         print(restart_line("llm servers, restart per switch", part["restart"]))
     engines = part.get("engines", {})

@@ -14,7 +14,8 @@ part beside_trainer (bench/beside_trainer.py); MULTI_GPU_* for the part multi_gp
 (bench/multi_gpu.py, which needs two GPUs); MPS_* for the part mps (bench/mps.py, which needs
 nvidia-cuda-mps-control on PATH); CLASSROOM_* for the part classroom (bench/classroom.py, whose
 `auto --mps` runs need it too); LLM_* for the part llm_servers (bench/llm_servers.py, whose
-servers need `transformers` beside PyTorch). After the parts' lines, the
+servers need `transformers` beside PyTorch). Before the parts it times the machine's first
+migration to the host, which it pays once (bench/first_migration.py). After the parts' lines, the
 registry's table: scenario by bound, figure, bound and verdict (bench/scenario_table.py).
 """
 
@@ -54,6 +55,7 @@ if __name__ == "__main__":
 
 import beside_trainer  # noqa: E402
 import classroom  # noqa: E402
+import first_migration  # noqa: E402
 import llm_servers  # noqa: E402
 import memory_limit  # noqa: E402
 import mps  # noqa: E402
@@ -193,6 +195,9 @@ def main() -> int:
         print("bench-gpu needs an NVIDIA GPU and nvidia-smi", file=sys.stderr)
         return 2
     results = {"environment": environment()}
+    # Paid here once, so that no part pays the machine's warm-up (first_migration.py).
+    results["first_migration"] = first_migration.measure(BUILD)
+    print(first_migration.line(results["first_migration"]), flush=True)
     took = results["part_seconds"] = {}  # how long each part ran: what sizes BENCH_SET's sets
     began = time.monotonic()
     plain: dict = {}
@@ -283,6 +288,8 @@ def lap(took: dict, part: str, began: float) -> float:
 def print_table(results: dict) -> None:
     env = results["environment"]
     print(f"\n{env['gpu']} | torch {env['torch']} (CUDA {env['torch_cuda']}) | {env['date']}")
+    if "first_migration" in results:
+        print(first_migration.line(results["first_migration"]))
     print(f"{'benchmark':<28}{'plain':>14}{'libnvs':>14}{'libnvs/plain':>14}")
     for name in ("launch_rate", "train_steps"):
         if name in results:

@@ -1,5 +1,5 @@
 """Counting the lock's events in a scheduler's log: grants, drops, revocations, early releases;
-and how long clients took to answer the scheduler's EVICTs.
+how long clients took to answer the scheduler's EVICTs, and each one's first move out.
 
 The lines are the policy core's (`grant client 3 (pid 10, python3): device 0 ...`), so counts can
 be had for the whole log or for the clients of one process id.
@@ -8,7 +8,7 @@ be had for the whole log or for the clients of one process id.
 from __future__ import annotations
 
 import re
-from datetime import datetime
+from datetime import datetime, timedelta
 
 LINE = re.compile(r"\b(grant|drop|revoke|release) client \d+ \(pid (\d+),([^\n]*)")
 EVENTS = {"grant": "grants", "drop": "drops", "revoke": "revocations"}
@@ -45,6 +45,25 @@ def eviction_answers(log: str) -> list[float]:
         elif "to the host" in rest and client in asked:
             answers.append((at - asked.pop(client)).total_seconds())
     return answers
+
+
+# A move's report: when the line was written, the client's process, the bytes and the seconds.
+MOVED_OUT = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+) [A-Z]+ moved client \d+ "
+                       r"\(pid (\d+),[^\n]*?: device \d+, (\d+) bytes to the host in "
+                       r"([\d.]+) s", re.MULTILINE)
+
+
+def first_moves_out(log: str, least_bytes: int) -> dict[int, tuple[datetime, int, float]]:
+    """Process id -> (when it began, bytes, seconds) of the first move to the host of at least
+    `least_bytes` that each client's process made: a smaller one takes milliseconds whatever
+    its rate."""
+    first: dict[int, tuple[datetime, int, float]] = {}
+    for stamp, pid, size, seconds in MOVED_OUT.findall(log):
+        if int(size) >= least_bytes and int(pid) not in first:
+            ended = datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S.%f")
+            first[int(pid)] = (ended - timedelta(seconds=float(seconds)), int(size),
+                               float(seconds))
+    return first
 
 
 GRANT = re.compile(r"\bgrant client (\d+) ")

@@ -16,10 +16,11 @@ that no program's check touches the GPU while another still times its cells.
 
 Prints one JSON line: allocation_s (from before its tensors are allocated to their fill
 synchronized, CUDA's context made before: under gemshare, what it waited for room and for the
-GPU), first_cell_s (the one before the common start), cells_s (each cell from the moment it was
-due to its synchronize, so that waiting for the GPU and for memory brought back land in it),
-cell_median_s, cell_p95_s, cell_max_s, seconds_from_go (from the common start to the last
-cell's end), mismatched_elements, intact. Exits 1 if not intact.
+GPU), pid and allocated_at (the time.time() its allocation ended), first_cell_s (the one
+before the common start), cells_s (each cell from the moment it was due to its synchronize,
+so that waiting for the GPU and for memory brought back land in it), cell_median_s,
+cell_p95_s, cell_max_s, seconds_from_go (from the common start to the last cell's end),
+mismatched_elements, intact. Exits 1 if not intact.
 """
 
 import argparse
@@ -62,6 +63,7 @@ def main() -> int:
     tensors = filled(options.gib)
     torch.cuda.synchronize()
     allocation = time.perf_counter() - allocation
+    allocated_at = time.time()
     first = time.perf_counter()
     touch_all(tensors, options.ops)
     first = time.perf_counter() - first
@@ -91,6 +93,7 @@ def main() -> int:
     wrong = mismatches(tensors, (options.cells + 1) * (options.ops % 2))
     print(json.dumps({"gib": options.gib, "cells": options.cells, "period_s": options.period_s,
                       "ops": options.ops, "allocation_s": allocation,
+                      "pid": os.getpid(), "allocated_at": allocated_at,
                       "first_cell_s": first, "cells_s": cells,
                       "cell_median_s": statistics.median(cells),
                       "cell_p95_s": percentile(cells, 0.95), "cell_max_s": max(cells),

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -199,6 +200,41 @@ def test_notebooks_says_how_long_evictions_took_to_answer():
     line = run_gpu.notebooks.run_line("notebooks 4 x 12 GiB, on", run)
     assert "2 EVICTs answered in 3.798 s median, 7.39 s at most" in line
     assert run_gpu.notebooks.evictions("")["longest_s"] is None
+
+
+def test_notebooks_judge_each_programs_first_move_out_by_how_long_after_its_allocation():
+    """The eleventh GPU run's moves: a program's first move out 0.7 s after its allocation (the
+    start rush: 3.1 GB/s) counts only as one that came sooner; those 3 s or more after count,
+    and one of them under 20 GB/s is slow; moves under 256 MiB and moves in are not a first
+    move out."""
+    log = "\n".join([
+        "2026-12-04 01:31:53.417 INFO moved client 4 (pid 651, python3): device 0, 5375000576 "
+        "bytes to the host in 1.754 s (3.1 GB/s)",
+        "2026-12-04 01:31:53.534 INFO moved client 4 (pid 651, python3): device 0, 815792128 "
+        "bytes to the host in 0.016 s (51.6 GB/s)",
+        "2026-12-04 01:31:54.000 INFO moved client 2 (pid 653, python3): device 0, 104857600 "
+        "bytes to the host in 0.050 s (2.1 GB/s)",
+        "2026-12-04 01:31:54.500 INFO moved client 2 (pid 653, python3): device 0, 5375000576 "
+        "bytes to the device in 0.139 s (38.8 GB/s)",
+        "2026-12-04 01:31:55.154 INFO moved client 2 (pid 653, python3): device 0, 5375000576 "
+        "bytes to the host in 0.103 s (52.4 GB/s)",
+        "2026-12-04 01:31:58.680 INFO moved client 1 (pid 650, python3): device 0, 2686451712 "
+        "bytes to the host in 0.500 s (5.4 GB/s)"])
+
+    def at(seconds: float) -> float:
+        return datetime(2026, 12, 4, 1, 31, 0).timestamp() + seconds
+
+    programs = [{"pid": 651, "allocated_at": at(50.93)}, {"pid": 653, "allocated_at": at(51.60)},
+                {"pid": 650, "allocated_at": at(51.33)}, {"pid": 652, "allocated_at": at(51.4)}]
+    first = run_gpu.notebooks.first_moves(programs, log)
+    assert first == {"count": 2, "slow": 1, "sooner": 1,
+                     "slowest_gb_per_s": pytest.approx(5.373, abs=1e-3)}
+    run = {**shared(60.0), "cell_median_s": 0.3, "cell_p95_s": 0.5, "cell_max_s": 0.9,
+           "first_cell_max_s": 2.0, "first_moves": first}
+    line = run_gpu.notebooks.run_line("notebooks 4 x 12 GiB, on", run)
+    assert ("first moves out 3 s or more after the allocation: 2, 1 under 20 GB/s, the slowest "
+            "at 5.4 (1 sooner)") in line
+    assert run_gpu.notebooks.first_moves(programs, "")["slow"] == 0
 
 
 def test_multi_gpu_is_skipped_with_its_reason_where_fewer_than_two_gpus_are_seen(tmp_path,

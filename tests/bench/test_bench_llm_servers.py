@@ -29,8 +29,34 @@ def test_settings_it_cannot_use_are_named(environ, message):
 
 
 def test_the_runs_asked_for_are_the_ones_chosen_every_one_by_default():
-    assert llm_servers.settings({})["runs"] == ["shared", "together", "restart", "engines"]
+    assert llm_servers.settings({})["runs"] == ["shared", "together", "restart", "engines",
+                                                "alone_again"]
     assert llm_servers.settings({"LLM_RUNS": "shared, restart"})["runs"] == ["shared", "restart"]
+
+
+def test_the_shared_runs_are_weighed_against_both_alone_runs_one_before_and_one_after():
+    """A card whose speed drifts between the first alone run and the shared one (30 ms per
+    token alone, 37.6 shared, on an H200 where alone runs took 30-46 ms) is judged against the
+    mean of the alone runs on either side of the shared ones; with one of them failed, the
+    first alone run stands."""
+    tokens = [[1, 2], [3, 4]]
+    first = llm_servers.figures([served([9.0, 0.2], tokens, tpot=0.030)] * 2)
+    again = llm_servers.figures([served([9.0, 0.3], tokens, tpot=0.044)] * 2)
+    shared = llm_servers.figures([served([9.0, 0.5], tokens, tpot=0.0376)] * 2,
+                                 [served([9.0, 0.2], tokens, tpot=0.030)] * 2)
+    together = llm_servers.figures([served([9.0, 0.24], tokens, tpot=0.036)] * 2,
+                                   [served([9.0, 0.2], tokens, tpot=0.030)] * 2)
+    assert shared["tpot_ratio"] == pytest.approx(1.2533, abs=1e-4)  # against the first alone
+    result = {"alone": first, "alone_again": again, "shared": shared, "together": together,
+              "engines": {"skipped": "vLLM is not installed"}}
+    llm_servers.against_both_alone(result)
+    assert result["alone_tpot_median_s"] == pytest.approx(0.037)
+    assert shared["tpot_ratio"] == pytest.approx(0.0376 / 0.037)
+    assert together["ttft_ratio"] == pytest.approx(0.24 / 0.25)
+    failed = {"alone": first, "alone_again": {"error": "RuntimeError: a server did not get ready"},
+              "shared": {**shared, "tpot_ratio": 1.25}}
+    llm_servers.against_both_alone(failed)
+    assert failed["shared"]["tpot_ratio"] == 1.25 and "alone_tpot_median_s" not in failed
 
 
 def test_the_servers_take_turns_each_idle_within_the_span_asked():

@@ -19,7 +19,9 @@ parser.add_argument("--finished", type=Path)
 parser.add_argument("--programs", type=int, default=1)
 options = parser.parse_args()
 allocation, first = 0.02, 0.01
-time.sleep(allocation + first)
+time.sleep(allocation)
+allocated_at = time.time()
+time.sleep(first)
 options.ready.touch()
 while not options.go.exists():
     time.sleep(0.01)
@@ -35,7 +37,8 @@ seconds = time.perf_counter() - start
 if options.finished:
     (options.finished / str(os.getpid())).touch()
 print(json.dumps({"gib": options.gib, "cells": options.cells, "period_s": options.period_s,
-                  "ops": options.ops, "allocation_s": allocation, "first_cell_s": first,
+                  "ops": options.ops, "allocation_s": allocation, "pid": os.getpid(),
+                  "allocated_at": allocated_at, "first_cell_s": first,
                   "cells_s": cells, "cell_median_s": sorted(cells)[len(cells) // 2],
                   "cell_p95_s": max(cells), "cell_max_s": max(cells), "seconds_from_go": seconds,
                   "mismatched_elements": 0, "intact": True}))
