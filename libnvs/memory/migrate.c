@@ -6,8 +6,8 @@
  *
  * Converted memory goes to the host by copy: the copy engine fills pinned staging memory at the
  * link's speed and the device pages are then discarded, where a migration of the same pages
- * runs at a third of that or less (an H100: 44 GB/s against 14 to 18; an H200 machine's first
- * migration after it starts, 3.4-4.0 GB/s). Discarded pages hold nothing until written, so staged memory is always copied
+ * first has to find fresh host pages (an H100: 44 GB/s against 3 GB/s the first time and 14 to
+ * 18 GB/s later). Discarded pages hold nothing until written, so staged memory is always copied
  * back before the program may run again: on the next grant, or before it runs without the lock.
  * The program's own managed memory keeps migrating: its host code may read it any time. */
 #include "memory/migrate.h"
@@ -36,14 +36,10 @@
  * and its event cost nothing beside the copy (20 ms at 13 GB/s). */
 #define GS_MOVE_CHUNK (256ull << 20)
 #define GS_MOVE_POLL_NS 200000
-/* The driver's migration to the host until a move measures it here. A process's first on an
- * H200 that has moved memory since it started ran at 12.5-16.9 GB/s, four other programs
- * starting CUDA beside it or not (only the machine's first, once, at 3.4-4.0: README.md, "Out
- * by copy"). Below what faulting in and pinning reach unhindered at staging.c's priors (9.4
- * GB/s), so that an unhindered host stages, and one whose pins slow past it (2.5-3.6 GB/s while
- * three notebooks started beside the one moving) migrates. Moves smaller than the sample time
- * the calls, not the link. */
-#define GS_MIGRATE_PRIOR_BPS 8.0e9
+/* The driver's migration to the host until a move measures it here: a process's first on an
+ * H100, where it must find new host pages (README.md, "Out by copy"); moves smaller than the
+ * sample time the calls, not the link. */
+#define GS_MIGRATE_PRIOR_BPS 3.0e9
 #define GS_MIGRATE_SAMPLE (64ull << 20)
 
 /* Since the lock was last granted: how much moved to the host, and how far into the device's

@@ -205,7 +205,7 @@ def test_an_idle_program_pins_its_staging_memory_once_another_allocates_past_the
 def test_a_move_out_migrates_what_staging_memory_would_take_longer_to_pin(scripted):
     """Pinning here runs at 200 MB/s, as the first move out measures (64 MiB in about 0.3 s).
     The program then allocates 512 MiB more: pinning staging memory for it would take 2.7 s,
-    where the driver migrates it at about 8 GB/s (0.07 s). That move copies the 64 MiB that
+    where the driver migrates it at about 3 GB/s (0.2 s). That move copies the 64 MiB that
     has staging memory and lets the driver migrate the rest, which comes back intact. Its
     staging memory is then pinned ahead, a short piece at a time."""
     gpu, scheduler = scripted
