@@ -1,13 +1,12 @@
 """The machine's first migration to the host, timed before any part runs.
 
 On an H200 machine just started, the driver's first migration of managed memory to the host ran
-at 3.4 and 4.0 GB/s (two machines, 2026-12-04, bench/gpu/first_move_out.c), where every later
-one, in new processes too, ran at 12.5-16.9 GB/s. It is paid once per machine, by whichever
-program moves memory out first: in the eleventh run that was the part `notebooks` (the first
-set's first shared run), whose first move out of 5 GB took 1.75 s at 3.1 GB/s where every later
-first move went at 52 GB/s, and whose allocation waited 2.15 s for it. So bench-gpu pays it
-itself, with 4 GiB, before the parts, and says what it cost: the parts then measure the layer,
-whatever order they run in, and a user's first move out after a boot costs what this says.
+at 3.4, 4.0 and 3.9 GB/s (three machines, 2026-12-04, bench/gpu/first_move_out.c), where the
+next ones, in new processes too, ran at 10-16.9 GB/s. It is paid once per machine, by whichever
+program moves memory out first, so bench-gpu pays it itself, with 4 GiB, before the parts, and
+says what it cost: no part's figures then depend on whether it ran first. It does not make the
+notebooks' start fast: their migrations, beside others filling and pinning, still ran at
+3.4-4.0 GB/s (docs/benchmarks.md, thirteenth run).
 """
 
 from __future__ import annotations
