@@ -1,6 +1,6 @@
 /* A program's first move out of managed memory, made by several programs at once as in a start
- * rush (notebooks that all allocate in the same second), timed on a real card, three ways:
- *   migrate   the driver's migration to the host (its host pages are new: the slow first move)
+ * rush (notebooks that all allocate in the same second), timed on a real card, four ways:
+ *   migrate   the driver's migration to the host (slow as the machine's first, once)
  *   pageable  a copy into host memory faulted in beforehand but not pinned, then a discard
  *   pin_now   host memory faulted in and pinned at the move, then a copy and a discard
  *   pin_pieces  the same, pinned 256 MiB at a time (as libnvs pins, to answer between pieces)
@@ -13,60 +13,13 @@
  *   cc -O2 -I/usr/local/cuda/include first_move_out.c -o first_move_out -lcuda -lpthread
  *   ./first_move_out GIB PROCS WAY [BUSY BUSY_GIB]   (keep all their memory far below free)
  */
-#include <cuda.h>
 #include <fcntl.h>
-#include <pthread.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
-#define CHUNK (256ull << 20)
-#define STREAMS 4
-#define GIB (1ull << 30)
-#define FAULT_THREADS 8
-
-static CUstream streams[STREAMS];
-
-static void check(CUresult r, const char *what)
-{
-    if (r != CUDA_SUCCESS) {
-        const char *name = "?";
-        cuGetErrorName(r, &name);
-        fprintf(stderr, "%s failed: %s\n", what, name);
-        exit(1);
-    }
-}
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec / 1e9;
-}
-
-static void sync_all(void)
-{
-    for (int i = 0; i < STREAMS; i++)
-        check(cuStreamSynchronize(streams[i]), "cuStreamSynchronize");
-}
-
-struct span {
-    char *base;
-    size_t size;
-};
-
-static void *touch(void *arg)
-{
-    struct span *s = arg;
-    for (size_t off = 0; off < s->size; off += 4096)
-        s->base[off] = 0;
-    return NULL;
-}
+#include "managed_moves.h"
 
 /* Host memory with its pages faulted in by several threads (huge pages where the host gives
  * them). */
@@ -78,78 +31,8 @@ static char *faulted_in(size_t size)
         exit(1);
     }
     madvise(base, size, MADV_HUGEPAGE);
-    pthread_t threads[FAULT_THREADS];
-    struct span spans[FAULT_THREADS];
-    for (int i = 0; i < FAULT_THREADS; i++) {
-        spans[i] = (struct span){base + i * (size / FAULT_THREADS), size / FAULT_THREADS};
-        pthread_create(&threads[i], NULL, touch, &spans[i]);
-    }
-    for (int i = 0; i < FAULT_THREADS; i++)
-        pthread_join(threads[i], NULL);
+    fault_in(base, size);
     return base;
-}
-
-static void fill(CUdeviceptr p, size_t size)
-{
-    for (size_t off = 0, i = 0; off < size; off += CHUNK, i++)
-        check(cuMemsetD32Async(p + off, 0x5eed0000u + (unsigned)i, CHUNK / 4,
-                               streams[i % STREAMS]),
-              "cuMemsetD32Async");
-    sync_all();
-}
-
-static int intact(CUdeviceptr p, size_t size)
-{
-    for (size_t off = 0, i = 0; off < size; off += CHUNK, i++) {
-        uint32_t word;
-        check(cuMemcpyDtoH(&word, p + off + CHUNK - 4, 4), "cuMemcpyDtoH");
-        if (word != 0x5eed0000u + (unsigned)i)
-            return 0;
-    }
-    return 1;
-}
-
-static void prefetch(CUdeviceptr p, size_t size, int to_host)
-{
-    CUmemLocation where = {to_host ? CU_MEM_LOCATION_TYPE_HOST : CU_MEM_LOCATION_TYPE_DEVICE, 0};
-    for (size_t off = 0, i = 0; off < size; off += CHUNK, i++)
-        check(cuMemPrefetchAsync(p + off, CHUNK, where, 0, streams[i % STREAMS]),
-              "cuMemPrefetchAsync");
-    sync_all();
-}
-
-/* Copy out chunk by chunk, then discard the device pages (they hold nothing the host lacks). */
-static void copy_out_and_discard(char *host, CUdeviceptr p, size_t size)
-{
-    for (size_t off = 0, i = 0; off < size; off += CHUNK, i++)
-        check(cuMemcpyDtoHAsync(host + off, p + off, CHUNK, streams[i % STREAMS]),
-              "cuMemcpyDtoHAsync");
-    sync_all();
-    CUdeviceptr ptrs[1] = {p};
-    size_t sizes[1] = {size};
-    check(cuMemDiscardBatchAsync(ptrs, sizes, 1, 0, streams[0]), "cuMemDiscardBatchAsync");
-    sync_all();
-}
-
-static void copy_back(CUdeviceptr p, const char *host, size_t size)
-{
-    prefetch(p, size, 0);
-    for (size_t off = 0, i = 0; off < size; off += CHUNK, i++)
-        check(cuMemcpyHtoDAsync(p + off, host + off, CHUNK, streams[i % STREAMS]),
-              "cuMemcpyHtoDAsync");
-    sync_all();
-}
-
-static void start_cuda(void)
-{
-    CUdevice dev;
-    CUcontext ctx;
-    check(cuInit(0), "cuInit");
-    check(cuDeviceGet(&dev, 0), "cuDeviceGet");
-    check(cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
-    check(cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
-    for (int i = 0; i < STREAMS; i++)
-        check(cuStreamCreate(&streams[i], CU_STREAM_NON_BLOCKING), "cuStreamCreate");
 }
 
 /* A program starting beside the movers: CUDA, then its memory filled until `done_fd` closes. */
@@ -199,13 +82,13 @@ static void one_program(int index, size_t size, const char *way, int ready_fd, i
                 check(cuMemHostRegister(host, size, 0), "cuMemHostRegister");
             pinned_s = now_s() - t;
         }
-        copy_out_and_discard(host, p, size);
+        copy_out(host, p, size);
+        discard(p, size, 0);
     }
     double out_s = now_s() - t;
-    if (host != NULL)
-        copy_back(p, host, size);
-    else
-        prefetch(p, size, 0);
+    prefetch(p, size, 0);
+    if (host != NULL) /* the discarded pages hold nothing until copied back */
+        copy_in(p, host, size);
     printf("{\"way\": \"%s\", \"programs\": %s, \"program\": %d, \"gib\": %.2f, \"out_s\": %.3f, "
            "\"gb_per_s\": %.2f, \"pinning_s\": %.3f, \"intact\": %d}\n",
            way, getenv("PROGRAMS"), index, size / (double)GIB, out_s, size / out_s / 1e9,

@@ -5,43 +5,9 @@
  *   cc -O2 -I/usr/local/cuda/include move_out_paths.c -o move_out_paths -lcuda -lpthread
  *   ./move_out_paths GIB          (the managed memory it asks for: keep it far below free)
  */
-#include <cuda.h>
-#include <pthread.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#define CHUNK (256ull << 20)
-#define STREAMS 4
-#define GIB (1ull << 30)
-
-static CUstream streams[STREAMS];
-static int device_ordinal;
-
-static void check(CUresult r, const char *what)
-{
-    if (r != CUDA_SUCCESS) {
-        const char *name = "?";
-        cuGetErrorName(r, &name);
-        fprintf(stderr, "%s failed: %s\n", what, name);
-        exit(1);
-    }
-}
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec / 1e9;
-}
-
-static void sync_all(void)
-{
-    for (int i = 0; i < STREAMS; i++)
-        check(cuStreamSynchronize(streams[i]), "cuStreamSynchronize");
-}
+#include "managed_moves.h"
 
 static size_t free_mib(void)
 {
@@ -56,71 +22,6 @@ static void report(const char *path, const char *step, size_t bytes, double seco
            "\"gb_per_s\": %.2f, \"device_free_mib\": %zu}\n",
            path, step, bytes / (double)GIB, seconds, bytes / seconds / 1e9, free_mib());
     fflush(stdout);
-}
-
-/* Each chunk gets its own 32-bit value, written by the GPU so the pages start there. */
-static void fill(CUdeviceptr p, size_t size)
-{
-    for (size_t off = 0, i = 0; off < size; off += CHUNK, i++)
-        check(cuMemsetD32Async(p + off, 0x5eed0000u + (unsigned)i, CHUNK / 4,
-                               streams[i % STREAMS]),
-              "cuMemsetD32Async");
-    sync_all();
-}
-
-static int intact(CUdeviceptr p, size_t size)
-{
-    for (size_t off = 0, i = 0; off < size; off += CHUNK, i++) {
-        uint32_t words[3];
-        size_t at[3] = {0, CHUNK / 2, CHUNK - 4};
-        for (int k = 0; k < 3; k++)
-            check(cuMemcpyDtoH(&words[k], p + off + at[k], 4), "cuMemcpyDtoH");
-        for (int k = 0; k < 3; k++)
-            if (words[k] != 0x5eed0000u + (unsigned)i)
-                return 0;
-    }
-    return 1;
-}
-
-static void prefetch(CUdeviceptr p, size_t size, int to_host)
-{
-    CUmemLocation where = {to_host ? CU_MEM_LOCATION_TYPE_HOST : CU_MEM_LOCATION_TYPE_DEVICE,
-                           to_host ? 0 : device_ordinal};
-    for (size_t off = 0, i = 0; off < size; off += CHUNK, i++)
-        check(cuMemPrefetchAsync(p + off, CHUNK, where, 0, streams[i % STREAMS]),
-              "cuMemPrefetchAsync");
-    sync_all();
-}
-
-static void copy_out(void *host, CUdeviceptr p, size_t size)
-{
-    for (size_t off = 0, i = 0; off < size; off += CHUNK, i++)
-        check(cuMemcpyDtoHAsync((char *)host + off, p + off, CHUNK, streams[i % STREAMS]),
-              "cuMemcpyDtoHAsync");
-    sync_all();
-}
-
-static void copy_in(CUdeviceptr p, const void *host, size_t size)
-{
-    for (size_t off = 0, i = 0; off < size; off += CHUNK, i++)
-        check(cuMemcpyHtoDAsync(p + off, (const char *)host + off, CHUNK, streams[i % STREAMS]),
-              "cuMemcpyHtoDAsync");
-    sync_all();
-}
-
-static void discard(CUdeviceptr p, size_t size, int then_to_host)
-{
-    CUdeviceptr ptrs[1] = {p};
-    size_t sizes[1] = {size};
-    if (then_to_host) {
-        CUmemLocation host = {CU_MEM_LOCATION_TYPE_HOST, 0};
-        size_t first = 0;
-        check(cuMemDiscardAndPrefetchBatchAsync(ptrs, sizes, 1, &host, &first, 1, 0, streams[0]),
-              "cuMemDiscardAndPrefetchBatchAsync");
-    } else {
-        check(cuMemDiscardBatchAsync(ptrs, sizes, 1, 0, streams[0]), "cuMemDiscardBatchAsync");
-    }
-    sync_all();
 }
 
 /* What libnvs does today: UVM moves the pages, twice (the first move meets new host pages). */
@@ -173,36 +74,15 @@ static void pinned_path(size_t size, int then_to_host)
     check(cuMemFree(p), "cuMemFree");
 }
 
-struct pin_job {
-    char *base;
-    size_t size;
-};
-
-static void *touch_and_pin(void *arg)
-{
-    struct pin_job *job = arg;
-    for (size_t off = 0; off < job->size; off += 4096)
-        job->base[off] = 0;
-    return NULL;
-}
-
 /* Host memory prepared by several threads (pages faulted in), then registered: what a
  * background preparation would cost, against cuMemHostAlloc above. */
 static void prepared_host(size_t size)
 {
-    enum { THREADS = 8 };
     char *base = aligned_alloc(4096, size);
     if (base == NULL)
         return;
-    pthread_t threads[THREADS];
-    struct pin_job jobs[THREADS];
     double t = now_s();
-    for (int i = 0; i < THREADS; i++) {
-        jobs[i] = (struct pin_job){base + i * (size / THREADS), size / THREADS};
-        pthread_create(&threads[i], NULL, touch_and_pin, &jobs[i]);
-    }
-    for (int i = 0; i < THREADS; i++)
-        pthread_join(threads[i], NULL);
+    fault_in(base, size);
     report("prepared_host", "fault_in_8_threads", size, now_s() - t);
     t = now_s();
     check(cuMemHostRegister(base, size, 0), "cuMemHostRegister");
@@ -215,15 +95,7 @@ int main(int argc, char **argv)
 {
     size_t size = (size_t)(argc > 1 ? atof(argv[1]) : 8) * GIB;
     size -= size % CHUNK;
-    CUdevice dev;
-    CUcontext ctx;
-    check(cuInit(0), "cuInit");
-    check(cuDeviceGet(&dev, 0), "cuDeviceGet");
-    device_ordinal = 0;
-    check(cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
-    check(cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
-    for (int i = 0; i < STREAMS; i++)
-        check(cuStreamCreate(&streams[i], CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+    start_cuda();
     uvm_path(size);
     pinned_path(size, 0);
     pinned_path(size, 1);

@@ -9,38 +9,13 @@
  *   cc -O2 -I/usr/local/cuda/include staging_growth.c -o staging_growth -lcuda -lpthread
  *   ./staging_growth GIB PROCESSES HUGE     (HUGE: 1 for madvise(MADV_HUGEPAGE), 0 for none)
  */
-#include <cuda.h>
-#include <pthread.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
-#define THREADS 8
+#include "managed_moves.h"
+
 #define HUGE_PAGE (2ull << 20)
-
-struct job {
-    char *from;
-    size_t size;
-};
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec / 1e9;
-}
-
-static void *touch(void *arg)
-{
-    struct job *job = arg;
-    for (size_t off = 0; off < job->size; off += 4096)
-        ((volatile char *)job->from)[off] = 0;
-    return NULL;
-}
 
 /* Seconds the driver takes to migrate `size` bytes of managed memory, just written on the
  * device, to the host for the first time; negative when the driver refused. */
@@ -78,14 +53,7 @@ static int one_program(size_t size, int huge, int index)
     if (huge)
         madvise(base, size, MADV_HUGEPAGE);
     double t = now_s();
-    pthread_t threads[THREADS];
-    struct job jobs[THREADS];
-    for (int i = 0; i < THREADS; i++) {
-        jobs[i] = (struct job){base + i * (size / THREADS), size / THREADS};
-        pthread_create(&threads[i], NULL, touch, &jobs[i]);
-    }
-    for (int i = 0; i < THREADS; i++)
-        pthread_join(threads[i], NULL);
+    fault_in(base, size);
     double faulted = now_s() - t;
     t = now_s();
     CUresult r = cuMemHostRegister(base, size, CU_MEMHOSTREGISTER_PORTABLE);
