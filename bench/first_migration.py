@@ -16,6 +16,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from gpu_runs import free_mib, too_little_free
+
 HERE = Path(__file__).resolve().parent / "gpu"
 GIB = 4
 TIMEOUT_S = 120
@@ -41,10 +43,13 @@ def one_move(binary: Path) -> float:
     return moves[0]["gb_per_s"]
 
 
-def measure(build_dir: Path) -> dict:
+def measure(build_dir: Path, free=free_mib) -> dict:
     """The first move and one after it, or why neither was timed (the parts still run)."""
     if shutil.which("nvcc") is None:
         return {"skipped": "no nvcc to build bench/gpu/first_move_out.c"}
+    busy = too_little_free(free(), 2 * GIB * 1024)  # its memory under half of what is free
+    if busy:
+        return {"skipped": busy}
     try:
         binary = build(build_dir)
         return {"gib": GIB, "first_gb_per_s": one_move(binary), "again_gb_per_s": one_move(binary)}

@@ -38,15 +38,22 @@ def test_a_move_that_failed_or_lost_memory_is_an_error_with_what_the_program_sai
         first_migration.one_move(stand_in(tmp_path, body))
 
 
+def roomy_card() -> list[int]:
+    return [143000]
+
+
 def test_the_probe_says_why_it_did_not_time_anything(tmp_path, monkeypatch):
     monkeypatch.setattr(first_migration.shutil, "which", lambda name: None)
-    skipped = first_migration.measure(tmp_path)
+    skipped = first_migration.measure(tmp_path, roomy_card)
     assert "no nvcc" in skipped["skipped"]
     assert first_migration.line(skipped).startswith("machine's first migration: not timed (no nvcc")
     monkeypatch.setattr(first_migration.shutil, "which", lambda name: "/usr/bin/" + name)
     monkeypatch.setattr(first_migration, "build", lambda build_dir: stand_in(tmp_path, "exit 3\n"))
-    failed = first_migration.measure(tmp_path)
+    failed = first_migration.measure(tmp_path, roomy_card)
     assert "failed (3)" in failed["error"]
+    # A busy card: its 4 GiB would be more than half of what is free.
+    busy = first_migration.measure(tmp_path, lambda: [143000, 7000])
+    assert busy == {"skipped": "7000 MiB free, less than the 8192 MiB this part leaves itself"}
 
 
 def test_the_line_gives_the_first_rate_and_the_one_after():
