@@ -7,6 +7,9 @@ MEMLIMIT_PERIOD_S (default 1) for MEMLIMIT_CELLS cells (default 8), under a sche
 the other's memory out. First with no staging (`GEMSHARE_STAGING_MAX_MIB=0`: the driver
 migrates every move) in a memory cgroup of their own with no limit, whose peak is what they
 need; then with staging as it comes, in a cgroup limited to that peak and a quarter more. The
+programs check their elements one at a time, each after the last has exited, in both runs:
+checks made at once (each needs memory beside its program's) made the end's moves, and with
+them the peak and the OOM killer's choice, differ from run to run. The
 figures: how many programs the OOM killer took in each, whether every element is intact, and
 the second run's time over the first's. A host whose cgroups cannot be made here (no memory
 controller handed down, no permission) skips the part, saying why. MEMLIMIT_LOGS=DIR keeps the
@@ -49,7 +52,7 @@ def one_run(python: str, library: Path, directory: Path, chosen: dict, env: dict
             try:
                 run.update(run_set(python, with_debug({**shared, **env}, "MEMLIMIT_DEBUG"),
                                    directory, chosen["programs"], chosen["gib"], chosen,
-                                   wrap=group.wrap))
+                                   wrap=group.wrap, checks_in_turn=True))
             except Exception as exc:  # an OOM kill ends a program without its JSON line
                 run.update(error=f"{type(exc).__name__}: {exc}", intact=False,
                            stderr=stderr_tail(directory, "program"))

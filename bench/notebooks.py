@@ -61,9 +61,10 @@ def refusal(programs: int, gib: int, free: list[int]) -> str | None:
 
 
 def run_set(python: str, env: dict, directory: Path, programs: int, gib: int,
-            chosen: dict, wrap=None) -> dict:
+            chosen: dict, wrap=None, checks_in_turn: bool = False) -> dict:
     """The programs together, from one start signal once every one has its memory filled;
-    `wrap(command)`, where given, is the command line that starts each (in a cgroup, say)."""
+    `wrap(command)`, where given, is the command line that starts each (in a cgroup, say);
+    `checks_in_turn`: their end checks one at a time (notebook_cells.py)."""
     directory.mkdir(parents=True, exist_ok=True)
     go = directory / "go"
     finished = directory / "finished"
@@ -77,6 +78,7 @@ def run_set(python: str, env: dict, directory: Path, programs: int, gib: int,
                        "--ready", str(ready), "--go", str(go),
                        "--offset", str(index * chosen["period_s"] / programs),
                        "--finished", str(finished), "--programs", str(programs)]
+            command += ["--check-in-turn"] if checks_in_turn else []
             processes.append(launch(wrap(command) if wrap else command, env,
                                     directory / f"program-{index}"))
         deadline = time.monotonic() + READY_TIMEOUT_S

@@ -1,7 +1,7 @@
 """One notebook: a cell every PERIOD_S seconds, each touching all of the program's memory.
 
 usage: notebook_cells.py GIB CELLS PERIOD_S [--ops N] [--ready FILE --go FILE] [--offset S]
-                         [--finished DIR --programs N]
+                         [--finished DIR --programs N [--check-in-turn]]
 Allocates GIB tensors of 1 GiB (float32), each filled with its own values, and runs one cell
 untimed (a program's first cell sets things up once: CUDA's kernels, and under gemshare the
 host memory its moves go through; its time is printed apart). With --ready and --go it then
@@ -12,7 +12,9 @@ start; it runs N in-place elementwise ops over every tensor (alternately +1 and 
 float32) and synchronizes. A cell that ends past the next one's moment makes that one due at
 once: cells are never skipped. The end checks every element against what the arithmetic
 predicts; with --finished, only once N programs have put a file there (their cells done), so
-that no program's check touches the GPU while another still times its cells.
+that no program's check touches the GPU while another still times its cells; with
+--check-in-turn as well, one program at a time, each after the last has exited
+(check_turns.py).
 
 Prints one JSON line: allocation_s (from before its tensors are allocated to their fill
 synchronized, CUDA's context made before: under gemshare, what it waited for room and for the
@@ -33,6 +35,7 @@ from pathlib import Path
 
 import torch
 
+from check_turns import wait_turn
 from patterned import filled, mismatches, touch_all
 
 FINISH_TIMEOUT_S = 120  # for the other programs' cells to end
@@ -55,6 +58,8 @@ def main() -> int:
                         help="seconds from the start to the first cell")
     parser.add_argument("--finished", type=Path, help="where each program says its cells ended")
     parser.add_argument("--programs", type=int, default=1, help="programs --finished waits for")
+    parser.add_argument("--check-in-turn", action="store_true",
+                        help="with --finished: check one program at a time")
     options = parser.parse_args()
     if options.gib < 1 or options.cells < 1 or options.period_s <= 0 or options.ops < 1:
         parser.error("GIB, CELLS and --ops must be at least 1, PERIOD_S more than 0")
@@ -89,6 +94,9 @@ def main() -> int:
         while len(list(options.finished.iterdir())) < options.programs and \
                 time.monotonic() < deadline:
             time.sleep(0.05)
+        if options.check_in_turn:
+            wait_turn(options.finished.with_name(options.finished.name + ".check-lock"),
+                      FINISH_TIMEOUT_S)
     # An odd number of ops leaves every value one higher after each cell (the first included).
     wrong = mismatches(tensors, (options.cells + 1) * (options.ops % 2))
     print(json.dumps({"gib": options.gib, "cells": options.cells, "period_s": options.period_s,

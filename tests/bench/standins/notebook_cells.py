@@ -17,6 +17,7 @@ parser.add_argument("--go", type=Path)
 parser.add_argument("--offset", type=float, default=0.0)
 parser.add_argument("--finished", type=Path)
 parser.add_argument("--programs", type=int, default=1)
+parser.add_argument("--check-in-turn", action="store_true")  # it checks nothing
 options = parser.parse_args()
 allocation, first = 0.02, 0.01
 time.sleep(allocation)
