@@ -326,15 +326,15 @@ def against_both_alone(result: dict) -> None:
     if len(alone) < 2:
         return
     tpot = statistics.mean(run["tpot_median_s"] for run in alone)
-    ttfts = [run["ttft_p50_s"] for run in alone if run["ttft_p50_s"]]
+    ttfts = [run["ttft_p50_s"] for run in alone]
+    ttft = statistics.mean(ttfts) if all(ttfts) else None
     result["alone_tpot_median_s"] = tpot
-    for name in ("shared", "together", "engines"):
-        run = result.get(name, {})
+    for run in (result.get(name, {}) for name in ("shared", "together", "engines")):
         if "tpot_median_s" not in run:
             continue
         run["tpot_ratio"] = run["tpot_median_s"] / tpot
-        if run.get("ttft_p50_s") is not None and len(ttfts) == 2:
-            run["ttft_ratio"] = run["ttft_p50_s"] / statistics.mean(ttfts)
+        if ttft and run.get("ttft_p50_s") is not None:
+            run["ttft_ratio"] = run["ttft_p50_s"] / ttft
 
 
 def run_line(name: str, run: dict) -> str:

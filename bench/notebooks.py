@@ -30,8 +30,8 @@ from scheduler_log import eviction_answers, first_moves_out
 WORKLOAD = Path(__file__).resolve().parent / "gpu" / "notebook_cells.py"
 TQ = 10
 # A first move out this long or more after the program's allocation ended had time to find its
-# staging memory ready, prepared from the allocation on (issue 36: 20 GB/s at least); moves
-# under 256 MiB take milliseconds whatever their rate.
+# staging memory ready, prepared from the allocation on, and should go at the copy's speed (at
+# least FIRST_MOVE_GBPS); moves under 256 MiB take milliseconds whatever their rate.
 FIRST_MOVE_AFTER_S = 3.0
 FIRST_MOVE_GBPS = 20.0
 FIRST_MOVE_LEAST = 256 << 20

@@ -28,9 +28,14 @@ def lock_events(log: str, pid: int | None = None) -> dict[str, int]:
     return counts
 
 
-# The time of day that starts each line, and the EVICT and its answer (MOVED to the host).
-STAMPED = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+) [A-Z]+ "
-                     r"(evict|moved) client (\d+) ([^\n]*)", re.MULTILINE)
+# The time of day that starts each line, and its level.
+STAMP = r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+) [A-Z]+ "
+# The EVICT and its answer (MOVED to the host).
+STAMPED = re.compile(STAMP + r"(evict|moved) client (\d+) ([^\n]*)", re.MULTILINE)
+
+
+def stamped_at(stamp: str) -> datetime:
+    return datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S.%f")
 
 
 def eviction_answers(log: str) -> list[float]:
@@ -39,7 +44,7 @@ def eviction_answers(log: str) -> list[float]:
     asked: dict[str, datetime] = {}
     answers = []
     for stamp, word, client, rest in STAMPED.findall(log):
-        at = datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S.%f")
+        at = stamped_at(stamp)
         if word == "evict":
             asked.setdefault(client, at)
         elif "to the host" in rest and client in asked:
@@ -48,9 +53,8 @@ def eviction_answers(log: str) -> list[float]:
 
 
 # A move's report: when the line was written, the client's process, the bytes and the seconds.
-MOVED_OUT = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+) [A-Z]+ moved client \d+ "
-                       r"\(pid (\d+),[^\n]*?: device \d+, (\d+) bytes to the host in "
-                       r"([\d.]+) s", re.MULTILINE)
+MOVED_OUT = re.compile(STAMP + r"moved client \d+ \(pid (\d+),[^\n]*?: device \d+, (\d+) bytes "
+                       r"to the host in ([\d.]+) s", re.MULTILINE)
 
 
 def first_moves_out(log: str, least_bytes: int) -> dict[int, tuple[datetime, int, float]]:
@@ -60,9 +64,8 @@ def first_moves_out(log: str, least_bytes: int) -> dict[int, tuple[datetime, int
     first: dict[int, tuple[datetime, int, float]] = {}
     for stamp, pid, size, seconds in MOVED_OUT.findall(log):
         if int(size) >= least_bytes and int(pid) not in first:
-            ended = datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S.%f")
-            first[int(pid)] = (ended - timedelta(seconds=float(seconds)), int(size),
-                               float(seconds))
+            began = stamped_at(stamp) - timedelta(seconds=float(seconds))
+            first[int(pid)] = (began, int(size), float(seconds))
     return first
 
 
